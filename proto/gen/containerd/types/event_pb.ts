@@ -20,6 +20,8 @@ export const file_containerd_types_event: GenFile = /*@__PURE__*/
   fileDesc("Chxjb250YWluZXJkL3R5cGVzL2V2ZW50LnByb3RvEhBjb250YWluZXJkLnR5cGVzIoABCghFbnZlbG9wZRItCgl0aW1lc3RhbXAYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCW5hbWVzcGFjZRgCIAEoCRINCgV0b3BpYxgDIAEoCRIjCgVldmVudBgEIAEoCzIULmdvb2dsZS5wcm90b2J1Zi5BbnliBnByb3RvMw", [file_google_protobuf_any, file_google_protobuf_timestamp]);
 
 /**
+ * An event with its namespace, topic and time of publication.
+ *
  * @generated from message containerd.types.Envelope
  */
 export type Envelope = Message<"containerd.types.Envelope"> & {

@@ -45,6 +45,8 @@ export const RuntimeRequestSchema: GenMessage<RuntimeRequest> = /*@__PURE__*/
   messageDesc(file_containerd_types_introspection, 0);
 
 /**
+ * Version of a runtime.
+ *
  * @generated from message containerd.types.RuntimeVersion
  */
 export type RuntimeVersion = Message<"containerd.types.RuntimeVersion"> & {
@@ -67,6 +69,8 @@ export const RuntimeVersionSchema: GenMessage<RuntimeVersion> = /*@__PURE__*/
   messageDesc(file_containerd_types_introspection, 1);
 
 /**
+ * What a runtime (shim) reports about itself.
+ *
  * @generated from message containerd.types.RuntimeInfo
  */
 export type RuntimeInfo = Message<"containerd.types.RuntimeInfo"> & {

@@ -19,6 +19,8 @@ export const file_containerd_types_metrics: GenFile = /*@__PURE__*/
   fileDesc("Ch5jb250YWluZXJkL3R5cGVzL21ldHJpY3MucHJvdG8SEGNvbnRhaW5lcmQudHlwZXMiZwoGTWV0cmljEi0KCXRpbWVzdGFtcBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCgoCaWQYAiABKAkSIgoEZGF0YRgDIAEoCzIULmdvb2dsZS5wcm90b2J1Zi5BbnliBnByb3RvMw", [file_google_protobuf_any, file_google_protobuf_timestamp]);
 
 /**
+ * One statistics sample of a task or sandbox.
+ *
  * @generated from message containerd.types.Metric
  */
 export type Metric = Message<"containerd.types.Metric"> & {

@@ -18,6 +18,8 @@ export const file_containerd_types_platform: GenFile = /*@__PURE__*/
   fileDesc("Ch9jb250YWluZXJkL3R5cGVzL3BsYXRmb3JtLnByb3RvEhBjb250YWluZXJkLnR5cGVzImYKCFBsYXRmb3JtEgoKAm9zGAEgASgJEhQKDGFyY2hpdGVjdHVyZRgCIAEoCRIPCgd2YXJpYW50GAMgASgJEhIKCm9zX3ZlcnNpb24YBCABKAkSEwoLb3NfZmVhdHVyZXMYBSADKAliBnByb3RvMw");
 
 /**
+ * An OCI platform (os, architecture, variant).
+ *
  * @generated from message containerd.types.Platform
  */
 export type Platform = Message<"containerd.types.Platform"> & {

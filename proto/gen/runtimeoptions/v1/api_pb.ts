@@ -18,6 +18,8 @@ export const file_runtimeoptions_v1_api: GenFile = /*@__PURE__*/
   fileDesc("ChtydW50aW1lb3B0aW9ucy92MS9hcGkucHJvdG8SEXJ1bnRpbWVvcHRpb25zLnYxIkUKB09wdGlvbnMSEAoIdHlwZV91cmwYASABKAkSEwoLY29uZmlnX3BhdGgYAiABKAkSEwoLY29uZmlnX2JvZHkYAyABKAxiBnByb3RvMw");
 
 /**
+ * Generic runtime options that CRI fills from the runtime's TOML options table.
+ *
  * @generated from message runtimeoptions.v1.Options
  */
 export type Options = Message<"runtimeoptions.v1.Options"> & {

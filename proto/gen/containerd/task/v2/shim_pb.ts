@@ -25,6 +25,8 @@ export const file_containerd_task_v2_shim: GenFile = /*@__PURE__*/
   fileDesc("Ch1jb250YWluZXJkL3Rhc2svdjIvc2hpbS5wcm90bxISY29udGFpbmVyZC50YXNrLnYyIu8BChFDcmVhdGVUYXNrUmVxdWVzdBIKCgJpZBgBIAEoCRIOCgZidW5kbGUYAiABKAkSJwoGcm9vdGZzGAMgAygLMhcuY29udGFpbmVyZC50eXBlcy5Nb3VudBIQCgh0ZXJtaW5hbBgEIAEoCBINCgVzdGRpbhgFIAEoCRIOCgZzdGRvdXQYBiABKAkSDgoGc3RkZXJyGAcgASgJEhIKCmNoZWNrcG9pbnQYCCABKAkSGQoRcGFyZW50X2NoZWNrcG9pbnQYCSABKAkSJQoHb3B0aW9ucxgKIAEoCzIULmdvb2dsZS5wcm90b2J1Zi5BbnkiIQoSQ3JlYXRlVGFza1Jlc3BvbnNlEgsKA3BpZBgBIAEoDSIsCg1EZWxldGVSZXF1ZXN0EgoKAmlkGAEgASgJEg8KB2V4ZWNfaWQYAiABKAkiYQoORGVsZXRlUmVzcG9uc2USCwoDcGlkGAEgASgNEhMKC2V4aXRfc3RhdHVzGAIgASgNEi0KCWV4aXRlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAilgEKEkV4ZWNQcm9jZXNzUmVxdWVzdBIKCgJpZBgBIAEoCRIPCgdleGVjX2lkGAIgASgJEhAKCHRlcm1pbmFsGAMgASgIEg0KBXN0ZGluGAQgASgJEg4KBnN0ZG91dBgFIAEoCRIOCgZzdGRlcnIYBiABKAkSIgoEc3BlYxgHIAEoCzIULmdvb2dsZS5wcm90b2J1Zi5BbnkiFQoTRXhlY1Byb2Nlc3NSZXNwb25zZSJOChBSZXNpemVQdHlSZXF1ZXN0EgoKAmlkGAEgASgJEg8KB2V4ZWNfaWQYAiABKAkSDQoFd2lkdGgYAyABKA0SDgoGaGVpZ2h0GAQgASgNIisKDFN0YXRlUmVxdWVzdBIKCgJpZBgBIAEoCRIPCgdleGVjX2lkGAIgASgJIvsBCg1TdGF0ZVJlc3BvbnNlEgoKAmlkGAEgASgJEg4KBmJ1bmRsZRgCIAEoCRILCgNwaWQYAyABKA0SKwoGc3RhdHVzGAQgASgOMhsuY29udGFpbmVyZC52MS50eXBlcy5TdGF0dXMSDQoFc3RkaW4YBSABKAkSDgoGc3Rkb3V0GAYgASgJEg4KBnN0ZGVychgHIAEoCRIQCgh0ZXJtaW5hbBgIIAEoCBITCgtleGl0X3N0YXR1cxgJIAEoDRItCglleGl0ZWRfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2V4ZWNfaWQYCyABKAkiRwoLS2lsbFJlcXVlc3QSCgoCaWQYASABKAkSDwoHZXhlY19pZBgCIAEoCRIOCgZzaWduYWwYAyABKA0SCwoDYWxsGAQgASgIIjwKDkNsb3NlSU9SZXF1ZXN0EgoKAmlkGAEgASgJEg8KB2V4ZWNfaWQYAiABKAkSDQoFc3RkaW4YAyABKAgiGQoLUGlkc1JlcXVlc3QSCgoCaWQYASABKAkiQwoMUGlkc1Jlc3BvbnNlEjMKCXByb2Nlc3NlcxgBIAMoCzIgLmNvbnRhaW5lcmQudjEudHlwZXMuUHJvY2Vzc0luZm8iWAoVQ2hlY2twb2ludFRhc2tSZXF1ZXN0EgoKAmlkGAEgASgJEgwKBHBhdGgYAiABKAkSJQoHb3B0aW9ucxgDIAEoCzIULmdvb2dsZS5wcm90b2J1Zi5BbnkiyQEKEVVwZGF0ZVRhc2tSZXF1ZXN0EgoKAmlkGAEgASgJEicKCXJlc291cmNlcxgCIAEoCzIULmdvb2dsZS5wcm90b2J1Zi5BbnkSSwoLYW5ub3RhdGlvbnMYAyADKAsyNi5jb250YWluZXJkLnRhc2sudjIuVXBkYXRlVGFza1JlcXVlc3QuQW5ub3RhdGlvbnNFbnRyeRoyChBBbm5vdGF0aW9uc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiKwoMU3RhcnRSZXF1ZXN0EgoKAmlkGAEgASgJEg8KB2V4ZWNfaWQYAiABKAkiHAoNU3RhcnRSZXNwb25zZRILCgNwaWQYASABKA0iKgoLV2FpdFJlcXVlc3QSCgoCaWQYASABKAkSDwoHZXhlY19pZBgCIAEoCSJSCgxXYWl0UmVzcG9uc2USEwoLZXhpdF9zdGF0dXMYASABKA0SLQoJZXhpdGVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIaCgxTdGF0c1JlcXVlc3QSCgoCaWQYASABKAkiNAoNU3RhdHNSZXNwb25zZRIjCgVzdGF0cxgBIAEoCzIULmdvb2dsZS5wcm90b2J1Zi5BbnkiHAoOQ29ubmVjdFJlcXVlc3QSCgoCaWQYASABKAkiRgoPQ29ubmVjdFJlc3BvbnNlEhAKCHNoaW1fcGlkGAEgASgNEhAKCHRhc2tfcGlkGAIgASgNEg8KB3ZlcnNpb24YAyABKAkiKgoPU2h1dGRvd25SZXF1ZXN0EgoKAmlkGAEgASgJEgsKA25vdxgCIAEoCCIaCgxQYXVzZVJlcXVlc3QSCgoCaWQYASABKAkiGwoNUmVzdW1lUmVxdWVzdBIKCgJpZBgBIAEoCTKKCgoEVGFzaxJMCgVTdGF0ZRIgLmNvbnRhaW5lcmQudGFzay52Mi5TdGF0ZVJlcXVlc3QaIS5jb250YWluZXJkLnRhc2sudjIuU3RhdGVSZXNwb25zZRJXCgZDcmVhdGUSJS5jb250YWluZXJkLnRhc2sudjIuQ3JlYXRlVGFza1JlcXVlc3QaJi5jb250YWluZXJkLnRhc2sudjIuQ3JlYXRlVGFza1Jlc3BvbnNlEkwKBVN0YXJ0EiAuY29udGFpbmVyZC50YXNrLnYyLlN0YXJ0UmVxdWVzdBohLmNvbnRhaW5lcmQudGFzay52Mi5TdGFydFJlc3BvbnNlEk8KBkRlbGV0ZRIhLmNvbnRhaW5lcmQudGFzay52Mi5EZWxldGVSZXF1ZXN0GiIuY29udGFpbmVyZC50YXNrLnYyLkRlbGV0ZVJlc3BvbnNlEkkKBFBpZHMSHy5jb250YWluZXJkLnRhc2sudjIuUGlkc1JlcXVlc3QaIC5jb250YWluZXJkLnRhc2sudjIuUGlkc1Jlc3BvbnNlEkEKBVBhdXNlEiAuY29udGFpbmVyZC50YXNrLnYyLlBhdXNlUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eRJDCgZSZXN1bWUSIS5jb250YWluZXJkLnRhc2sudjIuUmVzdW1lUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eRJPCgpDaGVja3BvaW50EikuY29udGFpbmVyZC50YXNrLnYyLkNoZWNrcG9pbnRUYXNrUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eRI/CgRLaWxsEh8uY29udGFpbmVyZC50YXNrLnYyLktpbGxSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5EkYKBEV4ZWMSJi5jb250YWluZXJkLnRhc2sudjIuRXhlY1Byb2Nlc3NSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5EkkKCVJlc2l6ZVB0eRIkLmNvbnRhaW5lcmQudGFzay52Mi5SZXNpemVQdHlSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5EkUKB0Nsb3NlSU8SIi5jb250YWluZXJkLnRhc2sudjIuQ2xvc2VJT1JlcXVlc3QaFi5nb29nbGUucHJvdG9idWYuRW1wdHkSRwoGVXBkYXRlEiUuY29udGFpbmVyZC50YXNrLnYyLlVwZGF0ZVRhc2tSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5EkkKBFdhaXQSHy5jb250YWluZXJkLnRhc2sudjIuV2FpdFJlcXVlc3QaIC5jb250YWluZXJkLnRhc2sudjIuV2FpdFJlc3BvbnNlEkwKBVN0YXRzEiAuY29udGFpbmVyZC50YXNrLnYyLlN0YXRzUmVxdWVzdBohLmNvbnRhaW5lcmQudGFzay52Mi5TdGF0c1Jlc3BvbnNlElIKB0Nvbm5lY3QSIi5jb250YWluZXJkLnRhc2sudjIuQ29ubmVjdFJlcXVlc3QaIy5jb250YWluZXJkLnRhc2sudjIuQ29ubmVjdFJlc3BvbnNlEkcKCFNodXRkb3duEiMuY29udGFpbmVyZC50YXNrLnYyLlNodXRkb3duUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eWIGcHJvdG8z", [file_google_protobuf_any, file_google_protobuf_empty, file_google_protobuf_timestamp, file_containerd_types_mount, file_containerd_types_task_task]);
 
 /**
+ * Create the task (the container's init process) without starting it.
+ *
  * @generated from message containerd.task.v2.CreateTaskRequest
  */
 export type CreateTaskRequest = Message<"containerd.task.v2.CreateTaskRequest"> & {
@@ -97,6 +99,8 @@ export const CreateTaskRequestSchema: GenMessage<CreateTaskRequest> = /*@__PURE_
   messageDesc(file_containerd_task_v2_shim, 0);
 
 /**
+ * Reply to Create: the pid of the created init process.
+ *
  * @generated from message containerd.task.v2.CreateTaskResponse
  */
 export type CreateTaskResponse = Message<"containerd.task.v2.CreateTaskResponse"> & {
@@ -114,6 +118,8 @@ export const CreateTaskResponseSchema: GenMessage<CreateTaskResponse> = /*@__PUR
   messageDesc(file_containerd_task_v2_shim, 1);
 
 /**
+ * Delete a stopped process: the init process (exec_id empty) or an exec.
+ *
  * @generated from message containerd.task.v2.DeleteRequest
  */
 export type DeleteRequest = Message<"containerd.task.v2.DeleteRequest"> & {
@@ -138,6 +144,8 @@ export const DeleteRequestSchema: GenMessage<DeleteRequest> = /*@__PURE__*/
   messageDesc(file_containerd_task_v2_shim, 2);
 
 /**
+ * Exit information of the deleted process; also what the `delete` command prints.
+ *
  * @generated from message containerd.task.v2.DeleteResponse
  */
 export type DeleteResponse = Message<"containerd.task.v2.DeleteResponse"> & {
@@ -165,6 +173,8 @@ export const DeleteResponseSchema: GenMessage<DeleteResponse> = /*@__PURE__*/
   messageDesc(file_containerd_task_v2_shim, 3);
 
 /**
+ * Register an additional process in the container; Start runs it.
+ *
  * @generated from message containerd.task.v2.ExecProcessRequest
  */
 export type ExecProcessRequest = Message<"containerd.task.v2.ExecProcessRequest"> & {
@@ -229,6 +239,8 @@ export const ExecProcessResponseSchema: GenMessage<ExecProcessResponse> = /*@__P
   messageDesc(file_containerd_task_v2_shim, 5);
 
 /**
+ * Resize the terminal of a process started with terminal = true.
+ *
  * @generated from message containerd.task.v2.ResizePtyRequest
  */
 export type ResizePtyRequest = Message<"containerd.task.v2.ResizePtyRequest"> & {
@@ -261,6 +273,8 @@ export const ResizePtyRequestSchema: GenMessage<ResizePtyRequest> = /*@__PURE__*
   messageDesc(file_containerd_task_v2_shim, 6);
 
 /**
+ * Ask for the state of a process.
+ *
  * @generated from message containerd.task.v2.StateRequest
  */
 export type StateRequest = Message<"containerd.task.v2.StateRequest"> & {
@@ -283,6 +297,8 @@ export const StateRequestSchema: GenMessage<StateRequest> = /*@__PURE__*/
   messageDesc(file_containerd_task_v2_shim, 7);
 
 /**
+ * State of a process: status, pid, stdio and exit information.
+ *
  * @generated from message containerd.task.v2.StateResponse
  */
 export type StateResponse = Message<"containerd.task.v2.StateResponse"> & {
@@ -350,6 +366,8 @@ export const StateResponseSchema: GenMessage<StateResponse> = /*@__PURE__*/
   messageDesc(file_containerd_task_v2_shim, 8);
 
 /**
+ * Send a signal to a process.
+ *
  * @generated from message containerd.task.v2.KillRequest
  */
 export type KillRequest = Message<"containerd.task.v2.KillRequest"> & {
@@ -384,6 +402,8 @@ export const KillRequestSchema: GenMessage<KillRequest> = /*@__PURE__*/
   messageDesc(file_containerd_task_v2_shim, 9);
 
 /**
+ * Close the stdin of a process.
+ *
  * @generated from message containerd.task.v2.CloseIORequest
  */
 export type CloseIORequest = Message<"containerd.task.v2.CloseIORequest"> & {
@@ -411,6 +431,8 @@ export const CloseIORequestSchema: GenMessage<CloseIORequest> = /*@__PURE__*/
   messageDesc(file_containerd_task_v2_shim, 10);
 
 /**
+ * List the processes running in the container.
+ *
  * @generated from message containerd.task.v2.PidsRequest
  */
 export type PidsRequest = Message<"containerd.task.v2.PidsRequest"> & {
@@ -428,6 +450,8 @@ export const PidsRequestSchema: GenMessage<PidsRequest> = /*@__PURE__*/
   messageDesc(file_containerd_task_v2_shim, 11);
 
 /**
+ * Reply to Pids.
+ *
  * @generated from message containerd.task.v2.PidsResponse
  */
 export type PidsResponse = Message<"containerd.task.v2.PidsResponse"> & {
@@ -445,6 +469,8 @@ export const PidsResponseSchema: GenMessage<PidsResponse> = /*@__PURE__*/
   messageDesc(file_containerd_task_v2_shim, 12);
 
 /**
+ * Checkpoint the container into path.
+ *
  * @generated from message containerd.task.v2.CheckpointTaskRequest
  */
 export type CheckpointTaskRequest = Message<"containerd.task.v2.CheckpointTaskRequest"> & {
@@ -474,6 +500,8 @@ export const CheckpointTaskRequestSchema: GenMessage<CheckpointTaskRequest> = /*
   messageDesc(file_containerd_task_v2_shim, 13);
 
 /**
+ * Update the resources of a running container.
+ *
  * @generated from message containerd.task.v2.UpdateTaskRequest
  */
 export type UpdateTaskRequest = Message<"containerd.task.v2.UpdateTaskRequest"> & {
@@ -503,6 +531,8 @@ export const UpdateTaskRequestSchema: GenMessage<UpdateTaskRequest> = /*@__PURE_
   messageDesc(file_containerd_task_v2_shim, 14);
 
 /**
+ * Start the created init process (exec_id empty) or an exec.
+ *
  * @generated from message containerd.task.v2.StartRequest
  */
 export type StartRequest = Message<"containerd.task.v2.StartRequest"> & {
@@ -525,6 +555,8 @@ export const StartRequestSchema: GenMessage<StartRequest> = /*@__PURE__*/
   messageDesc(file_containerd_task_v2_shim, 15);
 
 /**
+ * Reply to Start: the pid of the started process.
+ *
  * @generated from message containerd.task.v2.StartResponse
  */
 export type StartResponse = Message<"containerd.task.v2.StartResponse"> & {
@@ -542,6 +574,8 @@ export const StartResponseSchema: GenMessage<StartResponse> = /*@__PURE__*/
   messageDesc(file_containerd_task_v2_shim, 16);
 
 /**
+ * Wait for a process to exit.
+ *
  * @generated from message containerd.task.v2.WaitRequest
  */
 export type WaitRequest = Message<"containerd.task.v2.WaitRequest"> & {
@@ -564,6 +598,8 @@ export const WaitRequestSchema: GenMessage<WaitRequest> = /*@__PURE__*/
   messageDesc(file_containerd_task_v2_shim, 17);
 
 /**
+ * Reply to Wait, sent once the process has exited.
+ *
  * @generated from message containerd.task.v2.WaitResponse
  */
 export type WaitResponse = Message<"containerd.task.v2.WaitResponse"> & {
@@ -586,6 +622,8 @@ export const WaitResponseSchema: GenMessage<WaitResponse> = /*@__PURE__*/
   messageDesc(file_containerd_task_v2_shim, 18);
 
 /**
+ * Ask for the container's resource statistics.
+ *
  * @generated from message containerd.task.v2.StatsRequest
  */
 export type StatsRequest = Message<"containerd.task.v2.StatsRequest"> & {
@@ -603,6 +641,8 @@ export const StatsRequestSchema: GenMessage<StatsRequest> = /*@__PURE__*/
   messageDesc(file_containerd_task_v2_shim, 19);
 
 /**
+ * Reply to Stats.
+ *
  * @generated from message containerd.task.v2.StatsResponse
  */
 export type StatsResponse = Message<"containerd.task.v2.StatsResponse"> & {
@@ -622,6 +662,8 @@ export const StatsResponseSchema: GenMessage<StatsResponse> = /*@__PURE__*/
   messageDesc(file_containerd_task_v2_shim, 20);
 
 /**
+ * Liveness and pid probe, used by containerd when it (re)connects.
+ *
  * @generated from message containerd.task.v2.ConnectRequest
  */
 export type ConnectRequest = Message<"containerd.task.v2.ConnectRequest"> & {
@@ -639,6 +681,8 @@ export const ConnectRequestSchema: GenMessage<ConnectRequest> = /*@__PURE__*/
   messageDesc(file_containerd_task_v2_shim, 21);
 
 /**
+ * Reply to Connect: the shim's pid and the task's pid.
+ *
  * @generated from message containerd.task.v2.ConnectResponse
  */
 export type ConnectResponse = Message<"containerd.task.v2.ConnectResponse"> & {
@@ -666,6 +710,8 @@ export const ConnectResponseSchema: GenMessage<ConnectResponse> = /*@__PURE__*/
   messageDesc(file_containerd_task_v2_shim, 22);
 
 /**
+ * Ask the shim to exit once it no longer serves any task.
+ *
  * @generated from message containerd.task.v2.ShutdownRequest
  */
 export type ShutdownRequest = Message<"containerd.task.v2.ShutdownRequest"> & {
@@ -688,6 +734,8 @@ export const ShutdownRequestSchema: GenMessage<ShutdownRequest> = /*@__PURE__*/
   messageDesc(file_containerd_task_v2_shim, 23);
 
 /**
+ * Freeze every process of the container.
+ *
  * @generated from message containerd.task.v2.PauseRequest
  */
 export type PauseRequest = Message<"containerd.task.v2.PauseRequest"> & {
@@ -705,6 +753,8 @@ export const PauseRequestSchema: GenMessage<PauseRequest> = /*@__PURE__*/
   messageDesc(file_containerd_task_v2_shim, 24);
 
 /**
+ * Thaw a paused container.
+ *
  * @generated from message containerd.task.v2.ResumeRequest
  */
 export type ResumeRequest = Message<"containerd.task.v2.ResumeRequest"> & {

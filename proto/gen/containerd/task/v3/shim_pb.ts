@@ -1,6 +1,7 @@
 // The shim's Task API, version 3: same messages and RPCs as containerd.task.v2, new package.
-// Field numbers and RPCs checked against containerd v2.1.9 api/runtime/task/v3/shim.proto
-// (descriptor embedded in the 2.1.9 binary; identical to v2 apart from the package). v1.6.20 has no v3.
+// Field numbers and RPCs checked against containerd v2.1.9 and v1.7.24
+// api/runtime/task/v3/shim.proto (descriptors embedded in those binaries; identical to v2 apart
+// from the package). containerd 1.6 has no v3.
 // containerd uses v3 when the shim reports version 3 (2.x), and falls back to v2 on Unimplemented;
 // keep this file in step with ../v2/shim.proto.
 
@@ -25,6 +26,8 @@ export const file_containerd_task_v3_shim: GenFile = /*@__PURE__*/
   fileDesc("Ch1jb250YWluZXJkL3Rhc2svdjMvc2hpbS5wcm90bxISY29udGFpbmVyZC50YXNrLnYzIu8BChFDcmVhdGVUYXNrUmVxdWVzdBIKCgJpZBgBIAEoCRIOCgZidW5kbGUYAiABKAkSJwoGcm9vdGZzGAMgAygLMhcuY29udGFpbmVyZC50eXBlcy5Nb3VudBIQCgh0ZXJtaW5hbBgEIAEoCBINCgVzdGRpbhgFIAEoCRIOCgZzdGRvdXQYBiABKAkSDgoGc3RkZXJyGAcgASgJEhIKCmNoZWNrcG9pbnQYCCABKAkSGQoRcGFyZW50X2NoZWNrcG9pbnQYCSABKAkSJQoHb3B0aW9ucxgKIAEoCzIULmdvb2dsZS5wcm90b2J1Zi5BbnkiIQoSQ3JlYXRlVGFza1Jlc3BvbnNlEgsKA3BpZBgBIAEoDSIsCg1EZWxldGVSZXF1ZXN0EgoKAmlkGAEgASgJEg8KB2V4ZWNfaWQYAiABKAkiYQoORGVsZXRlUmVzcG9uc2USCwoDcGlkGAEgASgNEhMKC2V4aXRfc3RhdHVzGAIgASgNEi0KCWV4aXRlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAilgEKEkV4ZWNQcm9jZXNzUmVxdWVzdBIKCgJpZBgBIAEoCRIPCgdleGVjX2lkGAIgASgJEhAKCHRlcm1pbmFsGAMgASgIEg0KBXN0ZGluGAQgASgJEg4KBnN0ZG91dBgFIAEoCRIOCgZzdGRlcnIYBiABKAkSIgoEc3BlYxgHIAEoCzIULmdvb2dsZS5wcm90b2J1Zi5BbnkiFQoTRXhlY1Byb2Nlc3NSZXNwb25zZSJOChBSZXNpemVQdHlSZXF1ZXN0EgoKAmlkGAEgASgJEg8KB2V4ZWNfaWQYAiABKAkSDQoFd2lkdGgYAyABKA0SDgoGaGVpZ2h0GAQgASgNIisKDFN0YXRlUmVxdWVzdBIKCgJpZBgBIAEoCRIPCgdleGVjX2lkGAIgASgJIvsBCg1TdGF0ZVJlc3BvbnNlEgoKAmlkGAEgASgJEg4KBmJ1bmRsZRgCIAEoCRILCgNwaWQYAyABKA0SKwoGc3RhdHVzGAQgASgOMhsuY29udGFpbmVyZC52MS50eXBlcy5TdGF0dXMSDQoFc3RkaW4YBSABKAkSDgoGc3Rkb3V0GAYgASgJEg4KBnN0ZGVychgHIAEoCRIQCgh0ZXJtaW5hbBgIIAEoCBITCgtleGl0X3N0YXR1cxgJIAEoDRItCglleGl0ZWRfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2V4ZWNfaWQYCyABKAkiRwoLS2lsbFJlcXVlc3QSCgoCaWQYASABKAkSDwoHZXhlY19pZBgCIAEoCRIOCgZzaWduYWwYAyABKA0SCwoDYWxsGAQgASgIIjwKDkNsb3NlSU9SZXF1ZXN0EgoKAmlkGAEgASgJEg8KB2V4ZWNfaWQYAiABKAkSDQoFc3RkaW4YAyABKAgiGQoLUGlkc1JlcXVlc3QSCgoCaWQYASABKAkiQwoMUGlkc1Jlc3BvbnNlEjMKCXByb2Nlc3NlcxgBIAMoCzIgLmNvbnRhaW5lcmQudjEudHlwZXMuUHJvY2Vzc0luZm8iWAoVQ2hlY2twb2ludFRhc2tSZXF1ZXN0EgoKAmlkGAEgASgJEgwKBHBhdGgYAiABKAkSJQoHb3B0aW9ucxgDIAEoCzIULmdvb2dsZS5wcm90b2J1Zi5BbnkiyQEKEVVwZGF0ZVRhc2tSZXF1ZXN0EgoKAmlkGAEgASgJEicKCXJlc291cmNlcxgCIAEoCzIULmdvb2dsZS5wcm90b2J1Zi5BbnkSSwoLYW5ub3RhdGlvbnMYAyADKAsyNi5jb250YWluZXJkLnRhc2sudjMuVXBkYXRlVGFza1JlcXVlc3QuQW5ub3RhdGlvbnNFbnRyeRoyChBBbm5vdGF0aW9uc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiKwoMU3RhcnRSZXF1ZXN0EgoKAmlkGAEgASgJEg8KB2V4ZWNfaWQYAiABKAkiHAoNU3RhcnRSZXNwb25zZRILCgNwaWQYASABKA0iKgoLV2FpdFJlcXVlc3QSCgoCaWQYASABKAkSDwoHZXhlY19pZBgCIAEoCSJSCgxXYWl0UmVzcG9uc2USEwoLZXhpdF9zdGF0dXMYASABKA0SLQoJZXhpdGVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIaCgxTdGF0c1JlcXVlc3QSCgoCaWQYASABKAkiNAoNU3RhdHNSZXNwb25zZRIjCgVzdGF0cxgBIAEoCzIULmdvb2dsZS5wcm90b2J1Zi5BbnkiHAoOQ29ubmVjdFJlcXVlc3QSCgoCaWQYASABKAkiRgoPQ29ubmVjdFJlc3BvbnNlEhAKCHNoaW1fcGlkGAEgASgNEhAKCHRhc2tfcGlkGAIgASgNEg8KB3ZlcnNpb24YAyABKAkiKgoPU2h1dGRvd25SZXF1ZXN0EgoKAmlkGAEgASgJEgsKA25vdxgCIAEoCCIaCgxQYXVzZVJlcXVlc3QSCgoCaWQYASABKAkiGwoNUmVzdW1lUmVxdWVzdBIKCgJpZBgBIAEoCTKKCgoEVGFzaxJMCgVTdGF0ZRIgLmNvbnRhaW5lcmQudGFzay52My5TdGF0ZVJlcXVlc3QaIS5jb250YWluZXJkLnRhc2sudjMuU3RhdGVSZXNwb25zZRJXCgZDcmVhdGUSJS5jb250YWluZXJkLnRhc2sudjMuQ3JlYXRlVGFza1JlcXVlc3QaJi5jb250YWluZXJkLnRhc2sudjMuQ3JlYXRlVGFza1Jlc3BvbnNlEkwKBVN0YXJ0EiAuY29udGFpbmVyZC50YXNrLnYzLlN0YXJ0UmVxdWVzdBohLmNvbnRhaW5lcmQudGFzay52My5TdGFydFJlc3BvbnNlEk8KBkRlbGV0ZRIhLmNvbnRhaW5lcmQudGFzay52My5EZWxldGVSZXF1ZXN0GiIuY29udGFpbmVyZC50YXNrLnYzLkRlbGV0ZVJlc3BvbnNlEkkKBFBpZHMSHy5jb250YWluZXJkLnRhc2sudjMuUGlkc1JlcXVlc3QaIC5jb250YWluZXJkLnRhc2sudjMuUGlkc1Jlc3BvbnNlEkEKBVBhdXNlEiAuY29udGFpbmVyZC50YXNrLnYzLlBhdXNlUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eRJDCgZSZXN1bWUSIS5jb250YWluZXJkLnRhc2sudjMuUmVzdW1lUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eRJPCgpDaGVja3BvaW50EikuY29udGFpbmVyZC50YXNrLnYzLkNoZWNrcG9pbnRUYXNrUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eRI/CgRLaWxsEh8uY29udGFpbmVyZC50YXNrLnYzLktpbGxSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5EkYKBEV4ZWMSJi5jb250YWluZXJkLnRhc2sudjMuRXhlY1Byb2Nlc3NSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5EkkKCVJlc2l6ZVB0eRIkLmNvbnRhaW5lcmQudGFzay52My5SZXNpemVQdHlSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5EkUKB0Nsb3NlSU8SIi5jb250YWluZXJkLnRhc2sudjMuQ2xvc2VJT1JlcXVlc3QaFi5nb29nbGUucHJvdG9idWYuRW1wdHkSRwoGVXBkYXRlEiUuY29udGFpbmVyZC50YXNrLnYzLlVwZGF0ZVRhc2tSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5EkkKBFdhaXQSHy5jb250YWluZXJkLnRhc2sudjMuV2FpdFJlcXVlc3QaIC5jb250YWluZXJkLnRhc2sudjMuV2FpdFJlc3BvbnNlEkwKBVN0YXRzEiAuY29udGFpbmVyZC50YXNrLnYzLlN0YXRzUmVxdWVzdBohLmNvbnRhaW5lcmQudGFzay52My5TdGF0c1Jlc3BvbnNlElIKB0Nvbm5lY3QSIi5jb250YWluZXJkLnRhc2sudjMuQ29ubmVjdFJlcXVlc3QaIy5jb250YWluZXJkLnRhc2sudjMuQ29ubmVjdFJlc3BvbnNlEkcKCFNodXRkb3duEiMuY29udGFpbmVyZC50YXNrLnYzLlNodXRkb3duUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eWIGcHJvdG8z", [file_google_protobuf_any, file_google_protobuf_empty, file_google_protobuf_timestamp, file_containerd_types_mount, file_containerd_types_task_task]);
 
 /**
+ * Create the task (the container's init process) without starting it.
+ *
  * @generated from message containerd.task.v3.CreateTaskRequest
  */
 export type CreateTaskRequest = Message<"containerd.task.v3.CreateTaskRequest"> & {
@@ -97,6 +100,8 @@ export const CreateTaskRequestSchema: GenMessage<CreateTaskRequest> = /*@__PURE_
   messageDesc(file_containerd_task_v3_shim, 0);
 
 /**
+ * Reply to Create: the pid of the created init process.
+ *
  * @generated from message containerd.task.v3.CreateTaskResponse
  */
 export type CreateTaskResponse = Message<"containerd.task.v3.CreateTaskResponse"> & {
@@ -114,6 +119,8 @@ export const CreateTaskResponseSchema: GenMessage<CreateTaskResponse> = /*@__PUR
   messageDesc(file_containerd_task_v3_shim, 1);
 
 /**
+ * Delete a stopped process: the init process (exec_id empty) or an exec.
+ *
  * @generated from message containerd.task.v3.DeleteRequest
  */
 export type DeleteRequest = Message<"containerd.task.v3.DeleteRequest"> & {
@@ -138,6 +145,8 @@ export const DeleteRequestSchema: GenMessage<DeleteRequest> = /*@__PURE__*/
   messageDesc(file_containerd_task_v3_shim, 2);
 
 /**
+ * Exit information of the deleted process; also what the `delete` command prints.
+ *
  * @generated from message containerd.task.v3.DeleteResponse
  */
 export type DeleteResponse = Message<"containerd.task.v3.DeleteResponse"> & {
@@ -165,6 +174,8 @@ export const DeleteResponseSchema: GenMessage<DeleteResponse> = /*@__PURE__*/
   messageDesc(file_containerd_task_v3_shim, 3);
 
 /**
+ * Register an additional process in the container; Start runs it.
+ *
  * @generated from message containerd.task.v3.ExecProcessRequest
  */
 export type ExecProcessRequest = Message<"containerd.task.v3.ExecProcessRequest"> & {
@@ -229,6 +240,8 @@ export const ExecProcessResponseSchema: GenMessage<ExecProcessResponse> = /*@__P
   messageDesc(file_containerd_task_v3_shim, 5);
 
 /**
+ * Resize the terminal of a process started with terminal = true.
+ *
  * @generated from message containerd.task.v3.ResizePtyRequest
  */
 export type ResizePtyRequest = Message<"containerd.task.v3.ResizePtyRequest"> & {
@@ -261,6 +274,8 @@ export const ResizePtyRequestSchema: GenMessage<ResizePtyRequest> = /*@__PURE__*
   messageDesc(file_containerd_task_v3_shim, 6);
 
 /**
+ * Ask for the state of a process.
+ *
  * @generated from message containerd.task.v3.StateRequest
  */
 export type StateRequest = Message<"containerd.task.v3.StateRequest"> & {
@@ -283,6 +298,8 @@ export const StateRequestSchema: GenMessage<StateRequest> = /*@__PURE__*/
   messageDesc(file_containerd_task_v3_shim, 7);
 
 /**
+ * State of a process: status, pid, stdio and exit information.
+ *
  * @generated from message containerd.task.v3.StateResponse
  */
 export type StateResponse = Message<"containerd.task.v3.StateResponse"> & {
@@ -350,6 +367,8 @@ export const StateResponseSchema: GenMessage<StateResponse> = /*@__PURE__*/
   messageDesc(file_containerd_task_v3_shim, 8);
 
 /**
+ * Send a signal to a process.
+ *
  * @generated from message containerd.task.v3.KillRequest
  */
 export type KillRequest = Message<"containerd.task.v3.KillRequest"> & {
@@ -384,6 +403,8 @@ export const KillRequestSchema: GenMessage<KillRequest> = /*@__PURE__*/
   messageDesc(file_containerd_task_v3_shim, 9);
 
 /**
+ * Close the stdin of a process.
+ *
  * @generated from message containerd.task.v3.CloseIORequest
  */
 export type CloseIORequest = Message<"containerd.task.v3.CloseIORequest"> & {
@@ -411,6 +432,8 @@ export const CloseIORequestSchema: GenMessage<CloseIORequest> = /*@__PURE__*/
   messageDesc(file_containerd_task_v3_shim, 10);
 
 /**
+ * List the processes running in the container.
+ *
  * @generated from message containerd.task.v3.PidsRequest
  */
 export type PidsRequest = Message<"containerd.task.v3.PidsRequest"> & {
@@ -428,6 +451,8 @@ export const PidsRequestSchema: GenMessage<PidsRequest> = /*@__PURE__*/
   messageDesc(file_containerd_task_v3_shim, 11);
 
 /**
+ * Reply to Pids.
+ *
  * @generated from message containerd.task.v3.PidsResponse
  */
 export type PidsResponse = Message<"containerd.task.v3.PidsResponse"> & {
@@ -445,6 +470,8 @@ export const PidsResponseSchema: GenMessage<PidsResponse> = /*@__PURE__*/
   messageDesc(file_containerd_task_v3_shim, 12);
 
 /**
+ * Checkpoint the container into path.
+ *
  * @generated from message containerd.task.v3.CheckpointTaskRequest
  */
 export type CheckpointTaskRequest = Message<"containerd.task.v3.CheckpointTaskRequest"> & {
@@ -474,6 +501,8 @@ export const CheckpointTaskRequestSchema: GenMessage<CheckpointTaskRequest> = /*
   messageDesc(file_containerd_task_v3_shim, 13);
 
 /**
+ * Update the resources of a running container.
+ *
  * @generated from message containerd.task.v3.UpdateTaskRequest
  */
 export type UpdateTaskRequest = Message<"containerd.task.v3.UpdateTaskRequest"> & {
@@ -503,6 +532,8 @@ export const UpdateTaskRequestSchema: GenMessage<UpdateTaskRequest> = /*@__PURE_
   messageDesc(file_containerd_task_v3_shim, 14);
 
 /**
+ * Start the created init process (exec_id empty) or an exec.
+ *
  * @generated from message containerd.task.v3.StartRequest
  */
 export type StartRequest = Message<"containerd.task.v3.StartRequest"> & {
@@ -525,6 +556,8 @@ export const StartRequestSchema: GenMessage<StartRequest> = /*@__PURE__*/
   messageDesc(file_containerd_task_v3_shim, 15);
 
 /**
+ * Reply to Start: the pid of the started process.
+ *
  * @generated from message containerd.task.v3.StartResponse
  */
 export type StartResponse = Message<"containerd.task.v3.StartResponse"> & {
@@ -542,6 +575,8 @@ export const StartResponseSchema: GenMessage<StartResponse> = /*@__PURE__*/
   messageDesc(file_containerd_task_v3_shim, 16);
 
 /**
+ * Wait for a process to exit.
+ *
  * @generated from message containerd.task.v3.WaitRequest
  */
 export type WaitRequest = Message<"containerd.task.v3.WaitRequest"> & {
@@ -564,6 +599,8 @@ export const WaitRequestSchema: GenMessage<WaitRequest> = /*@__PURE__*/
   messageDesc(file_containerd_task_v3_shim, 17);
 
 /**
+ * Reply to Wait, sent once the process has exited.
+ *
  * @generated from message containerd.task.v3.WaitResponse
  */
 export type WaitResponse = Message<"containerd.task.v3.WaitResponse"> & {
@@ -586,6 +623,8 @@ export const WaitResponseSchema: GenMessage<WaitResponse> = /*@__PURE__*/
   messageDesc(file_containerd_task_v3_shim, 18);
 
 /**
+ * Ask for the container's resource statistics.
+ *
  * @generated from message containerd.task.v3.StatsRequest
  */
 export type StatsRequest = Message<"containerd.task.v3.StatsRequest"> & {
@@ -603,6 +642,8 @@ export const StatsRequestSchema: GenMessage<StatsRequest> = /*@__PURE__*/
   messageDesc(file_containerd_task_v3_shim, 19);
 
 /**
+ * Reply to Stats.
+ *
  * @generated from message containerd.task.v3.StatsResponse
  */
 export type StatsResponse = Message<"containerd.task.v3.StatsResponse"> & {
@@ -622,6 +663,8 @@ export const StatsResponseSchema: GenMessage<StatsResponse> = /*@__PURE__*/
   messageDesc(file_containerd_task_v3_shim, 20);
 
 /**
+ * Liveness and pid probe, used by containerd when it (re)connects.
+ *
  * @generated from message containerd.task.v3.ConnectRequest
  */
 export type ConnectRequest = Message<"containerd.task.v3.ConnectRequest"> & {
@@ -639,6 +682,8 @@ export const ConnectRequestSchema: GenMessage<ConnectRequest> = /*@__PURE__*/
   messageDesc(file_containerd_task_v3_shim, 21);
 
 /**
+ * Reply to Connect: the shim's pid and the task's pid.
+ *
  * @generated from message containerd.task.v3.ConnectResponse
  */
 export type ConnectResponse = Message<"containerd.task.v3.ConnectResponse"> & {
@@ -666,6 +711,8 @@ export const ConnectResponseSchema: GenMessage<ConnectResponse> = /*@__PURE__*/
   messageDesc(file_containerd_task_v3_shim, 22);
 
 /**
+ * Ask the shim to exit once it no longer serves any task.
+ *
  * @generated from message containerd.task.v3.ShutdownRequest
  */
 export type ShutdownRequest = Message<"containerd.task.v3.ShutdownRequest"> & {
@@ -688,6 +735,8 @@ export const ShutdownRequestSchema: GenMessage<ShutdownRequest> = /*@__PURE__*/
   messageDesc(file_containerd_task_v3_shim, 23);
 
 /**
+ * Freeze every process of the container.
+ *
  * @generated from message containerd.task.v3.PauseRequest
  */
 export type PauseRequest = Message<"containerd.task.v3.PauseRequest"> & {
@@ -705,6 +754,8 @@ export const PauseRequestSchema: GenMessage<PauseRequest> = /*@__PURE__*/
   messageDesc(file_containerd_task_v3_shim, 24);
 
 /**
+ * Thaw a paused container.
+ *
  * @generated from message containerd.task.v3.ResumeRequest
  */
 export type ResumeRequest = Message<"containerd.task.v3.ResumeRequest"> & {

@@ -19,6 +19,8 @@ export const file_containerd_types_task_task: GenFile = /*@__PURE__*/
   fileDesc("CiBjb250YWluZXJkL3R5cGVzL3Rhc2svdGFzay5wcm90bxITY29udGFpbmVyZC52MS50eXBlcyLqAQoHUHJvY2VzcxIUCgxjb250YWluZXJfaWQYASABKAkSCgoCaWQYAiABKAkSCwoDcGlkGAMgASgNEisKBnN0YXR1cxgEIAEoDjIbLmNvbnRhaW5lcmQudjEudHlwZXMuU3RhdHVzEg0KBXN0ZGluGAUgASgJEg4KBnN0ZG91dBgGIAEoCRIOCgZzdGRlcnIYByABKAkSEAoIdGVybWluYWwYCCABKAgSEwoLZXhpdF9zdGF0dXMYCSABKA0SLQoJZXhpdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI+CgtQcm9jZXNzSW5mbxILCgNwaWQYASABKA0SIgoEaW5mbxgCIAEoCzIULmdvb2dsZS5wcm90b2J1Zi5BbnkqVQoGU3RhdHVzEgsKB1VOS05PV04QABILCgdDUkVBVEVEEAESCwoHUlVOTklORxACEgsKB1NUT1BQRUQQAxIKCgZQQVVTRUQQBBILCgdQQVVTSU5HEAViBnByb3RvMw", [file_google_protobuf_any, file_google_protobuf_timestamp]);
 
 /**
+ * A process as containerd's tasks service reports it.
+ *
  * @generated from message containerd.v1.types.Process
  */
 export type Process = Message<"containerd.v1.types.Process"> & {

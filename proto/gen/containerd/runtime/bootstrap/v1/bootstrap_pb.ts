@@ -22,6 +22,8 @@ export const file_containerd_runtime_bootstrap_v1_bootstrap: GenFile = /*@__PURE
   fileDesc("Ci9jb250YWluZXJkL3J1bnRpbWUvYm9vdHN0cmFwL3YxL2Jvb3RzdHJhcC5wcm90bxIfY29udGFpbmVyZC5ydW50aW1lLmJvb3RzdHJhcC52MSLZAgoPQm9vdHN0cmFwUGFyYW1zEhMKC2luc3RhbmNlX2lkGAEgASgJEhEKCW5hbWVzcGFjZRgCIAEoCRI8Cglsb2dfbGV2ZWwYAyABKA4yKS5jb250YWluZXJkLnJ1bnRpbWUuYm9vdHN0cmFwLnYxLkxvZ0xldmVsEhoKEmNvbnRhaW5lcmRfdmVyc2lvbhgEIAEoCRIgChhjb250YWluZXJkX3R0cnBjX2FkZHJlc3MYBSABKAkSHwoXY29udGFpbmVyZF9ncnBjX2FkZHJlc3MYBiABKAkSGQoRY29udGFpbmVyZF9iaW5hcnkYByABKAkSPgoKZXh0ZW5zaW9ucxgIIAMoCzIqLmNvbnRhaW5lcmQucnVudGltZS5ib290c3RyYXAudjEuRXh0ZW5zaW9uEhcKCnNvY2tldF9kaXIYCSABKAlIAIgBAUINCgtfc29ja2V0X2RpciIwCglFeHRlbnNpb24SIwoFdmFsdWUYASABKAsyFC5nb29nbGUucHJvdG9idWYuQW55IosCCg9Cb290c3RyYXBSZXN1bHQSDwoHdmVyc2lvbhgBIAEoBRIPCgdhZGRyZXNzGAIgASgJEhAKCHByb3RvY29sGAMgASgJEkEKDGNhcGFiaWxpdGllcxgEIAMoDjIrLmNvbnRhaW5lcmQucnVudGltZS5ib290c3RyYXAudjEuQ2FwYWJpbGl0eRJQCghtZXRhZGF0YRgFIAMoCzI+LmNvbnRhaW5lcmQucnVudGltZS5ib290c3RyYXAudjEuQm9vdHN0cmFwUmVzdWx0Lk1ldGFkYXRhRW50cnkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBKq0BCghMb2dMZXZlbBISCg5MT0dfTEVWRUxfSU5GTxAAEhwKD0xPR19MRVZFTF9UUkFDRRD4//////////8BEhwKD0xPR19MRVZFTF9ERUJVRxD8//////////8BEhIKDkxPR19MRVZFTF9XQVJOEAQSEwoPTE9HX0xFVkVMX0VSUk9SEAgSEwoPTE9HX0xFVkVMX0ZBVEFMEAoSEwoPTE9HX0xFVkVMX1BBTklDEAwqKAoKQ2FwYWJpbGl0eRIaChZDQVBBQklMSVRZX1VOU1BFQ0lGSUVEEABiBnByb3RvMw", [file_google_protobuf_any]);
 
 /**
+ * Everything containerd tells a shim at `start`, written to its stdin.
+ *
  * @generated from message containerd.runtime.bootstrap.v1.BootstrapParams
  */
 export type BootstrapParams = Message<"containerd.runtime.bootstrap.v1.BootstrapParams"> & {
@@ -92,6 +94,8 @@ export const BootstrapParamsSchema: GenMessage<BootstrapParams> = /*@__PURE__*/
   messageDesc(file_containerd_runtime_bootstrap_v1_bootstrap, 0);
 
 /**
+ * One typed configuration item of BootstrapParams.
+ *
  * @generated from message containerd.runtime.bootstrap.v1.Extension
  */
 export type Extension = Message<"containerd.runtime.bootstrap.v1.Extension"> & {
@@ -109,6 +113,8 @@ export const ExtensionSchema: GenMessage<Extension> = /*@__PURE__*/
   messageDesc(file_containerd_runtime_bootstrap_v1_bootstrap, 1);
 
 /**
+ * What the shim may print on stdout at `start`, for containerd 2.3+.
+ *
  * @generated from message containerd.runtime.bootstrap.v1.BootstrapResult
  */
 export type BootstrapResult = Message<"containerd.runtime.bootstrap.v1.BootstrapResult"> & {

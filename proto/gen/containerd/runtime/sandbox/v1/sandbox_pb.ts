@@ -28,6 +28,8 @@ export const file_containerd_runtime_sandbox_v1_sandbox: GenFile = /*@__PURE__*/
   fileDesc("Citjb250YWluZXJkL3J1bnRpbWUvc2FuZGJveC92MS9zYW5kYm94LnByb3RvEh1jb250YWluZXJkLnJ1bnRpbWUuc2FuZGJveC52MSKyAgoUQ3JlYXRlU2FuZGJveFJlcXVlc3QSEgoKc2FuZGJveF9pZBgBIAEoCRITCgtidW5kbGVfcGF0aBgCIAEoCRInCgZyb290ZnMYAyADKAsyFy5jb250YWluZXJkLnR5cGVzLk1vdW50EiUKB29wdGlvbnMYBCABKAsyFC5nb29nbGUucHJvdG9idWYuQW55EhIKCm5ldG5zX3BhdGgYBSABKAkSWQoLYW5ub3RhdGlvbnMYBiADKAsyRC5jb250YWluZXJkLnJ1bnRpbWUuc2FuZGJveC52MS5DcmVhdGVTYW5kYm94UmVxdWVzdC5Bbm5vdGF0aW9uc0VudHJ5GjIKEEFubm90YXRpb25zRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASIXChVDcmVhdGVTYW5kYm94UmVzcG9uc2UiKQoTU3RhcnRTYW5kYm94UmVxdWVzdBISCgpzYW5kYm94X2lkGAEgASgJIncKFFN0YXJ0U2FuZGJveFJlc3BvbnNlEgsKA3BpZBgBIAEoDRIuCgpjcmVhdGVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIiCgRzcGVjGAMgASgLMhQuZ29vZ2xlLnByb3RvYnVmLkFueSIlCg9QbGF0Zm9ybVJlcXVlc3QSEgoKc2FuZGJveF9pZBgBIAEoCSJAChBQbGF0Zm9ybVJlc3BvbnNlEiwKCHBsYXRmb3JtGAEgASgLMhouY29udGFpbmVyZC50eXBlcy5QbGF0Zm9ybSI+ChJTdG9wU2FuZGJveFJlcXVlc3QSEgoKc2FuZGJveF9pZBgBIAEoCRIUCgx0aW1lb3V0X3NlY3MYAiABKA0iFQoTU3RvcFNhbmRib3hSZXNwb25zZSLiAQoUVXBkYXRlU2FuZGJveFJlcXVlc3QSEgoKc2FuZGJveF9pZBgBIAEoCRInCglyZXNvdXJjZXMYAiABKAsyFC5nb29nbGUucHJvdG9idWYuQW55ElkKC2Fubm90YXRpb25zGAMgAygLMkQuY29udGFpbmVyZC5ydW50aW1lLnNhbmRib3gudjEuVXBkYXRlU2FuZGJveFJlcXVlc3QuQW5ub3RhdGlvbnNFbnRyeRoyChBBbm5vdGF0aW9uc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiFwoVVXBkYXRlU2FuZGJveFJlc3BvbnNlIigKEldhaXRTYW5kYm94UmVxdWVzdBISCgpzYW5kYm94X2lkGAEgASgJIlkKE1dhaXRTYW5kYm94UmVzcG9uc2USEwoLZXhpdF9zdGF0dXMYASABKA0SLQoJZXhpdGVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI7ChRTYW5kYm94U3RhdHVzUmVxdWVzdBISCgpzYW5kYm94X2lkGAEgASgJEg8KB3ZlcmJvc2UYAiABKAgixgIKFVNhbmRib3hTdGF0dXNSZXNwb25zZRISCgpzYW5kYm94X2lkGAEgASgJEgsKA3BpZBgCIAEoDRINCgVzdGF0ZRgDIAEoCRJMCgRpbmZvGAQgAygLMj4uY29udGFpbmVyZC5ydW50aW1lLnNhbmRib3gudjEuU2FuZGJveFN0YXR1c1Jlc3BvbnNlLkluZm9FbnRyeRIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCglleGl0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiMKBWV4dHJhGAcgASgLMhQuZ29vZ2xlLnByb3RvYnVmLkFueRorCglJbmZvRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASIhCgtQaW5nUmVxdWVzdBISCgpzYW5kYm94X2lkGAEgASgJIg4KDFBpbmdSZXNwb25zZSIsChZTaHV0ZG93blNhbmRib3hSZXF1ZXN0EhIKCnNhbmRib3hfaWQYASABKAkiGQoXU2h1dGRvd25TYW5kYm94UmVzcG9uc2UiKwoVU2FuZGJveE1ldHJpY3NSZXF1ZXN0EhIKCnNhbmRib3hfaWQYASABKAkiQwoWU2FuZGJveE1ldHJpY3NSZXNwb25zZRIpCgdtZXRyaWNzGAEgASgLMhguY29udGFpbmVyZC50eXBlcy5NZXRyaWMyvQgKB1NhbmRib3gSegoNQ3JlYXRlU2FuZGJveBIzLmNvbnRhaW5lcmQucnVudGltZS5zYW5kYm94LnYxLkNyZWF0ZVNhbmRib3hSZXF1ZXN0GjQuY29udGFpbmVyZC5ydW50aW1lLnNhbmRib3gudjEuQ3JlYXRlU2FuZGJveFJlc3BvbnNlEncKDFN0YXJ0U2FuZGJveBIyLmNvbnRhaW5lcmQucnVudGltZS5zYW5kYm94LnYxLlN0YXJ0U2FuZGJveFJlcXVlc3QaMy5jb250YWluZXJkLnJ1bnRpbWUuc2FuZGJveC52MS5TdGFydFNhbmRib3hSZXNwb25zZRJrCghQbGF0Zm9ybRIuLmNvbnRhaW5lcmQucnVudGltZS5zYW5kYm94LnYxLlBsYXRmb3JtUmVxdWVzdBovLmNvbnRhaW5lcmQucnVudGltZS5zYW5kYm94LnYxLlBsYXRmb3JtUmVzcG9uc2USdAoLU3RvcFNhbmRib3gSMS5jb250YWluZXJkLnJ1bnRpbWUuc2FuZGJveC52MS5TdG9wU2FuZGJveFJlcXVlc3QaMi5jb250YWluZXJkLnJ1bnRpbWUuc2FuZGJveC52MS5TdG9wU2FuZGJveFJlc3BvbnNlEnQKC1dhaXRTYW5kYm94EjEuY29udGFpbmVyZC5ydW50aW1lLnNhbmRib3gudjEuV2FpdFNhbmRib3hSZXF1ZXN0GjIuY29udGFpbmVyZC5ydW50aW1lLnNhbmRib3gudjEuV2FpdFNhbmRib3hSZXNwb25zZRJ6Cg1TYW5kYm94U3RhdHVzEjMuY29udGFpbmVyZC5ydW50aW1lLnNhbmRib3gudjEuU2FuZGJveFN0YXR1c1JlcXVlc3QaNC5jb250YWluZXJkLnJ1bnRpbWUuc2FuZGJveC52MS5TYW5kYm94U3RhdHVzUmVzcG9uc2USZgoLUGluZ1NhbmRib3gSKi5jb250YWluZXJkLnJ1bnRpbWUuc2FuZGJveC52MS5QaW5nUmVxdWVzdBorLmNvbnRhaW5lcmQucnVudGltZS5zYW5kYm94LnYxLlBpbmdSZXNwb25zZRKAAQoPU2h1dGRvd25TYW5kYm94EjUuY29udGFpbmVyZC5ydW50aW1lLnNhbmRib3gudjEuU2h1dGRvd25TYW5kYm94UmVxdWVzdBo2LmNvbnRhaW5lcmQucnVudGltZS5zYW5kYm94LnYxLlNodXRkb3duU2FuZGJveFJlc3BvbnNlEn0KDlNhbmRib3hNZXRyaWNzEjQuY29udGFpbmVyZC5ydW50aW1lLnNhbmRib3gudjEuU2FuZGJveE1ldHJpY3NSZXF1ZXN0GjUuY29udGFpbmVyZC5ydW50aW1lLnNhbmRib3gudjEuU2FuZGJveE1ldHJpY3NSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_any, file_google_protobuf_timestamp, file_containerd_types_metrics, file_containerd_types_mount, file_containerd_types_platform]);
 
 /**
+ * Prepare a sandbox.
+ *
  * @generated from message containerd.runtime.sandbox.v1.CreateSandboxRequest
  */
 export type CreateSandboxRequest = Message<"containerd.runtime.sandbox.v1.CreateSandboxRequest"> & {
@@ -72,6 +74,8 @@ export const CreateSandboxRequestSchema: GenMessage<CreateSandboxRequest> = /*@_
   messageDesc(file_containerd_runtime_sandbox_v1_sandbox, 0);
 
 /**
+ * Reply to CreateSandbox.
+ *
  * @generated from message containerd.runtime.sandbox.v1.CreateSandboxResponse
  */
 export type CreateSandboxResponse = Message<"containerd.runtime.sandbox.v1.CreateSandboxResponse"> & {
@@ -85,6 +89,8 @@ export const CreateSandboxResponseSchema: GenMessage<CreateSandboxResponse> = /*
   messageDesc(file_containerd_runtime_sandbox_v1_sandbox, 1);
 
 /**
+ * Start a created sandbox.
+ *
  * @generated from message containerd.runtime.sandbox.v1.StartSandboxRequest
  */
 export type StartSandboxRequest = Message<"containerd.runtime.sandbox.v1.StartSandboxRequest"> & {
@@ -102,6 +108,8 @@ export const StartSandboxRequestSchema: GenMessage<StartSandboxRequest> = /*@__P
   messageDesc(file_containerd_runtime_sandbox_v1_sandbox, 2);
 
 /**
+ * Reply to StartSandbox.
+ *
  * @generated from message containerd.runtime.sandbox.v1.StartSandboxResponse
  */
 export type StartSandboxResponse = Message<"containerd.runtime.sandbox.v1.StartSandboxResponse"> & {
@@ -132,6 +140,8 @@ export const StartSandboxResponseSchema: GenMessage<StartSandboxResponse> = /*@_
   messageDesc(file_containerd_runtime_sandbox_v1_sandbox, 3);
 
 /**
+ * Ask for the platform of a sandbox.
+ *
  * @generated from message containerd.runtime.sandbox.v1.PlatformRequest
  */
 export type PlatformRequest = Message<"containerd.runtime.sandbox.v1.PlatformRequest"> & {
@@ -149,6 +159,8 @@ export const PlatformRequestSchema: GenMessage<PlatformRequest> = /*@__PURE__*/
   messageDesc(file_containerd_runtime_sandbox_v1_sandbox, 4);
 
 /**
+ * Reply to Platform.
+ *
  * @generated from message containerd.runtime.sandbox.v1.PlatformResponse
  */
 export type PlatformResponse = Message<"containerd.runtime.sandbox.v1.PlatformResponse"> & {
@@ -166,6 +178,8 @@ export const PlatformResponseSchema: GenMessage<PlatformResponse> = /*@__PURE__*
   messageDesc(file_containerd_runtime_sandbox_v1_sandbox, 5);
 
 /**
+ * Stop a sandbox, waiting at most timeout_secs (0: no limit).
+ *
  * @generated from message containerd.runtime.sandbox.v1.StopSandboxRequest
  */
 export type StopSandboxRequest = Message<"containerd.runtime.sandbox.v1.StopSandboxRequest"> & {
@@ -188,6 +202,8 @@ export const StopSandboxRequestSchema: GenMessage<StopSandboxRequest> = /*@__PUR
   messageDesc(file_containerd_runtime_sandbox_v1_sandbox, 6);
 
 /**
+ * Reply to StopSandbox.
+ *
  * @generated from message containerd.runtime.sandbox.v1.StopSandboxResponse
  */
 export type StopSandboxResponse = Message<"containerd.runtime.sandbox.v1.StopSandboxResponse"> & {
@@ -230,6 +246,8 @@ export const UpdateSandboxRequestSchema: GenMessage<UpdateSandboxRequest> = /*@_
   messageDesc(file_containerd_runtime_sandbox_v1_sandbox, 8);
 
 /**
+ * Reply to an update of the sandbox.
+ *
  * @generated from message containerd.runtime.sandbox.v1.UpdateSandboxResponse
  */
 export type UpdateSandboxResponse = Message<"containerd.runtime.sandbox.v1.UpdateSandboxResponse"> & {
@@ -243,6 +261,8 @@ export const UpdateSandboxResponseSchema: GenMessage<UpdateSandboxResponse> = /*
   messageDesc(file_containerd_runtime_sandbox_v1_sandbox, 9);
 
 /**
+ * Wait for a sandbox to exit.
+ *
  * @generated from message containerd.runtime.sandbox.v1.WaitSandboxRequest
  */
 export type WaitSandboxRequest = Message<"containerd.runtime.sandbox.v1.WaitSandboxRequest"> & {
@@ -260,6 +280,8 @@ export const WaitSandboxRequestSchema: GenMessage<WaitSandboxRequest> = /*@__PUR
   messageDesc(file_containerd_runtime_sandbox_v1_sandbox, 10);
 
 /**
+ * Reply to WaitSandbox, sent once the sandbox has exited.
+ *
  * @generated from message containerd.runtime.sandbox.v1.WaitSandboxResponse
  */
 export type WaitSandboxResponse = Message<"containerd.runtime.sandbox.v1.WaitSandboxResponse"> & {
@@ -282,6 +304,8 @@ export const WaitSandboxResponseSchema: GenMessage<WaitSandboxResponse> = /*@__P
   messageDesc(file_containerd_runtime_sandbox_v1_sandbox, 11);
 
 /**
+ * Ask for the status of a sandbox.
+ *
  * @generated from message containerd.runtime.sandbox.v1.SandboxStatusRequest
  */
 export type SandboxStatusRequest = Message<"containerd.runtime.sandbox.v1.SandboxStatusRequest"> & {
@@ -304,6 +328,8 @@ export const SandboxStatusRequestSchema: GenMessage<SandboxStatusRequest> = /*@_
   messageDesc(file_containerd_runtime_sandbox_v1_sandbox, 12);
 
 /**
+ * Reply to SandboxStatus.
+ *
  * @generated from message containerd.runtime.sandbox.v1.SandboxStatusResponse
  */
 export type SandboxStatusResponse = Message<"containerd.runtime.sandbox.v1.SandboxStatusResponse"> & {
@@ -353,6 +379,8 @@ export const SandboxStatusResponseSchema: GenMessage<SandboxStatusResponse> = /*
   messageDesc(file_containerd_runtime_sandbox_v1_sandbox, 13);
 
 /**
+ * Liveness probe of a sandbox.
+ *
  * @generated from message containerd.runtime.sandbox.v1.PingRequest
  */
 export type PingRequest = Message<"containerd.runtime.sandbox.v1.PingRequest"> & {
@@ -370,6 +398,8 @@ export const PingRequestSchema: GenMessage<PingRequest> = /*@__PURE__*/
   messageDesc(file_containerd_runtime_sandbox_v1_sandbox, 14);
 
 /**
+ * Reply to PingSandbox.
+ *
  * @generated from message containerd.runtime.sandbox.v1.PingResponse
  */
 export type PingResponse = Message<"containerd.runtime.sandbox.v1.PingResponse"> & {
@@ -383,6 +413,8 @@ export const PingResponseSchema: GenMessage<PingResponse> = /*@__PURE__*/
   messageDesc(file_containerd_runtime_sandbox_v1_sandbox, 15);
 
 /**
+ * Release everything the sandbox holds and let the shim exit.
+ *
  * @generated from message containerd.runtime.sandbox.v1.ShutdownSandboxRequest
  */
 export type ShutdownSandboxRequest = Message<"containerd.runtime.sandbox.v1.ShutdownSandboxRequest"> & {
@@ -400,6 +432,8 @@ export const ShutdownSandboxRequestSchema: GenMessage<ShutdownSandboxRequest> = 
   messageDesc(file_containerd_runtime_sandbox_v1_sandbox, 16);
 
 /**
+ * Reply to ShutdownSandbox.
+ *
  * @generated from message containerd.runtime.sandbox.v1.ShutdownSandboxResponse
  */
 export type ShutdownSandboxResponse = Message<"containerd.runtime.sandbox.v1.ShutdownSandboxResponse"> & {
@@ -413,6 +447,8 @@ export const ShutdownSandboxResponseSchema: GenMessage<ShutdownSandboxResponse> 
   messageDesc(file_containerd_runtime_sandbox_v1_sandbox, 17);
 
 /**
+ * Ask for the statistics of a sandbox.
+ *
  * @generated from message containerd.runtime.sandbox.v1.SandboxMetricsRequest
  */
 export type SandboxMetricsRequest = Message<"containerd.runtime.sandbox.v1.SandboxMetricsRequest"> & {
@@ -430,6 +466,8 @@ export const SandboxMetricsRequestSchema: GenMessage<SandboxMetricsRequest> = /*
   messageDesc(file_containerd_runtime_sandbox_v1_sandbox, 18);
 
 /**
+ * Reply to SandboxMetrics.
+ *
  * @generated from message containerd.runtime.sandbox.v1.SandboxMetricsResponse
  */
 export type SandboxMetricsResponse = Message<"containerd.runtime.sandbox.v1.SandboxMetricsResponse"> & {

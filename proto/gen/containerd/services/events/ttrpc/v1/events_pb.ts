@@ -23,6 +23,8 @@ export const file_containerd_services_events_ttrpc_v1_events: GenFile = /*@__PUR
   fileDesc("CjBjb250YWluZXJkL3NlcnZpY2VzL2V2ZW50cy90dHJwYy92MS9ldmVudHMucHJvdG8SI2NvbnRhaW5lcmQuc2VydmljZXMuZXZlbnRzLnR0cnBjLnYxIj4KDkZvcndhcmRSZXF1ZXN0EiwKCGVudmVsb3BlGAEgASgLMhouY29udGFpbmVyZC50eXBlcy5FbnZlbG9wZTJgCgZFdmVudHMSVgoHRm9yd2FyZBIzLmNvbnRhaW5lcmQuc2VydmljZXMuZXZlbnRzLnR0cnBjLnYxLkZvcndhcmRSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5YgZwcm90bzM", [file_google_protobuf_empty, file_containerd_types_event]);
 
 /**
+ * Argument of Forward.
+ *
  * @generated from message containerd.services.events.ttrpc.v1.ForwardRequest
  */
 export type ForwardRequest = Message<"containerd.services.events.ttrpc.v1.ForwardRequest"> & {
@@ -40,6 +42,8 @@ export const ForwardRequestSchema: GenMessage<ForwardRequest> = /*@__PURE__*/
   messageDesc(file_containerd_services_events_ttrpc_v1_events, 0);
 
 /**
+ * Events is containerd's ttrpc event service, reached at TTRPC_ADDRESS.
+ *
  * @generated from service containerd.services.events.ttrpc.v1.Events
  */
 export const Events: GenService<{
