@@ -1,0 +1,88 @@
+/**
+ * A container the shim serves: its bundle, runtime, init process and execs.
+ *
+ * @module
+ */
+
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { ContainerRuntime } from "./runtime.ts";
+import type { ShimProcess } from "./process.ts";
+
+/** Mount as containerd passes it in `CreateTaskRequest.rootfs`. */
+export interface RootfsMount {
+  /** Filesystem type, e.g. "overlay" or "bind". */
+  type: string;
+  /** Mount source. */
+  source: string;
+  /** Target below the rootfs ("" for the rootfs itself). */
+  target: string;
+  /** Mount options. */
+  options: string[];
+}
+
+/**
+ * A container served by the shim.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const c = new Container({ id, namespace, bundle, runtime, init, options, rootfsMounted: false });
+ * c.exec("e1");
+ * ```
+ */
+export class Container<T = unknown> {
+  /** Container id. */
+  readonly id: string;
+  /** containerd namespace. */
+  readonly namespace: string;
+  /** Bundle directory. */
+  readonly bundle: string;
+  /** The runtime driving this container. */
+  readonly runtime: ContainerRuntime;
+  /** The init process. */
+  readonly init: ShimProcess;
+  /** Runtime options in effect for this container. */
+  readonly options: T;
+  /** Whether the shim mounted the rootfs (and must unmount it). */
+  rootfsMounted: boolean;
+  /** Additional processes by exec id. */
+  readonly execs: Map<string, ShimProcess> = new Map();
+  /** Releases the OOM watch and other per-container resources. */
+  cleanups: (() => void | Promise<void>)[] = [];
+
+  /** Creates a container record. */
+  constructor(init: {
+    id: string;
+    namespace: string;
+    bundle: string;
+    runtime: ContainerRuntime;
+    process: ShimProcess;
+    options: T;
+    rootfsMounted: boolean;
+  }) {
+    this.id = init.id;
+    this.namespace = init.namespace;
+    this.bundle = init.bundle;
+    this.runtime = init.runtime;
+    this.init = init.process;
+    this.options = init.options;
+    this.rootfsMounted = init.rootfsMounted;
+  }
+
+  /** The process for an exec id ("" is init); NotFound when there is none. */
+  process(execId: string): ShimProcess {
+    if (execId === "") return this.init;
+    const p = this.execs.get(execId);
+    if (!p) {
+      throw new ConnectError(
+        `exec "${execId}" of container "${this.id}" not found`,
+        Code.NotFound,
+      );
+    }
+    return p;
+  }
+
+  /** Execs that have started and not yet exited. */
+  runningExecs(): ShimProcess[] {
+    return [...this.execs.values()].filter((p) => p.pid !== 0 && p.state !== "stopped");
+  }
+}

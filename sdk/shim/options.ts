@@ -1,0 +1,261 @@
+/**
+ * The `RuntimeOptions` hook, and the one place where option carriers are told apart.
+ *
+ * This file is the seam between what is generic and what is runtime-specific. containerd
+ * once put the task-API endpoint (address, version) into runc's own options
+ * (`containerd.runc.v1.Options` fields 12/13, containerd PR #9736); for years it then sent
+ * runc options that carried *only* those two fields to every runtime, and non-runc shims lost
+ * their options or failed to start (PR #12986, fixed by PR #13360 which moved the fields to
+ * `CreateTaskRequest`). skiff decides here, generically:
+ *
+ * - runc options whose only set fields are 12/13 are an **endpoint carrier**, never options:
+ *   the endpoint is taken, and the runtime keeps the options it already had;
+ * - endpoint fields are removed before any runtime hook sees a runc options message, and a
+ *   `RuntimeOptions` type cannot declare them (see {@link EndpointFree});
+ * - runc options with real runc fields reach a runtime that accepts them; a runtime that does
+ *   not accept them keeps its options and a warning is logged, instead of failing the container;
+ * - `runtimeoptions.v1.Options` (CRI's generic carrier) is decoded from TOML (`config_body`,
+ *   else the file at `config_path`) and handed to the hook's `fromToml`;
+ * - the runtime's own message types are decoded with its schema;
+ * - anything else is InvalidArgument, naming the accepted types.
+ *
+ * @module
+ */
+
+import { type DescMessage, fromBinary, type MessageShape } from "@bufbuild/protobuf";
+import type { Any } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { parse as parseToml } from "smol-toml";
+import { type Options as RuncOptions, OptionsSchema as RuncOptionsSchema } from "../../proto/gen/containerd/runc/v1/oci_pb.ts";
+import { OptionsSchema as CriRuntimeOptionsSchema } from "../../proto/gen/runtimeoptions/v1/api_pb.ts";
+import { parseTaskApiEndpoint, type TaskApiEndpoint } from "./endpoint.ts";
+
+/** The bare type name of containerd's runc options. */
+export const RUNC_OPTIONS_TYPE = "containerd.runc.v1.Options";
+/** The bare type name of CRI's generic runtime options. */
+export const CRI_RUNTIME_OPTIONS_TYPE = "runtimeoptions.v1.Options";
+
+/**
+ * Keys that name the task-API endpoint. An options type can never declare them: the endpoint
+ * is generic and belongs to the base class.
+ */
+export type EndpointFree = {
+  taskApiAddress?: never;
+  taskApiVersion?: never;
+  task_api_address?: never;
+  task_api_version?: never;
+};
+
+/** A protobuf message type a runtime accepts in its options, with its decoder. */
+export interface OptionsMessage<T> {
+  /** The message schema (its `typeName` is matched against the `Any`'s bare type URL). */
+  readonly schema: DescMessage;
+  /** Turns a decoded message into the runtime's options, starting from `base`. */
+  decode(message: unknown, base: T): T;
+}
+
+/**
+ * Declares a protobuf message type the runtime accepts, keeping the decoder typed.
+ *
+ * @example Usage
+ * ```ts ignore
+ * import { optionsMessage } from "@skiff/shim";
+ * import { OptionsSchema } from "@skiff/shim/proto";
+ * const runc = optionsMessage(OptionsSchema, (m, base) => ({ ...base, binary: m.binaryName }));
+ * ```
+ */
+export function optionsMessage<Desc extends DescMessage, T>(
+  schema: Desc,
+  decode: (message: MessageShape<Desc>, base: T) => T,
+): OptionsMessage<T> {
+  return { schema, decode: (m, base) => decode(m as MessageShape<Desc>, base) };
+}
+
+/**
+ * The runtime-specific options hook: the only place runtime configuration enters a shim.
+ * `T` must be JSON-serialisable (it is persisted in the bundle so `delete` can rebuild the
+ * runtime command) and cannot have endpoint fields.
+ *
+ * @example Usage
+ * ```ts
+ * import type { RuntimeOptions } from "./options.ts";
+ * interface MyOptions { debug: boolean }
+ * const hook: RuntimeOptions<MyOptions> = {
+ *   defaults: () => ({ debug: false }),
+ *   fromToml: (t, base) => ({ ...base, debug: t.debug === true }),
+ * };
+ * console.assert(hook.defaults().debug === false);
+ * ```
+ */
+export interface RuntimeOptions<T extends EndpointFree> {
+  /** The options used when nothing else is given. */
+  defaults(): T;
+  /** Protobuf message types accepted in options (e.g. `containerd.runc.v1.Options`). */
+  readonly messages?: readonly OptionsMessage<T>[];
+  /** Decodes CRI's `runtimeoptions.v1.Options` TOML; omit it to refuse that carrier. */
+  fromToml?(table: Record<string, unknown>, base: T): T;
+}
+
+/** What the base class learned from one options `Any`. */
+export interface ResolvedOptions<T> {
+  /** The runtime options in effect. */
+  options: T;
+  /** Whether `options` came from this carrier (false: kept what the runtime already had). */
+  fromCarrier: boolean;
+  /** An endpoint found in a legacy carrier (runc options fields 12/13). */
+  endpoint?: TaskApiEndpoint;
+  /** Things worth a warning in the log (deprecated carriers, ignored options). */
+  warnings: string[];
+}
+
+/** The bare type name of an `Any` (`type.googleapis.com/x.Y` → `x.Y`). */
+export function bareTypeName(typeUrl: string): string {
+  const slash = typeUrl.lastIndexOf("/");
+  return slash >= 0 ? typeUrl.slice(slash + 1) : typeUrl;
+}
+
+/**
+ * Resolves an options `Any` into the runtime's options and, separately, a legacy endpoint.
+ *
+ * @param hook the runtime's options hook
+ * @param carrier the `Any` from `CreateTaskRequest.options`, `start`'s stdin, a bootstrap
+ *   extension, or `CreateSandboxRequest.options`
+ * @param current the options the runtime already has (from `start`, the sandbox, or defaults)
+ * @param runtimeName used in messages
+ * @returns the options in effect; throws `ConnectError` InvalidArgument for unusable input
+ * @example Usage
+ * ```ts
+ * import { resolveOptions } from "./options.ts";
+ * const r = resolveOptions({ defaults: () => ({}) }, undefined, undefined, "io.containerd.x.v1");
+ * console.assert(r.fromCarrier === false);
+ * ```
+ */
+export function resolveOptions<T extends EndpointFree>(
+  hook: RuntimeOptions<T>,
+  carrier: Any | undefined,
+  current: T | undefined,
+  runtimeName: string,
+): ResolvedOptions<T> {
+  const base = current ?? hook.defaults();
+  const keep = (warnings: string[] = [], endpoint?: TaskApiEndpoint): ResolvedOptions<T> => ({
+    options: base,
+    fromCarrier: false,
+    warnings,
+    ...(endpoint ? { endpoint } : {}),
+  });
+  if (!carrier || carrier.typeUrl === "") return keep();
+  const type = bareTypeName(carrier.typeUrl);
+  const own = hook.messages?.find((m) => m.schema.typeName === type);
+
+  if (type === RUNC_OPTIONS_TYPE) {
+    const runc = decodeOrReject(RuncOptionsSchema, carrier, runtimeName);
+    const endpoint = takeEndpoint(runc, runtimeName);
+    if (isEndpointOnly(runc)) {
+      if (!endpoint) return keep();
+      return keep([
+        `runc options carrying only task_api_address/task_api_version are deprecated ` +
+        `(containerd 2.0-2.3); took them as the task API endpoint and kept ${runtimeName}'s options`,
+      ], endpoint);
+    }
+    if (!own) {
+      return keep([
+        `ignored containerd.runc.v1.Options: ${runtimeName} does not accept runc options; ` +
+        `accepted: ${acceptedTypes(hook).join(", ") || "none"}`,
+      ], endpoint);
+    }
+    return {
+      options: own.decode(runc, base),
+      fromCarrier: true,
+      warnings: [],
+      ...(endpoint ? { endpoint } : {}),
+    };
+  }
+
+  if (own) {
+    const msg = decodeOrReject(own.schema, carrier, runtimeName);
+    return { options: own.decode(msg, base), fromCarrier: true, warnings: [] };
+  }
+
+  if (type === CRI_RUNTIME_OPTIONS_TYPE && hook.fromToml) {
+    const cri = decodeOrReject(CriRuntimeOptionsSchema, carrier, runtimeName);
+    let text = new TextDecoder().decode(cri.configBody);
+    let where = "config_body";
+    if (text.trim() === "" && cri.configPath !== "") {
+      where = `config_path "${cri.configPath}"`;
+      try {
+        text = Deno.readTextFileSync(cri.configPath);
+      } catch (e) {
+        throw new ConnectError(
+          `runtime options ${where} for ${runtimeName}: ${(e as Error).message}`,
+          Code.InvalidArgument,
+        );
+      }
+    }
+    if (text.trim() === "") return keep();
+    let table: Record<string, unknown>;
+    try {
+      table = parseToml(text) as Record<string, unknown>;
+    } catch (e) {
+      throw new ConnectError(
+        `runtime options ${where} for ${runtimeName} is not valid TOML: ${(e as Error).message}`,
+        Code.InvalidArgument,
+      );
+    }
+    return { options: hook.fromToml(table, base), fromCarrier: true, warnings: [] };
+  }
+
+  throw new ConnectError(
+    `options type "${type}" is not accepted by ${runtimeName}; accepted: ${
+      acceptedTypes(hook).join(", ") || "none"
+    }`,
+    Code.InvalidArgument,
+  );
+}
+
+/** The bare type names a hook accepts. */
+export function acceptedTypes<T extends EndpointFree>(hook: RuntimeOptions<T>): string[] {
+  const names = (hook.messages ?? []).map((m) => m.schema.typeName);
+  if (hook.fromToml) names.push(CRI_RUNTIME_OPTIONS_TYPE);
+  return names;
+}
+
+function decodeOrReject<Desc extends DescMessage>(
+  schema: Desc,
+  carrier: Any,
+  runtimeName: string,
+): MessageShape<Desc> {
+  try {
+    return fromBinary(schema, carrier.value);
+  } catch (e) {
+    throw new ConnectError(
+      `options of type "${schema.typeName}" for ${runtimeName} do not decode: ${(e as Error).message}`,
+      Code.InvalidArgument,
+    );
+  }
+}
+
+/**
+ * Takes the endpoint out of runc options and deletes the fields, so no runtime hook can
+ * read them (the seam's regression tests check exactly this).
+ */
+function takeEndpoint(runc: RuncOptions, runtimeName: string): TaskApiEndpoint | undefined {
+  const address = runc.taskApiAddress;
+  const version = runc.taskApiVersion;
+  delete (runc as Partial<RuncOptions>).taskApiAddress;
+  delete (runc as Partial<RuncOptions>).taskApiVersion;
+  if (!address) return undefined;
+  try {
+    return parseTaskApiEndpoint(address, version);
+  } catch (e) {
+    throw new ConnectError(
+      `task API endpoint in runc options for ${runtimeName}: ${(e as Error).message}`,
+      Code.InvalidArgument,
+    );
+  }
+}
+
+function isEndpointOnly(runc: RuncOptions): boolean {
+  return !runc.noPivotRoot && !runc.noNewKeyring && runc.shimCgroup === "" && runc.ioUid === 0 &&
+    runc.ioGid === 0 && runc.binaryName === "" && runc.root === "" && runc.criuPath === "" &&
+    !runc.systemdCgroup && runc.criuImagePath === "" && runc.criuWorkPath === "";
+}

@@ -1,0 +1,56 @@
+/**
+ * The operating-system mechanics the Task service needs, behind one small interface, so the
+ * service's state machine can be unit-tested with fakes and the Linux code stays in sdk/linux.
+ *
+ * @module
+ */
+
+import type { Any } from "@bufbuild/protobuf/wkt";
+import type { ProcessExitInfo, ProcessIoHandle, ProcessStdioPaths } from "./process.ts";
+import type { RootfsMount } from "./container.ts";
+import type { RuntimeStdio } from "./runtime.ts";
+
+/** An exit reaped by the platform. */
+export interface ReapedExit extends ProcessExitInfo {
+  /** The pid that exited. */
+  pid: number;
+}
+
+/** The I/O of one process while it is being created. */
+export interface ProcessIoSetup {
+  /** Pipes for the runtime command (no terminal). */
+  stdio?: RuntimeStdio;
+  /** Console socket path for the runtime command (terminal). */
+  consoleSocket?: string;
+  /** Completes the setup after the runtime command succeeded (receives the pty master). */
+  ready(): Promise<void>;
+  /** The handle kept for CloseIO, ResizePty, drain and close. */
+  handle: ProcessIoHandle;
+}
+
+/** Linux mechanics used by the Task service. */
+export interface ShimPlatform {
+  /** Spawns a command without letting the reaper steal its exit. */
+  spawn(cmd: Deno.Command): Deno.ChildProcess;
+  /** Subscribes to reaped exits of re-parented processes (container inits, execs). */
+  onExit(listener: (exit: ReapedExit) => void): () => void;
+  /** An exit reaped before anyone asked for that pid, if any. */
+  recentExit(pid: number): ReapedExit | undefined;
+  /** Prepares a process's stdio. */
+  openIo(
+    paths: ProcessStdioPaths,
+    ctx: { containerId: string; namespace: string },
+  ): Promise<ProcessIoSetup>;
+  /** Mounts the rootfs mounts onto `target`. */
+  mount(mounts: RootfsMount[], target: string): Promise<void>;
+  /** Unmounts everything below and at `target`. */
+  unmount(target: string): Promise<void>;
+  /** cgroup statistics of a process, packed as containerd expects. */
+  stats(pid: number): Promise<Any>;
+  /** Watches a process's cgroup for OOM kills. */
+  watchOom(pid: number, onOom: () => void): Promise<{ close(): void }>;
+  /** Sends a signal to a pid. */
+  kill(pid: number, signal: number): void;
+  /** Reads a pid file, waiting briefly for it to appear. */
+  readPidFile(path: string): Promise<number>;
+}

@@ -1,0 +1,167 @@
+/**
+ * One process of a container (its init, or an exec) as the Task API sees it: a small state
+ * machine plus the exit that every `Wait` fans out to.
+ *
+ * @module
+ */
+
+import { Code, ConnectError } from "@connectrpc/connect";
+
+/** Lifecycle states, as containerd's `Status` enum names them. */
+export type ProcessState = "created" | "running" | "pausing" | "paused" | "stopped";
+
+/** The stdio a process was created with, as containerd passed it. */
+export interface ProcessStdioPaths {
+  /** stdin FIFO path or URI ("" for none). */
+  stdin: string;
+  /** stdout FIFO path or URI. */
+  stdout: string;
+  /** stderr FIFO path or URI. */
+  stderr: string;
+  /** Whether the process has a terminal. */
+  terminal: boolean;
+}
+
+/** How a process ended. */
+export interface ProcessExitInfo {
+  /** Exit code, or 128+signal. */
+  status: number;
+  /** When it exited. */
+  exitedAt: Date;
+}
+
+/** Handles the base class keeps for a process's I/O; closed on delete. */
+export interface ProcessIoHandle {
+  /** Closes the writer to the process's stdin (CloseIO). */
+  closeStdin(): Promise<void>;
+  /** Waits (bounded) for output to be copied. */
+  drain(timeoutMs?: number): Promise<void>;
+  /** Releases everything. */
+  close(): Promise<void>;
+  /** Resizes the terminal, when there is one. */
+  resize?(width: number, height: number): void;
+}
+
+/**
+ * A container process tracked by the shim.
+ *
+ * @example Usage
+ * ```ts
+ * import { ShimProcess } from "./process.ts";
+ * const p = new ShimProcess("c1", "", { stdin: "", stdout: "", stderr: "", terminal: false });
+ * p.markStarted(42);
+ * p.markExited({ status: 3, exitedAt: new Date() });
+ * console.assert(p.state === "stopped" && p.exit?.status === 3);
+ * ```
+ */
+export class ShimProcess {
+  /** The container id. */
+  readonly containerId: string;
+  /** The exec id, "" for the init process. */
+  readonly execId: string;
+  /** Stdio as containerd described it. */
+  readonly stdio: ProcessStdioPaths;
+  /** OCI process spec (execs only). */
+  readonly spec: unknown;
+  /** The process id once known, else 0. */
+  pid = 0;
+  /** I/O plumbing, once set up. */
+  io: ProcessIoHandle | undefined;
+  #state: ProcessState = "created";
+  #exit: ProcessExitInfo | undefined;
+  #exited: PromiseWithResolvers<ProcessExitInfo> = Promise.withResolvers();
+  // Exits that arrive while Start is in flight wait here, so /tasks/start is always
+  // published before /tasks/exit (containerd requires that order).
+  #starting: PromiseWithResolvers<void> | undefined;
+
+  /** Creates a process record in the "created" state. */
+  constructor(containerId: string, execId: string, stdio: ProcessStdioPaths, spec?: unknown) {
+    this.containerId = containerId;
+    this.execId = execId;
+    this.stdio = stdio;
+    this.spec = spec;
+  }
+
+  /** The process's id as containerd names it in events (exec id, or the container id). */
+  get id(): string {
+    return this.execId || this.containerId;
+  }
+
+  /** Current state. */
+  get state(): ProcessState {
+    return this.#state;
+  }
+
+  /** Exit information once stopped. */
+  get exit(): ProcessExitInfo | undefined {
+    return this.#exit;
+  }
+
+  /** Resolves when the process has exited (Wait). */
+  get exited(): Promise<ProcessExitInfo> {
+    return this.#exited.promise;
+  }
+
+  /** Marks the beginning of Start; exits are held back until {@link endStart}. */
+  beginStart(): void {
+    this.#starting = Promise.withResolvers();
+  }
+
+  /** Ends Start (after the start event is published, or on failure). */
+  endStart(): void {
+    this.#starting?.resolve();
+    this.#starting = undefined;
+  }
+
+  /** Waits for an in-flight Start to finish publishing its event. */
+  async startSettled(): Promise<void> {
+    await this.#starting?.promise;
+  }
+
+  /** Records the pid after create (init) or start (exec). */
+  setPid(pid: number): void {
+    this.pid = pid;
+  }
+
+  /** The process is running. */
+  markStarted(pid?: number): void {
+    if (pid !== undefined) this.pid = pid;
+    if (this.#state === "created") this.#state = "running";
+  }
+
+  /** Pause requested / done / undone. */
+  setPaused(state: "pausing" | "paused" | "running"): void {
+    if (this.#state !== "stopped") this.#state = state;
+  }
+
+  /** Records the exit once; later calls are ignored. */
+  markExited(exit: ProcessExitInfo): void {
+    if (this.#exit) return;
+    this.#exit = exit;
+    this.#state = "stopped";
+    this.#exited.resolve(exit);
+  }
+
+  /** Throws FailedPrecondition unless the process may be deleted (created or stopped). */
+  assertDeletable(): void {
+    if (this.#state === "running") {
+      throw new ConnectError(
+        `cannot delete a running process: ${this.describe()}`,
+        Code.FailedPrecondition,
+      );
+    }
+    if (this.#state === "paused" || this.#state === "pausing") {
+      throw new ConnectError(
+        `cannot delete a paused process: ${this.describe()}`,
+        Code.FailedPrecondition,
+      );
+    }
+  }
+
+  /** `container "c1"` or `exec "e1" of container "c1"`, for messages. */
+  describe(): string {
+    return this.execId
+      ? `exec "${this.execId}" of container "${this.containerId}"`
+      : `container "${this.containerId}"`;
+  }
+}

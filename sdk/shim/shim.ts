@@ -1,0 +1,65 @@
+/**
+ * The `Shim` base class: what a runtime author extends. It declares the runtime's name, its
+ * {@link RuntimeOptions} hook and how to build a {@link ContainerRuntime} for one container;
+ * everything else (bootstrap, Task API v2+v3, Sandbox API, events, exits, stdio, logging,
+ * the task-API endpoint) is the base class's job.
+ *
+ * This module is deliberately light: `start` and `delete` import it without pulling in the
+ * ttrpc server or the Linux mechanics.
+ *
+ * @module
+ */
+
+import type { EndpointFree, RuntimeOptions } from "./options.ts";
+import type { ContainerRuntime } from "./runtime.ts";
+import type { Logger } from "./logger.ts";
+import type { TaskApiVersion } from "./endpoint.ts";
+
+/** What a runtime hook gets to build a container's runtime. Endpoint-free by design. */
+export interface RuntimeContext<T> {
+  /** Container (or sandbox) id. */
+  readonly id: string;
+  /** containerd namespace. */
+  readonly namespace: string;
+  /** Bundle directory. */
+  readonly bundle: string;
+  /** The runtime options in effect for this container. */
+  readonly options: T;
+  /** Spawns a child process safely with respect to the shim's reaper. */
+  readonly spawn: (cmd: Deno.Command) => Deno.ChildProcess;
+  /** Logger with the container's fields. */
+  readonly logger: Logger;
+}
+
+/**
+ * Base class of every skiff shim.
+ *
+ * @typeParam T the runtime's options type (JSON-serialisable, no endpoint fields)
+ * @example A runc shim
+ * ```ts ignore
+ * import { OciRuntimeCli, runShim, Shim } from "@skiff/shim";
+ * class RuncShim extends Shim<{ binary: string }> {
+ *   readonly runtimeName = "io.containerd.skiff-runc.v2";
+ *   readonly options = { defaults: () => ({ binary: "runc" }) };
+ *   runtime(ctx) {
+ *     return new OciRuntimeCli({ binary: ctx.options.binary, spawn: ctx.spawn });
+ *   }
+ * }
+ * await runShim(new RuncShim());
+ * ```
+ */
+export abstract class Shim<T extends EndpointFree = EndpointFree> {
+  /** containerd runtime name, e.g. `io.containerd.skiff-runc.v2`. */
+  abstract readonly runtimeName: string;
+  /** The runtime-specific options hook. */
+  abstract readonly options: RuntimeOptions<T>;
+  /** Builds the runtime that drives one container. */
+  abstract runtime(ctx: RuntimeContext<T>): ContainerRuntime;
+  /** Version printed by `-v` and returned by `-info`. */
+  readonly version: string = "0.1.0";
+  /**
+   * The Task API version advertised at `start`. Version 3 lets containerd 2.x route a pod's
+   * containers to one shim without a per-container `start`; both v2 and v3 are served anyway.
+   */
+  readonly taskApiVersion: TaskApiVersion = 3;
+}

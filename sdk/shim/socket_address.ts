@@ -1,0 +1,87 @@
+/**
+ * containerd's convention for a shim's socket address:
+ * `unix://<socket dir>/<hex sha256 of filepath.Join(containerd address, namespace, group)>`.
+ * Using the same convention as the Go shims means `ctr shim` and containerd's own tooling
+ * find a skiff shim where they expect one.
+ *
+ * @module
+ */
+
+import { createHash } from "node:crypto";
+
+/** containerd's default shim socket directory for root. */
+export const DEFAULT_SOCKET_DIR = "/run/containerd/s";
+
+/** Unix socket paths longer than this do not fit in `sockaddr_un` (Go shims use 106). */
+export const SOCKET_PATH_LIMIT = 106;
+
+/**
+ * Cleans a slash-separated path like Go's `path.Clean`.
+ *
+ * @example Usage
+ * ```ts
+ * import { cleanPath } from "./socket_address.ts";
+ * console.assert(cleanPath("/a//b/../c/") === "/a/c");
+ * ```
+ */
+export function cleanPath(p: string): string {
+  if (p === "") return ".";
+  const rooted = p.startsWith("/");
+  const out: string[] = [];
+  for (const part of p.split("/")) {
+    if (part === "" || part === ".") continue;
+    if (part === "..") {
+      if (out.length > 0 && out[out.length - 1] !== "..") out.pop();
+      else if (!rooted) out.push("..");
+      continue;
+    }
+    out.push(part);
+  }
+  const joined = out.join("/");
+  return rooted ? "/" + joined : (joined || ".");
+}
+
+/**
+ * Computes the socket address a shim for `group` listens on.
+ *
+ * @param containerdAddress the `-address` flag (containerd's gRPC socket)
+ * @param namespace the `-namespace` flag
+ * @param group the grouping key (the container id, or a pod/group annotation)
+ * @param socketDir where sockets live; containerd 2.3+ passes `BootstrapParams.socket_dir`
+ * @returns a `unix://` address
+ * @example Usage
+ * ```ts
+ * import { shimSocketAddress } from "./socket_address.ts";
+ * const addr = shimSocketAddress("/run/containerd/containerd.sock", "default", "c1");
+ * console.assert(addr.startsWith("unix:///run/containerd/s/"));
+ * ```
+ */
+export function shimSocketAddress(
+  containerdAddress: string,
+  namespace: string,
+  group: string,
+  socketDir: string = DEFAULT_SOCKET_DIR,
+): string {
+  const key = cleanPath([containerdAddress, namespace, group].filter((s) => s !== "").join("/"));
+  const digest = createHash("sha256").update(key).digest("hex");
+  const path = `${cleanPath(socketDir)}/${digest}`;
+  if (path.length > SOCKET_PATH_LIMIT) {
+    throw new RangeError(
+      `shim socket path "${path}" is ${path.length} bytes, over the limit of ${SOCKET_PATH_LIMIT}`,
+    );
+  }
+  return `unix://${path}`;
+}
+
+/**
+ * Strips `unix://` (or `ttrpc+unix://`) from an address, leaving the socket path.
+ *
+ * @example Usage
+ * ```ts
+ * import { socketPath } from "./socket_address.ts";
+ * console.assert(socketPath("unix:///run/x") === "/run/x");
+ * ```
+ */
+export function socketPath(address: string): string {
+  return address.replace(/^(ttrpc\+|grpc\+)?unix:\/\//, "");
+}

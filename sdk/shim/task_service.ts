@@ -1,0 +1,695 @@
+/**
+ * The Task API, written once and served as both `containerd.task.v2.Task` and
+ * `containerd.task.v3.Task`. It owns the containers, their processes and the order of their
+ * events; the runtime specifics come from the {@link Shim} and the OS mechanics from a
+ * {@link ShimPlatform}.
+ *
+ * @module
+ */
+
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import type { Any } from "@bufbuild/protobuf/wkt";
+import { fromBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import type { Task } from "../../proto/gen/containerd/task/v2/shim_pb.ts";
+import type {
+  CheckpointTaskRequest,
+  CloseIORequest,
+  ConnectRequest,
+  CreateTaskRequest,
+  DeleteRequest,
+  ExecProcessRequest,
+  KillRequest,
+  PauseRequest,
+  PidsRequest,
+  ResizePtyRequest,
+  ResumeRequest,
+  ShutdownRequest,
+  StartRequest,
+  StateRequest,
+  StatsRequest,
+  UpdateTaskRequest,
+  WaitRequest,
+} from "../../proto/gen/containerd/task/v2/shim_pb.ts";
+import { Status } from "../../proto/gen/containerd/types/task/task_pb.ts";
+import {
+  TaskCreateSchema,
+  TaskDeleteSchema,
+  TaskExecAddedSchema,
+  TaskExecStartedSchema,
+  TaskExitSchema,
+  TaskOOMSchema,
+  TaskPausedSchema,
+  TaskResumedSchema,
+  TaskStartSchema,
+} from "../../proto/gen/containerd/events/task_pb.ts";
+import {
+  CheckpointOptionsSchema,
+  ProcessDetailsSchema,
+} from "../../proto/gen/containerd/runc/v1/oci_pb.ts";
+import { Container } from "./container.ts";
+import type { EventPublisher } from "./events.ts";
+import { packAny } from "./events.ts";
+import type { Logger } from "./logger.ts";
+import { type EndpointFree, resolveOptions } from "./options.ts";
+import type { ShimPlatform } from "./platform.ts";
+import { ShimProcess } from "./process.ts";
+import type { Shim } from "./shim.ts";
+import type { TaskApiEndpoint } from "./endpoint.ts";
+
+type TaskImpl = ServiceImpl<typeof Task>;
+type Out<M extends keyof TaskImpl> = MessageInitShape<
+  (typeof Task)["method"][M]["output"]
+>;
+
+/** containerd's identifier rule (`pkg/identifiers`): alphanumerics joined by `.`, `_`, `-`. */
+const IDENTIFIER = /^[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*$/;
+
+/** Validates a container or exec id; InvalidArgument naming the value otherwise. */
+export function validateId(kind: string, id: string): void {
+  if (id.length === 0 || id.length > 76 || !IDENTIFIER.test(id)) {
+    throw new ConnectError(
+      `invalid ${kind} id "${id}": must be 1-76 alphanumerics separated by ".", "_" or "-"`,
+      Code.InvalidArgument,
+    );
+  }
+}
+
+/** Everything the Task service depends on. */
+export interface TaskServiceDeps<T extends EndpointFree> {
+  /** The runtime definition. */
+  shim: Shim<T>;
+  /** OS mechanics. */
+  platform: ShimPlatform;
+  /** Event sink. */
+  events: Pick<EventPublisher, "publish">;
+  /** Logger. */
+  logger: Logger;
+  /** Namespace from the command line (containerd also sends it per call). */
+  namespace: string;
+  /** Options the shim already has (from `start` or a sandbox); defaults otherwise. */
+  inheritedOptions?: () => T | undefined;
+  /** Called when Shutdown asks the shim to exit (no containers left). */
+  onShutdown: () => void;
+  /** Records an endpoint handed over by containerd in a legacy carrier. */
+  onEndpoint?: (ep: TaskApiEndpoint, containerId: string) => void;
+  /** Counts create outcomes (operations metrics). */
+  onCreate?: (result: "ok" | "error") => void;
+}
+
+/**
+ * The Task service implementation.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const svc = new TaskService({ shim, platform, events, logger, namespace, onShutdown });
+ * server.register(createServiceImplSpec(TaskV2, svc.impl()), "containerd.task.v2.Task", "containerd.task.v3.Task");
+ * ```
+ */
+export class TaskService<T extends EndpointFree> {
+  #d: TaskServiceDeps<T>;
+  #containers = new Map<string, Container<T>>();
+  #unsubscribe: () => void;
+
+  /** Creates the service and subscribes to exits. */
+  constructor(deps: TaskServiceDeps<T>) {
+    this.#d = deps;
+    this.#unsubscribe = deps.platform.onExit((e) => void this.#handleExit(e.pid, e));
+  }
+
+  /** Containers currently served. */
+  get containers(): ReadonlyMap<string, Container<T>> {
+    return this.#containers;
+  }
+
+  /** Stops listening for exits. */
+  close(): void {
+    this.#unsubscribe();
+  }
+
+  /** The Connect implementation (every RPC bound to this instance). */
+  impl(): TaskImpl {
+    return {
+      state: (r) => this.state(r),
+      create: (r, c) => this.create(r, c),
+      start: (r) => this.start(r),
+      delete: (r) => this.delete(r),
+      pids: (r) => this.pids(r),
+      pause: (r) => this.pause(r),
+      resume: (r) => this.resume(r),
+      checkpoint: (r) => this.checkpoint(r),
+      kill: (r) => this.kill(r),
+      exec: (r) => this.exec(r),
+      resizePty: (r) => this.resizePty(r),
+      closeIO: (r) => this.closeIO(r),
+      update: (r) => this.update(r),
+      wait: (r, c) => this.wait(r, c),
+      stats: (r) => this.stats(r),
+      connect: (r) => this.connect(r),
+      shutdown: (r) => this.shutdown(r),
+    };
+  }
+
+  #container(id: string): Container<T> {
+    const c = this.#containers.get(id);
+    if (!c) throw new ConnectError(`container "${id}" not found`, Code.NotFound);
+    return c;
+  }
+
+  /** State of a process. */
+  state(r: StateRequest): Out<"state"> {
+    const c = this.#container(r.id);
+    const p = c.process(r.execId);
+    return {
+      id: p.id,
+      bundle: c.bundle,
+      pid: p.pid,
+      status: statusOf(p),
+      stdin: p.stdio.stdin,
+      stdout: p.stdio.stdout,
+      stderr: p.stdio.stderr,
+      terminal: p.stdio.terminal,
+      exitStatus: p.exit?.status ?? 0,
+      ...(p.exit ? { exitedAt: timestampFromDate(p.exit.exitedAt) } : {}),
+      execId: p.execId,
+    };
+  }
+
+  /** Creates a container: options, rootfs, stdio, `runtime create`, then `/tasks/create`. */
+  async create(r: CreateTaskRequest, ctx?: HandlerContext): Promise<Out<"create">> {
+    try {
+      const out = await this.#create(r, ctx);
+      this.#d.onCreate?.("ok");
+      return out;
+    } catch (e) {
+      this.#d.onCreate?.("error");
+      throw e;
+    }
+  }
+
+  async #create(r: CreateTaskRequest, ctx?: HandlerContext): Promise<Out<"create">> {
+    validateId("container", r.id);
+    if (this.#containers.has(r.id)) {
+      throw new ConnectError(`container "${r.id}" already exists`, Code.AlreadyExists);
+    }
+    if (r.checkpoint) {
+      throw new ConnectError(
+        `restoring container "${r.id}" from checkpoint "${r.checkpoint}" is not supported`,
+        Code.Unimplemented,
+      );
+    }
+    const { shim, platform, logger } = this.#d;
+    const namespace = ctx?.requestHeader.get("containerd-namespace-ttrpc") || this.#d.namespace;
+    const resolved = resolveOptions(
+      shim.options,
+      r.options,
+      this.#d.inheritedOptions?.(),
+      shim.runtimeName,
+    );
+    for (const w of resolved.warnings) logger.warn(w, { id: r.id });
+    if (resolved.endpoint) this.#d.onEndpoint?.(resolved.endpoint, r.id);
+    const bundle = r.bundle;
+    await Deno.writeTextFile(`${bundle}/options.json`, JSON.stringify(resolved.options));
+
+    const clog = logger.with({ id: r.id, namespace });
+    const runtime = shim.runtime({
+      id: r.id,
+      namespace,
+      bundle,
+      options: resolved.options,
+      spawn: (cmd) => platform.spawn(cmd),
+      logger: clog,
+    });
+    const init = new ShimProcess(r.id, "", {
+      stdin: r.stdin,
+      stdout: r.stdout,
+      stderr: r.stderr,
+      terminal: r.terminal,
+    });
+
+    let mounted = false;
+    const rootfs = `${bundle}/rootfs`;
+    const undo: (() => Promise<void>)[] = [];
+    try {
+      if (r.rootfs.length > 0) {
+        await Deno.mkdir(rootfs, { recursive: true, mode: 0o711 });
+        await platform.mount(r.rootfs, rootfs);
+        mounted = true;
+        undo.push(() => platform.unmount(rootfs));
+      }
+      const io = await platform.openIo(init.stdio, { containerId: r.id, namespace });
+      init.io = io.handle;
+      undo.push(() => io.handle.close());
+      await runtime.create(r.id, {
+        bundle,
+        pidFile: `${bundle}/init.pid`,
+        ...(io.consoleSocket ? { consoleSocket: io.consoleSocket } : {}),
+        ...(io.stdio ? { io: io.stdio } : {}),
+      });
+      undo.push(() => runtime.delete(r.id, { force: true }).catch(() => {}));
+      await io.ready();
+      init.setPid(await platform.readPidFile(`${bundle}/init.pid`));
+    } catch (e) {
+      for (const u of undo.reverse()) await u().catch(() => {});
+      throw e;
+    }
+
+    const container = new Container<T>({
+      id: r.id,
+      namespace,
+      bundle,
+      runtime,
+      process: init,
+      options: resolved.options,
+      rootfsMounted: mounted,
+    });
+    this.#containers.set(r.id, container);
+    try {
+      const watch = await platform.watchOom(init.pid, () => {
+        this.#d.events.publish("/tasks/oom", TaskOOMSchema, { containerId: r.id });
+      });
+      container.cleanups.push(() => watch.close());
+    } catch (e) {
+      clog.debug("oom watch unavailable", { error: (e as Error).message });
+    }
+    this.#d.events.publish("/tasks/create", TaskCreateSchema, {
+      containerId: r.id,
+      bundle,
+      rootfs: r.rootfs,
+      io: { stdin: r.stdin, stdout: r.stdout, stderr: r.stderr, terminal: r.terminal },
+      checkpoint: r.checkpoint,
+      pid: init.pid,
+    });
+    // The init may already have died (reaped before we knew its pid).
+    const early = platform.recentExit(init.pid);
+    if (early) void this.#handleExit(init.pid, early);
+    clog.info("created", { pid: init.pid });
+    return { pid: init.pid };
+  }
+
+  /** Starts the init process or an exec. */
+  async start(r: StartRequest): Promise<Out<"start">> {
+    const c = this.#container(r.id);
+    const p = c.process(r.execId);
+    if (p.state !== "created") {
+      throw new ConnectError(
+        `cannot start ${p.describe()}: it is ${p.state}`,
+        Code.FailedPrecondition,
+      );
+    }
+    if (p.execId) {
+      if (c.init.state === "stopped") {
+        throw new ConnectError(
+          `cannot start ${p.describe()}: the container's init process has exited`,
+          Code.FailedPrecondition,
+        );
+      }
+      return await this.#startExec(c, p);
+    }
+    p.beginStart();
+    try {
+      await c.runtime.start(c.id);
+      p.markStarted();
+      this.#d.events.publish("/tasks/start", TaskStartSchema, { containerId: c.id, pid: p.pid });
+    } finally {
+      p.endStart();
+    }
+    return { pid: p.pid };
+  }
+
+  async #startExec(c: Container<T>, p: ShimProcess): Promise<Out<"start">> {
+    const { platform } = this.#d;
+    const pidFile = `${c.bundle}/${p.execId}.pid`;
+    p.beginStart();
+    try {
+      const io = await platform.openIo(p.stdio, { containerId: c.id, namespace: c.namespace });
+      p.io = io.handle;
+      try {
+        await c.runtime.exec(c.id, p.spec, {
+          pidFile,
+          ...(io.consoleSocket ? { consoleSocket: io.consoleSocket } : {}),
+          ...(io.stdio ? { io: io.stdio } : {}),
+        });
+        await io.ready();
+      } catch (e) {
+        await io.handle.close().catch(() => {});
+        p.io = undefined;
+        throw e;
+      }
+      p.markStarted(await platform.readPidFile(pidFile));
+      this.#d.events.publish("/tasks/exec-started", TaskExecStartedSchema, {
+        containerId: c.id,
+        execId: p.execId,
+        pid: p.pid,
+      });
+    } finally {
+      p.endStart();
+    }
+    const early = platform.recentExit(p.pid);
+    if (early) void this.#handleExit(p.pid, early);
+    return { pid: p.pid };
+  }
+
+  /** Deletes an exec, or the container (init) with its rootfs and I/O. */
+  async delete(r: DeleteRequest): Promise<Out<"delete">> {
+    const c = this.#container(r.id);
+    const p = c.process(r.execId);
+    p.assertDeletable();
+    if (p.io) {
+      await p.io.drain(10_000).catch(() => {});
+      await p.io.close().catch(() => {});
+    }
+    const exit = p.exit;
+    const out: Out<"delete"> = {
+      pid: p.pid,
+      exitStatus: exit?.status ?? 0,
+      exitedAt: timestampFromDate(exit?.exitedAt ?? new Date()),
+    };
+    if (p.execId) {
+      c.execs.delete(p.execId);
+      await Deno.remove(`${c.bundle}/${p.execId}.pid`).catch(() => {});
+      return out;
+    }
+    if (c.runningExecs().length > 0) {
+      throw new ConnectError(
+        `cannot delete container "${c.id}": it has running execs`,
+        Code.FailedPrecondition,
+      );
+    }
+    try {
+      await c.runtime.delete(c.id, { force: p.state === "created" });
+    } catch (e) {
+      if (ConnectError.from(e).code !== Code.NotFound && !/does not exist/i.test(String(e))) {
+        throw e;
+      }
+    }
+    for (const fn of c.cleanups) await Promise.resolve(fn()).catch(() => {});
+    if (c.rootfsMounted) await this.#d.platform.unmount(`${c.bundle}/rootfs`);
+    this.#containers.delete(c.id);
+    this.#d.events.publish("/tasks/delete", TaskDeleteSchema, {
+      containerId: c.id,
+      pid: p.pid,
+      exitStatus: out.exitStatus,
+      exitedAt: out.exitedAt,
+      id: "",
+    });
+    this.#d.logger.info("deleted", { id: c.id });
+    return out;
+  }
+
+  /** Pids of the container's processes; execs carry `containerd.runc.v1.ProcessDetails`. */
+  async pids(r: PidsRequest): Promise<Out<"pids">> {
+    const c = this.#container(r.id);
+    const pids = await c.runtime.ps(c.id);
+    const byPid = new Map<number, string>();
+    for (const p of c.execs.values()) if (p.pid) byPid.set(p.pid, p.execId);
+    return {
+      processes: pids.map((pid) => {
+        const execId = byPid.get(pid);
+        return execId
+          ? { pid, info: packAny(ProcessDetailsSchema, { execId }) }
+          : { pid };
+      }),
+    };
+  }
+
+  /** Freezes the container. */
+  async pause(r: PauseRequest): Promise<Out<"pause">> {
+    const c = this.#container(r.id);
+    if (c.init.state !== "running") {
+      throw new ConnectError(
+        `cannot pause container "${c.id}": it is ${c.init.state}`,
+        Code.FailedPrecondition,
+      );
+    }
+    c.init.setPaused("pausing");
+    try {
+      await c.runtime.pause(c.id);
+    } catch (e) {
+      c.init.setPaused("running");
+      throw e;
+    }
+    c.init.setPaused("paused");
+    this.#d.events.publish("/tasks/paused", TaskPausedSchema, { containerId: c.id });
+    return {};
+  }
+
+  /** Thaws the container. */
+  async resume(r: ResumeRequest): Promise<Out<"resume">> {
+    const c = this.#container(r.id);
+    if (c.init.state !== "paused") {
+      throw new ConnectError(
+        `cannot resume container "${c.id}": it is ${c.init.state}`,
+        Code.FailedPrecondition,
+      );
+    }
+    await c.runtime.resume(c.id);
+    c.init.setPaused("running");
+    this.#d.events.publish("/tasks/resumed", TaskResumedSchema, { containerId: c.id });
+    return {};
+  }
+
+  /** Checkpoints the container (runc checkpoint; needs a working criu). */
+  async checkpoint(r: CheckpointTaskRequest): Promise<Out<"checkpoint">> {
+    const c = this.#container(r.id);
+    if (c.init.state !== "running" && c.init.state !== "paused") {
+      throw new ConnectError(
+        `cannot checkpoint container "${c.id}": it is ${c.init.state}`,
+        Code.FailedPrecondition,
+      );
+    }
+    const o = r.options ? decodeCheckpointOptions(r.options) : undefined;
+    await c.runtime.checkpoint(c.id, {
+      imagePath: o?.imagePath || r.path,
+      workPath: o?.workPath || `${c.bundle}/work/criu-work`,
+      ...(o?.parentPath ? { parentPath: o.parentPath } : {}),
+      leaveRunning: o ? !o.exit : true,
+      tcpEstablished: o?.openTcp ?? false,
+      extUnixSk: o?.externalUnixSockets ?? false,
+      shellJob: o?.terminal ?? false,
+      fileLocks: o?.fileLocks ?? false,
+      emptyNs: o?.emptyNamespaces ?? [],
+      ...(o?.cgroupsMode ? { cgroupsMode: o.cgroupsMode } : {}),
+    });
+    return {};
+  }
+
+  /** Signals a process. A finished process is NotFound, an unstarted exec FailedPrecondition. */
+  async kill(r: KillRequest): Promise<Out<"kill">> {
+    const c = this.#container(r.id);
+    const p = c.process(r.execId);
+    if (p.state === "stopped") {
+      throw new ConnectError(`process already finished: ${p.describe()}`, Code.NotFound);
+    }
+    if (p.execId) {
+      if (p.pid === 0) {
+        throw new ConnectError(`cannot kill ${p.describe()}: not started`, Code.FailedPrecondition);
+      }
+      try {
+        this.#d.platform.kill(p.pid, r.signal);
+      } catch (e) {
+        throw new ConnectError(
+          `kill ${p.describe()} (pid ${p.pid}): ${(e as Error).message}`,
+          /ESRCH|no such process/i.test(String(e)) ? Code.NotFound : Code.Unknown,
+        );
+      }
+      return {};
+    }
+    await c.runtime.kill(c.id, r.signal, { all: r.all });
+    return {};
+  }
+
+  /** Registers an exec (started later by Start); publishes `/tasks/exec-added`. */
+  exec(r: ExecProcessRequest): Out<"exec"> {
+    const c = this.#container(r.id);
+    validateId("exec", r.execId);
+    if (c.execs.has(r.execId)) {
+      throw new ConnectError(
+        `exec "${r.execId}" already exists in container "${c.id}"`,
+        Code.AlreadyExists,
+      );
+    }
+    if (c.init.state === "stopped") {
+      throw new ConnectError(
+        `cannot exec in container "${c.id}": its init process has exited`,
+        Code.FailedPrecondition,
+      );
+    }
+    const spec = decodeJsonAny(r.spec, "exec process spec");
+    if (spec && typeof spec === "object") (spec as { terminal?: boolean }).terminal = r.terminal;
+    c.execs.set(
+      r.execId,
+      new ShimProcess(c.id, r.execId, {
+        stdin: r.stdin,
+        stdout: r.stdout,
+        stderr: r.stderr,
+        terminal: r.terminal,
+      }, spec),
+    );
+    this.#d.events.publish("/tasks/exec-added", TaskExecAddedSchema, {
+      containerId: c.id,
+      execId: r.execId,
+    });
+    return {};
+  }
+
+  /** Resizes a process's terminal. */
+  resizePty(r: ResizePtyRequest): Out<"resizePty"> {
+    const p = this.#container(r.id).process(r.execId);
+    if (!p.stdio.terminal) {
+      throw new ConnectError(`${p.describe()} has no terminal`, Code.FailedPrecondition);
+    }
+    p.io?.resize?.(r.width, r.height);
+    return {};
+  }
+
+  /** Closes a process's stdin. */
+  async closeIO(r: CloseIORequest): Promise<Out<"closeIO">> {
+    const p = this.#container(r.id).process(r.execId);
+    if (r.stdin) await p.io?.closeStdin();
+    return {};
+  }
+
+  /** Updates the container's resources (OCI LinuxResources JSON). */
+  async update(r: UpdateTaskRequest): Promise<Out<"update">> {
+    const c = this.#container(r.id);
+    const resources = decodeJsonAny(r.resources, "resources");
+    await c.runtime.update(c.id, resources);
+    return {};
+  }
+
+  /** Blocks until the process exits. */
+  async wait(r: WaitRequest, ctx?: HandlerContext): Promise<Out<"wait">> {
+    const p = this.#container(r.id).process(r.execId);
+    const exit = await abortable(p.exited, ctx?.signal);
+    return { exitStatus: exit.status, exitedAt: timestampFromDate(exit.exitedAt) };
+  }
+
+  /** cgroup statistics of the container. */
+  async stats(r: StatsRequest): Promise<Out<"stats">> {
+    const c = this.#container(r.id);
+    if (c.init.pid === 0 || c.init.state === "stopped") {
+      throw new ConnectError(`container "${c.id}" is not running: no cgroup`, Code.NotFound);
+    }
+    try {
+      return { stats: await this.#d.platform.stats(c.init.pid) };
+    } catch (e) {
+      throw new ConnectError(
+        `stats of container "${c.id}": ${(e as Error).message}`,
+        Code.NotFound,
+      );
+    }
+  }
+
+  /** The shim's and the task's pids. */
+  connect(r: ConnectRequest): Out<"connect"> {
+    const c = this.#containers.get(r.id);
+    return { shimPid: Deno.pid, taskPid: c?.init.pid ?? 0, version: this.#d.shim.version };
+  }
+
+  /** Exits the shim once no container is left; a no-op otherwise. */
+  shutdown(_r: ShutdownRequest): Out<"shutdown"> {
+    if (this.#containers.size === 0) this.#d.onShutdown();
+    return {};
+  }
+
+  async #handleExit(pid: number, exit: { status: number; exitedAt: Date }): Promise<void> {
+    for (const c of this.#containers.values()) {
+      if (c.init.pid === pid && c.init.state !== "stopped") {
+        await this.#initExited(c, exit);
+        return;
+      }
+      for (const p of c.execs.values()) {
+        if (p.pid === pid && p.state !== "stopped") {
+          await p.startSettled();
+          p.markExited(exit);
+          this.#publishExit(c, p);
+          return;
+        }
+      }
+    }
+  }
+
+  async #initExited(c: Container<T>, exit: { status: number; exitedAt: Date }): Promise<void> {
+    const p = c.init;
+    await p.startSettled();
+    // Execs die with the init's pid namespace; if they share the host's, kill them.
+    if (c.runningExecs().length > 0) {
+      await c.runtime.kill(c.id, 9, { all: true }).catch(() => {});
+      await Promise.race([
+        Promise.all(c.runningExecs().map((e) => e.exited)),
+        new Promise((r) => setTimeout(r, 5_000)),
+      ]);
+    }
+    p.markExited(exit);
+    // The init's exit is always the last exit published for a container.
+    this.#publishExit(c, p);
+  }
+
+  #publishExit(c: Container<T>, p: ShimProcess): void {
+    const exit = p.exit!;
+    this.#d.events.publish("/tasks/exit", TaskExitSchema, {
+      containerId: c.id,
+      id: p.id,
+      pid: p.pid,
+      exitStatus: exit.status,
+      exitedAt: timestampFromDate(exit.exitedAt),
+    });
+    this.#d.logger.debug("process exited", { id: c.id, exec: p.execId, status: exit.status });
+  }
+}
+
+function statusOf(p: ShimProcess): Status {
+  switch (p.state) {
+    case "created":
+      return Status.CREATED;
+    case "running":
+      return Status.RUNNING;
+    case "pausing":
+      return Status.PAUSING;
+    case "paused":
+      return Status.PAUSED;
+    case "stopped":
+      return Status.STOPPED;
+  }
+}
+
+function decodeJsonAny(any: Any | undefined, what: string): unknown {
+  if (!any || any.value.length === 0) return undefined;
+  try {
+    return JSON.parse(new TextDecoder().decode(any.value));
+  } catch (e) {
+    throw new ConnectError(
+      `${what} of type "${any.typeUrl}" is not JSON: ${(e as Error).message}`,
+      Code.InvalidArgument,
+    );
+  }
+}
+
+function decodeCheckpointOptions(any: Any) {
+  try {
+    return fromBinary(CheckpointOptionsSchema, any.value);
+  } catch (e) {
+    throw new ConnectError(
+      `checkpoint options of type "${any.typeUrl}" do not decode: ${(e as Error).message}`,
+      Code.InvalidArgument,
+    );
+  }
+}
+
+function abortable<V>(p: Promise<V>, signal: AbortSignal | undefined): Promise<V> {
+  if (!signal) return p;
+  return new Promise<V>((resolve, reject) => {
+    if (signal.aborted) return reject(ConnectError.from(signal.reason ?? "aborted", Code.Canceled));
+    const onAbort = () => reject(ConnectError.from(signal.reason ?? "aborted", Code.Canceled));
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then((v) => {
+      signal.removeEventListener("abort", onAbort);
+      resolve(v);
+    }, reject);
+  });
+}
+
+/** Converts a protobuf timestamp to a Date (re-exported for callers of state()). */
+export { timestampDate };
