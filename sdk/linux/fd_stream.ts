@@ -1,0 +1,149 @@
+/**
+ * Async reads and writes on a raw, non-blocking descriptor (FIFO, pty master, pipe) that
+ * Deno's own file APIs cannot wrap.
+ *
+ * @module
+ */
+
+import { close, Errno, ErrnoError, readFd, setNonBlocking, writeFd } from "./libc.ts";
+import { Canceller, POLLIN, POLLOUT, waitFd } from "./poll.ts";
+
+/** Options for {@linkcode FdStream}. */
+export interface FdStreamOptions {
+  /** Treat EIO on read as end of stream (a pty master whose slave side closed). */
+  eioIsEof?: boolean;
+}
+
+/**
+ * Owns one descriptor: `read`/`write` wait with a cancellable `poll`, writes are serialised so
+ * concurrent writers (stdout and stderr sharing one FIFO) never interleave within a chunk, and
+ * `close` cancels pending waits before closing the descriptor.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const s = new FdStream(open("/run/x/stdout", O.RDWR | O.NONBLOCK), "stdout fifo");
+ * await s.write(new TextEncoder().encode("hello\n"));
+ * await s.close();
+ * ```
+ */
+export class FdStream {
+  /** The descriptor; invalid after {@linkcode FdStream.close}. */
+  readonly fd: number;
+  /** What this descriptor is, for error messages (e.g. `stdout fifo "/x"`). */
+  readonly what: string;
+  #canceller = new Canceller();
+  #eioIsEof: boolean;
+  #pending = new Set<Promise<unknown>>();
+  #writeChain: Promise<void> = Promise.resolve();
+  #closed: Promise<void> | undefined;
+
+  /**
+   * Takes ownership of `fd` and sets `O_NONBLOCK` on it.
+   *
+   * @param fd an open descriptor
+   * @param what a description for error messages
+   * @param options see {@linkcode FdStreamOptions}
+   */
+  constructor(fd: number, what: string, options: FdStreamOptions = {}) {
+    this.fd = fd;
+    this.what = what;
+    this.#eioIsEof = options.eioIsEof ?? false;
+    setNonBlocking(fd);
+  }
+
+  /** True once {@linkcode FdStream.close} has begun. */
+  get closed(): boolean {
+    return this.#closed !== undefined;
+  }
+
+  async #wait(events: number): Promise<boolean> {
+    const p = waitFd(this.fd, events, this.#canceller);
+    this.#pending.add(p);
+    try {
+      return await p;
+    } finally {
+      this.#pending.delete(p);
+    }
+  }
+
+  /**
+   * Reads into `buf`: the byte count, or `null` at end of stream or after close.
+   *
+   * @param buf the destination
+   */
+  async read(buf: Uint8Array<ArrayBuffer>): Promise<number | null> {
+    while (!this.closed) {
+      let n: number | null;
+      try {
+        n = readFd(this.fd, buf, this.what);
+      } catch (e) {
+        if (this.#eioIsEof && e instanceof ErrnoError && e.errno === Errno.EIO) return null;
+        throw e;
+      }
+      if (n === 0) return null;
+      if (n !== null) return n;
+      if (!await this.#wait(POLLIN)) return null;
+    }
+    return null;
+  }
+
+  /**
+   * Writes all of `data`, waiting while the descriptor is full. Throws `ErrnoError` (e.g. EPIPE)
+   * when the reader is gone, and an error when the stream was closed first.
+   *
+   * @param data the bytes
+   */
+  write(data: Uint8Array): Promise<void> {
+    const next = this.#writeChain.then(() => this.#writeAll(data));
+    this.#writeChain = next.catch(() => {});
+    return next;
+  }
+
+  async #writeAll(data: Uint8Array): Promise<void> {
+    let rest: Uint8Array<ArrayBuffer> = new Uint8Array(data);
+    while (rest.byteLength > 0) {
+      if (this.closed) throw new Error(`write ${this.what}: stream is closed`);
+      const n = writeFd(this.fd, rest, this.what);
+      if (n !== null) {
+        rest = rest.subarray(n);
+        continue;
+      }
+      if (!await this.#wait(POLLOUT)) throw new Error(`write ${this.what}: stream is closed`);
+    }
+  }
+
+  /**
+   * A stream of the bytes read until end of stream or close.
+   *
+   * @param chunkSize the read buffer size
+   */
+  readable(chunkSize = 32 * 1024): ReadableStream<Uint8Array> {
+    return new ReadableStream<Uint8Array>({
+      pull: async (controller) => {
+        const buf = new Uint8Array(chunkSize);
+        const n = await this.read(buf);
+        if (n === null) controller.close();
+        else controller.enqueue(buf.subarray(0, n));
+      },
+    });
+  }
+
+  /**
+   * A sink writing to the descriptor. Closing or aborting it leaves the descriptor open: the
+   * owner closes it with {@linkcode FdStream.close}.
+   */
+  writable(): WritableStream<Uint8Array> {
+    return new WritableStream<Uint8Array>({ write: (chunk) => this.write(chunk) });
+  }
+
+  /** Cancels pending waits, then closes the descriptor; idempotent. */
+  close(): Promise<void> {
+    this.#closed ??= (async () => {
+      this.#canceller.cancel();
+      await Promise.allSettled([...this.#pending]);
+      close(this.fd);
+      this.#canceller.close();
+    })();
+    return this.#closed;
+  }
+}

@@ -1,0 +1,360 @@
+/**
+ * The one `Deno.dlopen("libc.so.6")` that skiff uses, and thin typed wrappers.
+ *
+ * Every wrapper turns a `-1` result into an {@linkcode ErrnoError} whose message names the
+ * operation and its argument. Only `poll` runs with `nonblocking: true` (in a worker thread):
+ * errno is thread-local and cannot be read back for calls made on another thread, so all other
+ * calls are synchronous and work on `O_NONBLOCK` descriptors, with `poll` doing the waiting.
+ *
+ * @module
+ */
+
+const SYMBOLS = {
+  __errno_location: { parameters: [], result: "pointer" },
+  strerror: { parameters: ["i32"], result: "pointer" },
+  getpid: { parameters: [], result: "i32" },
+  prctl: { parameters: ["i32", "u64", "u64", "u64", "u64"], result: "i32" },
+  waitpid: { parameters: ["i32", "buffer", "i32"], result: "i32" },
+  kill: { parameters: ["i32", "i32"], result: "i32" },
+  open: { parameters: ["buffer", "i32", "u32"], result: "i32" },
+  close: { parameters: ["i32"], result: "i32" },
+  read: { parameters: ["i32", "buffer", "usize"], result: "isize" },
+  write: { parameters: ["i32", "buffer", "usize"], result: "isize" },
+  fcntl: { parameters: ["i32", "i32", "i32"], result: "i32" },
+  ioctl: { parameters: ["i32", "u64", "buffer"], result: "i32" },
+  mkfifo: { parameters: ["buffer", "u32"], result: "i32" },
+  eventfd: { parameters: ["u32", "i32"], result: "i32" },
+  poll: { parameters: ["buffer", "u64", "i32"], result: "i32", nonblocking: true },
+  socket: { parameters: ["i32", "i32", "i32"], result: "i32" },
+  bind: { parameters: ["i32", "buffer", "u32"], result: "i32" },
+  listen: { parameters: ["i32", "i32"], result: "i32" },
+  accept4: { parameters: ["i32", "pointer", "pointer", "i32"], result: "i32" },
+  recvmsg: { parameters: ["i32", "buffer", "i32"], result: "isize" },
+  mount: { parameters: ["buffer", "buffer", "buffer", "u64", "buffer"], result: "i32" },
+  umount2: { parameters: ["buffer", "i32"], result: "i32" },
+  inotify_init1: { parameters: ["i32"], result: "i32" },
+  inotify_add_watch: { parameters: ["i32", "buffer", "u32"], result: "i32" },
+} as const;
+
+type Libc = Deno.DynamicLibrary<typeof SYMBOLS>["symbols"];
+
+let lib: Deno.DynamicLibrary<typeof SYMBOLS> | undefined;
+
+/**
+ * The raw libc symbols, loaded on first use. Prefer the typed wrappers in this module.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const pid: number = libc().getpid();
+ * ```
+ */
+export function libc(): Libc {
+  lib ??= Deno.dlopen("libc.so.6", SYMBOLS);
+  return lib.symbols;
+}
+
+/** Symbolic names of the errno values skiff reports or handles. */
+const ERRNO_NAMES: Record<number, string> = {
+  1: "EPERM",
+  2: "ENOENT",
+  3: "ESRCH",
+  4: "EINTR",
+  5: "EIO",
+  6: "ENXIO",
+  9: "EBADF",
+  10: "ECHILD",
+  11: "EAGAIN",
+  12: "ENOMEM",
+  13: "EACCES",
+  16: "EBUSY",
+  17: "EEXIST",
+  19: "ENODEV",
+  20: "ENOTDIR",
+  21: "EISDIR",
+  22: "EINVAL",
+  24: "EMFILE",
+  25: "ENOTTY",
+  28: "ENOSPC",
+  30: "EROFS",
+  32: "EPIPE",
+  36: "ENAMETOOLONG",
+  38: "ENOSYS",
+  95: "EOPNOTSUPP",
+  98: "EADDRINUSE",
+  111: "ECONNREFUSED",
+};
+
+/** errno values skiff branches on. */
+export const Errno = {
+  EPERM: 1,
+  ENOENT: 2,
+  ESRCH: 3,
+  EINTR: 4,
+  EIO: 5,
+  ENXIO: 6,
+  ECHILD: 10,
+  EAGAIN: 11,
+  EBUSY: 16,
+  EINVAL: 22,
+  EPIPE: 32,
+} as const;
+
+/**
+ * A failed libc call: `errno` and its symbolic `code` are kept for callers that branch on them.
+ *
+ * @example Usage
+ * ```ts ignore
+ * try {
+ *   kill(123456, 0);
+ * } catch (e) {
+ *   if (e instanceof ErrnoError && e.code === "ESRCH") console.log("gone");
+ * }
+ * ```
+ */
+export class ErrnoError extends Error {
+  /** The errno value. */
+  readonly errno: number;
+  /** The symbolic errno name such as `"ENOENT"`, or `"E<number>"` when unknown. */
+  readonly code: string;
+
+  /**
+   * Builds an error for `what` that failed with `errno`.
+   *
+   * @param what what failed, with its value, e.g. `open "/x"`
+   * @param errno the errno value
+   */
+  constructor(what: string, errno: number) {
+    const code = ERRNO_NAMES[errno] ?? `E${errno}`;
+    super(`${what}: ${strerror(errno)} (${code})`);
+    this.name = "ErrnoError";
+    this.errno = errno;
+    this.code = code;
+  }
+}
+
+/**
+ * The calling thread's errno, read through `__errno_location`. Meaningful only right after a
+ * synchronous call that failed.
+ *
+ * @example Usage
+ * ```ts ignore
+ * if (libc().close(-1) === -1) console.log(errno());
+ * ```
+ */
+export function errno(): number {
+  const p = libc().__errno_location();
+  return p === null ? 0 : new Deno.UnsafePointerView(p).getInt32();
+}
+
+function strerror(code: number): string {
+  const p = libc().strerror(code);
+  return p === null ? `errno ${code}` : Deno.UnsafePointerView.getCString(p);
+}
+
+/**
+ * Throws an {@linkcode ErrnoError} for `what` when `result` is -1, otherwise returns it.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const fd: number = check(`open "/x"`, libc().open(cstr("/x"), 0, 0));
+ * ```
+ */
+export function check(what: string, result: number): number {
+  if (result === -1) throw new ErrnoError(what, errno());
+  return result;
+}
+
+/**
+ * A NUL-terminated copy of `s` for passing to C.
+ *
+ * @example Usage
+ * ```ts ignore
+ * libc().mkfifo(cstr("/tmp/f"), 0o600);
+ * ```
+ */
+export function cstr(s: string): Uint8Array<ArrayBuffer> {
+  const bytes = new TextEncoder().encode(s);
+  const out = new Uint8Array(bytes.length + 1);
+  out.set(bytes);
+  return out;
+}
+
+/** `open(2)` flags used by skiff (Linux, x86_64 and aarch64 values). */
+export const O = {
+  RDONLY: 0,
+  WRONLY: 1,
+  RDWR: 2,
+  CREAT: 0o100,
+  APPEND: 0o2000,
+  NONBLOCK: 0o4000,
+  CLOEXEC: 0o2000000,
+} as const;
+
+/**
+ * `open(2)` with `O_CLOEXEC` always added, so skiff's descriptors never leak into children.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const fd: number = open("/run/x/stdout", O.RDWR | O.NONBLOCK);
+ * ```
+ */
+export function open(path: string, flags: number, mode = 0): number {
+  return check(`open "${path}"`, libc().open(cstr(path), flags | O.CLOEXEC, mode));
+}
+
+/**
+ * `close(2)`; errors are ignored because there is nothing a caller could do about them.
+ *
+ * @example Usage
+ * ```ts ignore
+ * close(fd);
+ * ```
+ */
+export function close(fd: number): void {
+  libc().close(fd);
+}
+
+/**
+ * `mkfifo(3)`.
+ *
+ * @example Usage
+ * ```ts ignore
+ * mkfifo("/tmp/x/stdout", 0o600);
+ * ```
+ */
+export function mkfifo(path: string, mode = 0o600): void {
+  check(`mkfifo "${path}"`, libc().mkfifo(cstr(path), mode));
+}
+
+const F_GETFL = 3;
+const F_SETFL = 4;
+
+/**
+ * Sets `O_NONBLOCK` on `fd`, which every descriptor handed to {@linkcode waitFd} needs.
+ *
+ * @example Usage
+ * ```ts ignore
+ * setNonBlocking(fd);
+ * ```
+ */
+export function setNonBlocking(fd: number): void {
+  const flags = check(`fcntl F_GETFL fd ${fd}`, libc().fcntl(fd, F_GETFL, 0));
+  check(`fcntl F_SETFL fd ${fd}`, libc().fcntl(fd, F_SETFL, flags | O.NONBLOCK));
+}
+
+/**
+ * Non-blocking `read(2)`: the byte count, 0 at end of file, or `null` when the read would block.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const n: number | null = readFd(fd, buf, "stdin fifo");
+ * ```
+ */
+export function readFd(fd: number, buf: Uint8Array<ArrayBuffer>, what: string): number | null {
+  const n = Number(libc().read(fd, buf, BigInt(buf.byteLength)));
+  if (n >= 0) return n;
+  const e = errno();
+  if (e === Errno.EAGAIN || e === Errno.EINTR) return null;
+  throw new ErrnoError(`read ${what} (fd ${fd})`, e);
+}
+
+/**
+ * Non-blocking `write(2)`: the bytes written, or `null` when the write would block.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const n: number | null = writeFd(fd, data, "stdout fifo");
+ * ```
+ */
+export function writeFd(fd: number, buf: Uint8Array<ArrayBuffer>, what: string): number | null {
+  const n = Number(libc().write(fd, buf, BigInt(buf.byteLength)));
+  if (n >= 0) return n;
+  const e = errno();
+  if (e === Errno.EAGAIN || e === Errno.EINTR) return null;
+  throw new ErrnoError(`write ${what} (fd ${fd})`, e);
+}
+
+/**
+ * `eventfd(2)` with `EFD_CLOEXEC | EFD_NONBLOCK`.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const efd: number = eventfd();
+ * ```
+ */
+export function eventfd(): number {
+  const EFD_CLOEXEC = 0o2000000;
+  const EFD_NONBLOCK = 0o4000;
+  return check("eventfd", libc().eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+}
+
+/**
+ * `getpid(2)`.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const me: number = getpid();
+ * ```
+ */
+export function getpid(): number {
+  return libc().getpid();
+}
+
+/**
+ * `kill(2)`.
+ *
+ * @example Usage
+ * ```ts ignore
+ * kill(pid, 9);
+ * ```
+ */
+export function kill(pid: number, signal: number): void {
+  check(`kill pid ${pid} signal ${signal}`, libc().kill(pid, signal));
+}
+
+/**
+ * `prctl(2)` with integer arguments.
+ *
+ * @example Usage
+ * ```ts ignore
+ * prctl(36, 1); // PR_SET_CHILD_SUBREAPER
+ * ```
+ */
+export function prctl(option: number, arg2 = 0, arg3 = 0, arg4 = 0, arg5 = 0): number {
+  return check(
+    `prctl option ${option}`,
+    libc().prctl(option, BigInt(arg2), BigInt(arg3), BigInt(arg4), BigInt(arg5)),
+  );
+}
+
+/**
+ * `waitpid(pid, &status, WNOHANG)`: the raw wait status, or `null` while `pid` is still running.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const status: number | null = waitpidNoHang(pid);
+ * ```
+ */
+export function waitpidNoHang(pid: number): number | null {
+  const WNOHANG = 1;
+  const status = new Int32Array(1);
+  const r = check(
+    `waitpid pid ${pid}`,
+    libc().waitpid(pid, new Uint8Array(status.buffer), WNOHANG),
+  );
+  return r === 0 ? null : status[0];
+}
+
+/**
+ * The exit status containerd expects from a raw wait status: the exit code, or 128 + signal.
+ *
+ * @example Usage
+ * ```ts ignore
+ * decodeWaitStatus(7 << 8); // 7
+ * decodeWaitStatus(9); // 137
+ * ```
+ */
+export function decodeWaitStatus(raw: number): number {
+  const sig = raw & 0x7f;
+  return sig === 0 ? (raw >> 8) & 0xff : 128 + sig;
+}

@@ -1,0 +1,270 @@
+/**
+ * Child subreaper that reaps re-parented orphans without stealing Deno's own children.
+ *
+ * A shim must reap the container init after `runc create` exits (it is re-parented to the
+ * shim) and any daemon that double-forks, but Deno reaps the children it spawned itself with
+ * `waitpid(pid)` on a pidfd; a `waitpid(-1)` loop would steal those and make
+ * `Deno.ChildProcess.status` reject with ECHILD. So this reaper never waits on `-1`: on SIGCHLD,
+ * on a slow periodic sweep and shortly after seeing a zombie, it lists its children from
+ * `/proc/self/task/<tid>/children` and reaps, one pid at a time with `WNOHANG`, only zombies that
+ * are neither registered through {@linkcode Reaper.spawn} nor held by a Deno pidfd, and only once
+ * they stayed unreaped for a short grace period.
+ *
+ * @module
+ */
+
+import { decodeWaitStatus, Errno, ErrnoError, getpid, prctl, waitpidNoHang } from "./libc.ts";
+
+/** One reaped process. */
+export interface ProcessExit {
+  /** The process id. */
+  pid: number;
+  /** The exit code, or 128 + signal number when a signal killed the process. */
+  status: number;
+  /** When the reaper collected the exit. */
+  exitedAt: Date;
+}
+
+/** Options for {@linkcode Reaper.start}. */
+export interface ReaperOptions {
+  /** Become the child subreaper (`PR_SET_CHILD_SUBREAPER`); default true. */
+  subreaper?: boolean;
+  /** How long an unregistered zombie must stay unreaped before the reaper takes it; 50 ms. */
+  graceMs?: number;
+  /** Safety-net sweep interval, in case a SIGCHLD was coalesced away; 1000 ms. */
+  sweepIntervalMs?: number;
+  /** How long {@linkcode Reaper.exited} remembers an exit; 5 minutes. */
+  keepExitsMs?: number;
+}
+
+const PR_SET_CHILD_SUBREAPER = 36;
+const MAX_KEPT_EXITS = 4096;
+
+/**
+ * Reaps exited children of the shim process and fans their exits out to listeners.
+ *
+ * Use one per process; like a listener, an open reaper keeps the event loop alive until
+ * {@linkcode Reaper.close}. Spawn every `Deno.Command` the shim runs through
+ * {@linkcode Reaper.spawn}; plain `new Deno.Command(...).output()` is still safe (Deno's pidfd
+ * and the grace period protect it), only slower to tell apart.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const reaper = Reaper.start();
+ * const off = reaper.onExit((e) => console.log(`pid ${e.pid} exited with ${e.status}`));
+ * const runc = reaper.spawn(new Deno.Command("runc", { args: ["create", "--bundle", b, id] }));
+ * await runc.status;
+ * const initPid = Number(await Deno.readTextFile(`${b}/init.pid`));
+ * const already = reaper.exited(initPid); // the init may have died before we looked
+ * off();
+ * reaper.close();
+ * ```
+ */
+export class Reaper {
+  #options: Required<ReaperOptions>;
+  #listeners = new Set<(exit: ProcessExit) => void>();
+  #denoChildren = new Set<number>();
+  #zombieSince = new Map<number, number>();
+  #exits = new Map<number, ProcessExit>();
+  #onSignal = (): void => this.#schedule(0);
+  #interval: ReturnType<typeof setInterval>;
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #closed = false;
+
+  private constructor(options: Required<ReaperOptions>) {
+    this.#options = options;
+    if (options.subreaper) prctl(PR_SET_CHILD_SUBREAPER, 1);
+    Deno.addSignalListener("SIGCHLD", this.#onSignal);
+    // Ref'd on purpose, like a listening socket: an open reaper keeps the process alive.
+    this.#interval = setInterval(() => this.sweep(), options.sweepIntervalMs);
+    this.sweep();
+  }
+
+  /**
+   * Becomes the child subreaper (unless `subreaper: false`) and starts reaping.
+   *
+   * @param options see {@linkcode ReaperOptions}
+   */
+  static start(options: ReaperOptions = {}): Reaper {
+    return new Reaper({
+      subreaper: options.subreaper ?? true,
+      graceMs: options.graceMs ?? 50,
+      sweepIntervalMs: options.sweepIntervalMs ?? 1000,
+      keepExitsMs: options.keepExitsMs ?? 5 * 60_000,
+    });
+  }
+
+  /**
+   * Calls `listener` for every exit reaped from now on. Returns a function that unsubscribes.
+   * Subscribe before starting the process whose exit you need, and check
+   * {@linkcode Reaper.exited} for a pid learnt later.
+   *
+   * @param listener called synchronously from the sweep; exceptions are logged and ignored
+   */
+  onExit(listener: (exit: ProcessExit) => void): () => void {
+    this.#listeners.add(listener);
+    return () => {
+      this.#listeners.delete(listener);
+    };
+  }
+
+  /**
+   * Spawns `cmd` and registers the child so the reaper leaves its exit to Deno until
+   * `child.status` settles.
+   *
+   * @param cmd the command to spawn
+   */
+  spawn(cmd: Deno.Command): Deno.ChildProcess {
+    // No await between spawn() and add(): a sweep cannot run in between.
+    const child = cmd.spawn();
+    const pid = child.pid;
+    this.#denoChildren.add(pid);
+    const forget = (): void => {
+      this.#denoChildren.delete(pid);
+    };
+    child.status.then(forget, forget);
+    return child;
+  }
+
+  /**
+   * The exit of `pid` if the reaper collected it within the last `keepExitsMs`.
+   *
+   * @param pid the process id
+   */
+  exited(pid: number): ProcessExit | undefined {
+    return this.#exits.get(pid);
+  }
+
+  /** Stops reaping, drops the subreaper flag it set and forgets all listeners. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    Deno.removeSignalListener("SIGCHLD", this.#onSignal);
+    clearInterval(this.#interval);
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    if (this.#options.subreaper) prctl(PR_SET_CHILD_SUBREAPER, 0);
+    this.#listeners.clear();
+  }
+
+  #schedule(delayMs: number): void {
+    if (this.#closed || this.#timer !== undefined) return;
+    const timer = setTimeout(() => {
+      this.#timer = undefined;
+      this.sweep();
+    }, delayMs);
+    Deno.unrefTimer(timer);
+    this.#timer = timer;
+  }
+
+  /**
+   * Looks for exited children now rather than at the next SIGCHLD or periodic sweep. Zombies
+   * that are not provably orphans are still left alone until their grace period has passed.
+   */
+  sweep(): void {
+    if (this.#closed) return;
+    const now = Date.now();
+    const zombies = listChildren().filter((pid) => processState(pid) === "Z");
+    for (const pid of this.#zombieSince.keys()) {
+      if (!zombies.includes(pid)) this.#zombieSince.delete(pid);
+    }
+    let pidfdPids: Set<number> | undefined;
+    let waiting = false;
+    for (const pid of zombies) {
+      if (this.#denoChildren.has(pid)) continue;
+      pidfdPids ??= pidsWithPidfd();
+      if (pidfdPids.has(pid)) continue;
+      const since = this.#zombieSince.get(pid);
+      if (since === undefined || now - since < this.#options.graceMs) {
+        if (since === undefined) this.#zombieSince.set(pid, now);
+        waiting = true;
+        continue;
+      }
+      this.#zombieSince.delete(pid);
+      this.#reap(pid);
+    }
+    if (waiting) this.#schedule(this.#options.graceMs);
+    this.#expire(now);
+  }
+
+  #reap(pid: number): void {
+    let raw: number | null;
+    try {
+      raw = waitpidNoHang(pid);
+    } catch (e) {
+      // Someone else (Deno) reaped it between our look and our wait.
+      if (e instanceof ErrnoError && e.errno === Errno.ECHILD) return;
+      throw e;
+    }
+    if (raw === null) return;
+    const exit: ProcessExit = { pid, status: decodeWaitStatus(raw), exitedAt: new Date() };
+    this.#exits.delete(pid);
+    this.#exits.set(pid, exit);
+    for (const listener of [...this.#listeners]) {
+      try {
+        listener(exit);
+      } catch (e) {
+        console.error(`reaper: exit listener for pid ${pid} threw:`, e);
+      }
+    }
+  }
+
+  #expire(now: number): void {
+    for (const [pid, exit] of this.#exits) {
+      const old = now - exit.exitedAt.getTime() > this.#options.keepExitsMs;
+      if (!old && this.#exits.size <= MAX_KEPT_EXITS) break;
+      this.#exits.delete(pid);
+    }
+  }
+}
+
+/** Our direct children, across all threads (a child's parent is the thread that forked it). */
+function listChildren(): number[] {
+  const pids: number[] = [];
+  let tasks: Iterable<Deno.DirEntry>;
+  try {
+    tasks = Deno.readDirSync(`/proc/${getpid()}/task`);
+  } catch {
+    return pids;
+  }
+  for (const task of tasks) {
+    let text: string;
+    try {
+      text = Deno.readTextFileSync(`/proc/${getpid()}/task/${task.name}/children`);
+    } catch {
+      continue; // the thread exited meanwhile
+    }
+    for (const word of text.split(" ")) {
+      const pid = Number(word);
+      if (word !== "" && Number.isInteger(pid)) pids.push(pid);
+    }
+  }
+  return pids;
+}
+
+/** The one-letter state of `pid` from /proc/<pid>/stat, or undefined when it is gone. */
+function processState(pid: number): string | undefined {
+  try {
+    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+    // comm may contain spaces and parentheses: the state follows the last ")".
+    return stat[stat.lastIndexOf(")") + 2];
+  } catch {
+    return undefined;
+  }
+}
+
+/** Pids for which this process holds a pidfd: Deno's own children awaiting their reap. */
+function pidsWithPidfd(): Set<number> {
+  const pids = new Set<number>();
+  const self = `/proc/${getpid()}`;
+  for (const entry of Deno.readDirSync(`${self}/fd`)) {
+    try {
+      if (Deno.readLinkSync(`${self}/fd/${entry.name}`) !== "anon_inode:[pidfd]") continue;
+      const info = Deno.readTextFileSync(`${self}/fdinfo/${entry.name}`);
+      const m = /^Pid:\s*(-?\d+)/m.exec(info);
+      if (m) pids.add(Number(m[1]));
+    } catch {
+      // closed meanwhile
+    }
+  }
+  return pids;
+}

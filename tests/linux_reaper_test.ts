@@ -1,0 +1,157 @@
+import assert from "node:assert/strict";
+import { integrationTest } from "./_integration.ts";
+import { decodeWaitStatus, kill, libc } from "../sdk/linux/libc.ts";
+import { type ProcessExit, Reaper } from "../sdk/linux/reaper.ts";
+import { deadline } from "./linux_support_test.ts";
+
+const sanitize = { sanitizeOps: true, sanitizeResources: true };
+libc(); // loaded once for the whole file, so the resource sanitizer sees no new library
+
+/** Starts `script` in a background sh that the outer sh abandons; returns the orphan's pid. */
+async function orphan(reaper: Reaper, script: string): Promise<number> {
+  const out = await reaper.spawn(
+    new Deno.Command("sh", {
+      args: ["-c", `sh -c '${script}' >/dev/null 2>&1 </dev/null & echo $!`],
+      stdout: "piped",
+    }),
+  ).output();
+  assert.equal(out.code, 0);
+  return Number(new TextDecoder().decode(out.stdout).trim());
+}
+
+/** Resolves with the exit of `pid`, whether it was already reaped or not yet. */
+function exitOf(reaper: Reaper, pid: number): Promise<ProcessExit> {
+  return new Promise((resolve) => {
+    const off = reaper.onExit((e) => {
+      if (e.pid === pid) {
+        off();
+        resolve(e);
+      }
+    });
+    const early = reaper.exited(pid);
+    if (early) {
+      off();
+      resolve(early);
+    }
+  });
+}
+
+Deno.test("decodeWaitStatus() maps exit codes and signals to containerd's status", () => {
+  assert.equal(decodeWaitStatus(0), 0);
+  assert.equal(decodeWaitStatus(7 << 8), 7);
+  assert.equal(decodeWaitStatus(255 << 8), 255);
+  assert.equal(decodeWaitStatus(9), 137);
+  assert.equal(decodeWaitStatus(15 | 0x80), 143); // core dumped flag
+});
+
+integrationTest(
+  "Reaper reaps a double-forked orphan with its exit code",
+  { binaries: ["sh", "sleep"] },
+  async () => {
+    const reaper = Reaper.start();
+    try {
+      const pid = await orphan(reaper, "sleep 0.2; exit 7");
+      const exit = await deadline(exitOf(reaper, pid), 20_000, `exit of orphan ${pid}`);
+      assert.equal(exit.pid, pid);
+      assert.equal(exit.status, 7);
+      assert.ok(exit.exitedAt instanceof Date);
+      assert.deepEqual(reaper.exited(pid), exit);
+    } finally {
+      reaper.close();
+    }
+  },
+  sanitize,
+);
+
+integrationTest(
+  "Reaper reports 128+9 for an orphan killed by SIGKILL",
+  { binaries: ["sh", "sleep"] },
+  async () => {
+    const reaper = Reaper.start();
+    try {
+      const pid = await orphan(reaper, "exec sleep 30");
+      const exit = exitOf(reaper, pid);
+      kill(pid, 9);
+      assert.equal((await deadline(exit, 20_000, `exit of orphan ${pid}`)).status, 137);
+    } finally {
+      reaper.close();
+    }
+  },
+  sanitize,
+);
+
+/** Blocks the event loop (without burning CPU) until every pid in `pids` is a zombie. */
+function waitZombiesSync(pids: number[]): void {
+  for (let i = 0; i < 500; i++) {
+    const states = pids.map((pid) => {
+      const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+      return stat[stat.lastIndexOf(")") + 2];
+    });
+    if (states.every((s) => s === "Z")) return;
+    new Deno.Command("sleep", { args: ["0.01"] }).outputSync();
+  }
+  throw new Error(`pids ${pids.join(",")} did not all exit`);
+}
+
+integrationTest(
+  "Reaper.sweep() leaves unreaped Deno.Command zombies to Deno",
+  { binaries: ["sh", "sleep"] },
+  async () => {
+    // graceMs 0: only the registry and Deno's pidfds protect these children.
+    const reaper = Reaper.start({ graceMs: 0 });
+    try {
+      const registered = Array.from(
+        { length: 4 },
+        (_, i) => reaper.spawn(new Deno.Command("sh", { args: ["-c", `exit ${i + 1}`] })),
+      );
+      const unregistered = Array.from(
+        { length: 4 },
+        (_, i) => new Deno.Command("sh", { args: ["-c", `exit ${i + 11}`] }).spawn(),
+      );
+      const all = [...registered, ...unregistered];
+      // No await until after the sweep: Deno cannot reap them first.
+      waitZombiesSync(all.map((c) => c.pid));
+      reaper.sweep();
+      reaper.sweep();
+      const codes = await Promise.all(all.map(async (c) => (await c.status).code));
+      assert.deepEqual(codes, [1, 2, 3, 4, 11, 12, 13, 14]);
+    } finally {
+      reaper.close();
+    }
+  },
+  sanitize,
+);
+
+integrationTest(
+  "Reaper never steals the exits of Deno.Command children",
+  { binaries: ["sh", "sleep"] },
+  async () => {
+    const reaper = Reaper.start();
+    try {
+      const orphans = await Promise.all(
+        Array.from({ length: 6 }, (_, i) => orphan(reaper, `sleep 0.0${i}; exit ${20 + i}`)),
+      );
+      const orphanExits = Promise.all(orphans.map((pid) => exitOf(reaper, pid)));
+      const spawned = Array.from({ length: 16 }, async (_, i) => {
+        const child = reaper.spawn(
+          new Deno.Command("sh", { args: ["-c", `exit ${i}`], stdout: "null", stderr: "null" }),
+        );
+        return (await child.status).code;
+      });
+      const unregistered = Array.from({ length: 16 }, async (_, i) => {
+        // Not registered with the reaper: only Deno's pidfd protects these.
+        const out = await new Deno.Command("sh", { args: ["-c", `sleep 0.0${i % 3}; exit ${i}`] })
+          .output();
+        return out.code;
+      });
+      const codes = Array.from({ length: 16 }, (_, i) => i);
+      assert.deepEqual(await Promise.all(spawned), codes);
+      assert.deepEqual(await Promise.all(unregistered), codes);
+      const exits = await deadline(orphanExits, 20_000, "orphan exits");
+      assert.deepEqual(exits.map((e) => e.status), orphans.map((_, i) => 20 + i));
+    } finally {
+      reaper.close();
+    }
+  },
+  sanitize,
+);
