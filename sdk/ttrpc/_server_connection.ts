@@ -1,0 +1,303 @@
+/**
+ * Internal: one accepted ttrpc connection on the server side. Reads frames, enforces
+ * containerd/ttrpc's stream rules with the same codes and messages as the Go server, runs
+ * unary handlers concurrently and writes their responses as they finish (out of order,
+ * matched by stream id).
+ *
+ * @module
+ */
+
+import { create, type DescMessage, fromBinary, toBinary } from "@bufbuild/protobuf";
+import {
+  Code,
+  ConnectError,
+  createHandlerContext,
+  type HandlerContext,
+  type Interceptor,
+  type MethodImplSpec,
+  type ServiceImplSpec,
+  type UnaryRequest,
+  type UnaryResponse,
+} from "@connectrpc/connect";
+import { createContextValues } from "@connectrpc/connect";
+import { type Request, RequestSchema, ResponseSchema } from "../../proto/gen/ttrpc/request_pb.ts";
+import type { Status } from "../../proto/gen/google/rpc/status_pb.ts";
+import {
+  type DecodedFrame,
+  encodeFrame,
+  FrameDecoder,
+  FrameType,
+  MAX_PAYLOAD_LENGTH,
+} from "./frame.ts";
+import { FrameWriter } from "./_frame_writer.ts";
+import { statusFromError } from "./status.ts";
+
+/** A registered service: its implementation, and its methods by wire (proto) name. */
+export interface ServiceEntry {
+  spec: ServiceImplSpec;
+  methods: Map<string, MethodImplSpec>;
+}
+
+/** What a connection needs from its server. */
+export interface ConnectionContext {
+  services: ReadonlyMap<string, ServiceEntry>;
+  interceptors: readonly Interceptor[];
+  onError(err: unknown): void;
+}
+
+type HandlerController = ReturnType<typeof createHandlerContext>;
+
+/** Read buffer size; frames larger than this arrive over several reads. */
+const READ_CHUNK = 32 * 1024;
+/** Stop reading requests while this many response bytes wait to be written (backpressure). */
+const WRITE_HIGH_WATER = MAX_PAYLOAD_LENGTH;
+/** setTimeout cannot express longer delays; such deadlines are treated as none. */
+const MAX_TIMER_MS = 2_147_483_647;
+
+/** Converts `timeout_nano` into the handler's timeout; 0 means none, negative already expired. */
+function timeoutMsOf(timeoutNano: bigint): number | undefined {
+  if (timeoutNano === 0n) return undefined;
+  if (timeoutNano < 0n) return 0;
+  const ms = Math.ceil(Number(timeoutNano) / 1e6);
+  return ms > MAX_TIMER_MS ? undefined : ms;
+}
+
+function headersOf(req: Request): Headers {
+  const headers = new Headers();
+  for (const kv of req.metadata) {
+    try {
+      headers.append(kv.key, kv.value);
+    } catch {
+      // A key or value Headers cannot hold (ttrpc allows any string): not representable, skipped.
+    }
+  }
+  return headers;
+}
+
+function responseFrame(id: number, status: Status | undefined, payload?: Uint8Array): Uint8Array {
+  let bytes = toBinary(ResponseSchema, create(ResponseSchema, { status, payload }));
+  if (bytes.length > MAX_PAYLOAD_LENGTH) {
+    const err = new ConnectError(
+      `response of ${bytes.length} bytes exceeds maximum message size of ${MAX_PAYLOAD_LENGTH}`,
+      Code.ResourceExhausted,
+    );
+    bytes = toBinary(ResponseSchema, create(ResponseSchema, { status: statusFromError(err) }));
+  }
+  return encodeFrame(id, FrameType.Response, 0, bytes);
+}
+
+/** Serves one connection until the peer leaves or the server closes it. */
+export class ServerConnection {
+  #conn: Deno.Conn;
+  #ctx: ConnectionContext;
+  #writer: FrameWriter;
+  #decoder = new FrameDecoder();
+  #lastStreamId = 0;
+  #inFlight = new Map<number, HandlerController>();
+  #draining = false;
+  #closed = false;
+
+  constructor(conn: Deno.Conn, ctx: ConnectionContext) {
+    this.#conn = conn;
+    this.#ctx = ctx;
+    this.#writer = new FrameWriter(conn, (err) => {
+      ctx.onError(err);
+      this.#close(new ConnectError("ttrpc connection failed while writing", Code.Canceled));
+    });
+  }
+
+  /** Number of calls whose handlers are still running. */
+  get inFlight(): number {
+    return this.#inFlight.size;
+  }
+
+  /** Reads and dispatches until the connection ends; resolves when it is closed. */
+  async run(): Promise<void> {
+    const buf = new Uint8Array(READ_CHUNK);
+    try {
+      while (!this.#closed) {
+        if (this.#writer.queuedBytes > WRITE_HIGH_WATER) await this.#writer.drained();
+        const n = await this.#conn.read(buf);
+        if (n === null) break;
+        for (const frame of this.#decoder.push(buf.subarray(0, n))) this.#onFrame(frame);
+      }
+    } catch (err) {
+      if (!this.#closed && !(err instanceof Deno.errors.BadResource)) this.#ctx.onError(err);
+    }
+    // The peer is gone (or we closed): like Go, cancel what its calls are still doing.
+    this.#close(new ConnectError("ttrpc connection closed", Code.Canceled));
+  }
+
+  /** Stops taking new calls; closes once running calls have answered. */
+  drain(): void {
+    this.#draining = true;
+    this.#closeIfDrained();
+  }
+
+  /** Closes now; running handlers see their signal abort with `reason`. */
+  abort(reason: unknown): void {
+    this.#close(reason);
+  }
+
+  #close(reason: unknown): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const ctx of this.#inFlight.values()) ctx.abort(reason);
+    this.#inFlight.clear();
+    try {
+      this.#conn.close();
+    } catch {
+      // already closed
+    }
+  }
+
+  #closeIfDrained(): void {
+    if (!this.#draining || this.#closed || this.#inFlight.size > 0) return;
+    void this.#writer.drained().then(() => {
+      if (this.#inFlight.size === 0) {
+        this.#close(new ConnectError("ttrpc server closed", Code.Unavailable));
+      }
+    });
+  }
+
+  #sendStatus(id: number, code: Code, message: string): void {
+    if (this.#closed) return;
+    this.#writer.send(responseFrame(id, statusFromError(new ConnectError(message, code))));
+  }
+
+  #onFrame(frame: DecodedFrame): void {
+    const id = frame.header.streamId;
+    if (frame.oversized) {
+      return this.#sendStatus(
+        id,
+        Code.ResourceExhausted,
+        `message length ${frame.header.length} exceed maximum message size of ${MAX_PAYLOAD_LENGTH}`,
+      );
+    }
+    if (id % 2 !== 1) {
+      return this.#sendStatus(
+        id,
+        Code.InvalidArgument,
+        "StreamID must be odd for client initiated streams",
+      );
+    }
+    if (frame.header.type === FrameType.Data) {
+      // Only unary calls are dispatched, and they take no Data frames: an active stream
+      // ignores them; an unknown one gets Go's answer.
+      if (!this.#inFlight.has(id)) {
+        this.#sendStatus(id, Code.InvalidArgument, "StreamID is no longer active");
+      }
+      return;
+    }
+    // Responses from a client and unknown types are ignored, for future compatibility.
+    if (frame.header.type !== FrameType.Request) return;
+    if (id <= this.#lastStreamId) {
+      return this.#sendStatus(
+        id,
+        Code.InvalidArgument,
+        "StreamID cannot be re-used and must increment",
+      );
+    }
+    this.#lastStreamId = id;
+    let req: Request;
+    try {
+      req = fromBinary(RequestSchema, frame.payload);
+    } catch (err) {
+      const msg = err instanceof Error ? err.message : String(err);
+      return this.#sendStatus(id, Code.InvalidArgument, `unmarshal request error: ${msg}`);
+    }
+    if (this.#draining) {
+      return this.#sendStatus(id, Code.Unavailable, "ttrpc server is shutting down");
+    }
+    const service = this.#ctx.services.get(req.service);
+    if (service === undefined) {
+      return this.#sendStatus(id, Code.Unimplemented, `service ${req.service}`);
+    }
+    const method = service.methods.get(req.method);
+    if (method === undefined) {
+      return this.#sendStatus(id, Code.Unimplemented, `method ${req.method}`);
+    }
+    if (method.kind !== "unary") {
+      return this.#sendStatus(
+        id,
+        Code.Unimplemented,
+        `method ${req.method}: ${method.kind} calls are not supported by this server`,
+      );
+    }
+    void this.#dispatch(id, req, service.spec, method);
+  }
+
+  async #dispatch(
+    id: number,
+    req: Request,
+    spec: ServiceImplSpec,
+    method: Extract<MethodImplSpec, { kind: "unary" }>,
+  ): Promise<void> {
+    const url = `/${req.service}/${req.method}`;
+    const ctx = createHandlerContext({
+      service: spec.service,
+      method: method.method,
+      protocolName: "ttrpc",
+      requestMethod: "POST",
+      url,
+      timeoutMs: timeoutMsOf(req.timeoutNano),
+      requestHeader: headersOf(req),
+    });
+    this.#inFlight.set(id, ctx);
+    let frame: Uint8Array;
+    try {
+      let input;
+      try {
+        input = fromBinary(method.method.input, req.payload);
+      } catch (err) {
+        const msg = err instanceof Error ? err.message : String(err);
+        // Go's generated handlers fail decoding with Internal and this wording.
+        throw new ConnectError(`ttrpc: error unmarshalling payload: ${msg}`, Code.Internal);
+      }
+      const output = this.#ctx.interceptors.length === 0
+        ? create(method.method.output, await method.impl(input, ctx))
+        : await this.#intercepted(method, ctx, input, url);
+      frame = responseFrame(id, undefined, toBinary(method.method.output, output));
+    } catch (err) {
+      frame = responseFrame(id, statusFromError(err));
+    } finally {
+      if (this.#inFlight.get(id) === ctx) this.#inFlight.delete(id);
+      // Completing the call aborts its signal (Connect semantics) and clears the deadline timer.
+      ctx.abort();
+    }
+    if (!this.#closed) this.#writer.send(frame);
+    this.#closeIfDrained();
+  }
+
+  /** Runs the handler inside the server interceptors, as Connect's own handlers do. */
+  async #intercepted(
+    method: Extract<MethodImplSpec, { kind: "unary" }>,
+    ctx: HandlerContext,
+    input: ReturnType<typeof fromBinary<DescMessage>>,
+    url: string,
+  ) {
+    let next = async (req: UnaryRequest): Promise<UnaryResponse> => ({
+      stream: false,
+      service: ctx.service,
+      method: method.method,
+      header: ctx.responseHeader,
+      trailer: ctx.responseTrailer,
+      message: create(method.method.output, await method.impl(req.message, ctx)),
+    });
+    for (const interceptor of [...this.#ctx.interceptors].reverse()) {
+      next = interceptor(next as Parameters<Interceptor>[0]) as typeof next;
+    }
+    const res = await next({
+      stream: false,
+      service: ctx.service,
+      method: method.method,
+      requestMethod: "POST",
+      url,
+      signal: ctx.signal,
+      header: ctx.requestHeader,
+      contextValues: ctx.values ?? createContextValues(),
+      message: input,
+    });
+    return res.message;
+  }
+}

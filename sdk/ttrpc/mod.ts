@@ -1,0 +1,60 @@
+/**
+ * ttrpc for Deno, wire-compatible with containerd/ttrpc (Go): a server that dispatches to
+ * Connect service implementations, and a client that is a Connect `Transport`.
+ *
+ * ttrpc is containerd's lightweight RPC protocol between the daemon and its shims: protobuf
+ * messages in 10-byte-header frames over a unix socket, unary calls multiplexed by odd stream
+ * ids, errors as `google.rpc.Status`. Connect's types (`ServiceImplSpec`, `HandlerContext`,
+ * `Transport`, `ConnectError`, interceptors) carry over unchanged.
+ *
+ * @example Serve a service and call it
+ * ```ts ignore
+ * import { createClient, createServiceImplSpec } from "@connectrpc/connect";
+ * import { createTtrpcTransport, TtrpcServer } from "@skiff/shim/ttrpc";
+ * import { Task } from "@skiff/shim/proto";
+ *
+ * const server = new TtrpcServer();
+ * server.register(
+ *   createServiceImplSpec(Task, {
+ *     state: (req, ctx) => ({ id: req.id, bundle: ctx.requestHeader.get("containerd-namespace-ttrpc") ?? "" }),
+ *   }),
+ *   "containerd.task.v2.Task",
+ *   "containerd.task.v3.Task",
+ * );
+ * await server.listen("/tmp/skiff-example.sock");
+ *
+ * const transport = createTtrpcTransport({ path: "unix:///tmp/skiff-example.sock" });
+ * const task = createClient(Task, transport);
+ * const state = await task.state({ id: "c1" }, { headers: { "containerd-namespace-ttrpc": "default" } });
+ * console.log(state.bundle); // "default"
+ *
+ * await transport.close();
+ * await server.close();
+ * ```
+ *
+ * @module
+ */
+
+export { socketPathOf } from "./address.ts";
+export {
+  type DecodedFrame,
+  encodeFrame,
+  FRAME_HEADER_LENGTH,
+  FrameDecoder,
+  FrameFlags,
+  type FrameHeader,
+  FrameType,
+  MAX_PAYLOAD_LENGTH,
+} from "./frame.ts";
+export {
+  type TtrpcCloseOptions,
+  type TtrpcListenOptions,
+  TtrpcServer,
+  type TtrpcServerOptions,
+} from "./server.ts";
+export { errorFromStatus, statusFromError } from "./status.ts";
+export {
+  createTtrpcTransport,
+  type TtrpcTransport,
+  type TtrpcTransportOptions,
+} from "./transport.ts";

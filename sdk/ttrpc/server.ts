@@ -1,0 +1,360 @@
+/**
+ * `TtrpcServer`: serves Connect service implementations over ttrpc, wire-compatible with
+ * containerd/ttrpc (Go), on unix sockets.
+ *
+ * @module
+ */
+
+import { Code, ConnectError, type Interceptor, type ServiceImplSpec } from "@connectrpc/connect";
+import { ServerConnection, type ServiceEntry } from "./_server_connection.ts";
+import { effectiveIds, PeerCredentialResolver } from "./_peer_cred.ts";
+
+/**
+ * Options for {@linkcode TtrpcServer}.
+ *
+ * @example Usage
+ * ```ts
+ * import type { TtrpcServerOptions } from "./server.ts";
+ * const options: TtrpcServerOptions = { requireSameUser: true, onError: console.error };
+ * console.assert(options.requireSameUser);
+ * ```
+ */
+export interface TtrpcServerOptions {
+  /**
+   * Refuse connections from processes whose uid/gid differ from this process's effective
+   * uid/gid, like Go shims' `UnixSocketRequireSameUser()`. Needs `--allow-ffi` and `--allow-read`
+   * (/proc). Deno hides the descriptor of an accepted connection, so it is located through
+   * /proc/net/unix and /proc/self/fd; when that is ambiguous the connection is refused (fail
+   * closed). Applies to listeners served with {@linkcode TtrpcServer.listen} and unix listeners
+   * given to {@linkcode TtrpcServer.serve}; not to {@linkcode TtrpcServer.serveConn}.
+   */
+  requireSameUser?: boolean;
+  /** Server interceptors, applied to every unary call (first is outermost). */
+  interceptors?: Interceptor[];
+  /**
+   * Receives errors no peer can be told about: failed accepts, refused peers, broken
+   * connections. Defaults to ignoring them.
+   */
+  onError?: (error: unknown) => void;
+}
+
+/**
+ * Options for {@linkcode TtrpcServer.listen}.
+ *
+ * @example Usage
+ * ```ts
+ * import type { TtrpcListenOptions } from "./server.ts";
+ * const options: TtrpcListenOptions = { mode: 0o600 };
+ * console.assert(options.mode === 0o600);
+ * ```
+ */
+export interface TtrpcListenOptions {
+  /** File mode of the socket. Default 0o600: only the owner (containerd runs as root) connects. */
+  mode?: number;
+}
+
+/**
+ * Options for {@linkcode TtrpcServer.close}.
+ *
+ * @example Usage
+ * ```ts
+ * import type { TtrpcCloseOptions } from "./server.ts";
+ * const options: TtrpcCloseOptions = { timeoutMs: 5000 };
+ * console.assert(options.timeoutMs === 5000);
+ * ```
+ */
+export interface TtrpcCloseOptions {
+  /**
+   * How long to wait for running calls before aborting them (their signal aborts with
+   * `Code.Unavailable`) and closing their connections. Default: wait for them.
+   */
+  timeoutMs?: number;
+}
+
+/**
+ * A ttrpc server dispatching to Connect `ServiceImplSpec`s.
+ *
+ * Per connection, unary calls run concurrently and responses go out as handlers finish,
+ * matched by stream id. Protocol violations get the same codes and messages as from Go's
+ * server, and the connection keeps working. Each call's `HandlerContext` carries the ttrpc
+ * metadata as `requestHeader` (e.g. `containerd-namespace-ttrpc`), the `timeout_nano` deadline
+ * as `timeoutMs` and `signal`, and `signal` also aborts when the client disconnects.
+ *
+ * @example Serve the Task API under both names containerd uses
+ * ```ts ignore
+ * import { createServiceImplSpec } from "@connectrpc/connect";
+ * import { TtrpcServer } from "@skiff/shim/ttrpc";
+ * import { Task } from "./proto/gen/containerd/task/v2/shim_pb.ts";
+ *
+ * const server = new TtrpcServer();
+ * server.register(
+ *   createServiceImplSpec(Task, { state: (req) => ({ id: req.id, bundle: "/run/b" }) }),
+ *   "containerd.task.v2.Task",
+ *   "containerd.task.v3.Task",
+ * );
+ * await server.listen("/run/containerd/s/0123abcd");
+ * // ... later, e.g. after Task.Shutdown:
+ * await server.close();
+ * ```
+ */
+export class TtrpcServer {
+  #services = new Map<string, ServiceEntry>();
+  #interceptors: Interceptor[];
+  #onError: (error: unknown) => void;
+  #requireSameUser: boolean;
+  #listeners = new Set<Deno.Listener>();
+  #ownedPaths = new Set<string>();
+  #connections = new Map<ServerConnection, Promise<void>>();
+  #closing: Promise<void> | undefined;
+  #closed = Promise.withResolvers<void>();
+
+  /**
+   * Creates a server with no services; add them with {@linkcode register}.
+   *
+   * @param options peer check, interceptors and error reporting
+   */
+  constructor(options: TtrpcServerOptions = {}) {
+    this.#interceptors = options.interceptors ?? [];
+    this.#onError = options.onError ?? (() => {});
+    this.#requireSameUser = options.requireSameUser ?? false;
+  }
+
+  /** Resolves once {@linkcode close} has finished. */
+  get closed(): Promise<void> {
+    return this.#closed.promise;
+  }
+
+  /** The service names registered so far. */
+  get serviceNames(): string[] {
+    return [...this.#services.keys()];
+  }
+
+  /**
+   * Registers an implementation under one or more ttrpc service names; with no names, under
+   * the service's own full name. One implementation may serve several names (e.g.
+   * `containerd.task.v2.Task` and `containerd.task.v3.Task`, which differ only in package).
+   *
+   * @param spec the implementation, from `createServiceImplSpec(Service, impl)`
+   * @param names service names as they appear on the wire
+   * @returns this server, for chaining
+   * @throws {ConnectError} `AlreadyExists` when a name is taken
+   */
+  register(spec: ServiceImplSpec, ...names: string[]): this {
+    if (names.length === 0) names = [spec.service.typeName];
+    for (const name of names) {
+      if (this.#services.has(name)) {
+        throw new ConnectError(`ttrpc service "${name}" is already registered`, Code.AlreadyExists);
+      }
+    }
+    // Methods are looked up by their proto name, which is what ttrpc requests carry.
+    const methods = new Map(Object.values(spec.methods).map((m) => [m.method.name, m]));
+    for (const name of names) this.#services.set(name, { spec, methods });
+    return this;
+  }
+
+  /**
+   * Listens on a unix socket and serves it in the background. A stale socket file (nobody
+   * accepting) is removed first; the socket gets mode 0600 and is removed again by
+   * {@linkcode close}.
+   *
+   * @param path filesystem path of the socket
+   * @param options the socket's file mode
+   * @throws {ConnectError} `AlreadyExists` when a live server owns the path, or the path exists
+   *   and is not a socket; `FailedPrecondition` when the server is closed
+   */
+  async listen(path: string, options: TtrpcListenOptions = {}): Promise<void> {
+    if (this.#closing) {
+      throw new ConnectError(
+        `ttrpc server is closed; cannot listen on ${path}`,
+        Code.FailedPrecondition,
+      );
+    }
+    await removeStaleSocket(path);
+    const listener = Deno.listen({ transport: "unix", path });
+    this.#ownedPaths.add(path);
+    try {
+      Deno.chmodSync(path, options.mode ?? 0o600);
+    } catch (err) {
+      listener.close();
+      throw err;
+    }
+    void this.serve(listener);
+  }
+
+  /**
+   * Accepts and serves connections from `listener` until {@linkcode close}. Unlike
+   * {@linkcode listen}, the caller owns the socket file.
+   *
+   * @param listener any stream listener (usually a unix listener)
+   * @returns resolves when the listener is closed
+   */
+  async serve(listener: Deno.Listener): Promise<void> {
+    if (this.#closing) {
+      listener.close();
+      throw new ConnectError(
+        "ttrpc server is closed; cannot serve a listener",
+        Code.FailedPrecondition,
+      );
+    }
+    this.#listeners.add(listener);
+    const path = listener.addr.transport === "unix" ? (listener.addr as Deno.UnixAddr).path : "";
+    const peers = this.#requireSameUser && path ? new PeerCredentialResolver(path) : undefined;
+    let backoff = 0;
+    try {
+      while (!this.#closing) {
+        let conn: Deno.Conn;
+        try {
+          conn = await listener.accept();
+          backoff = 0;
+        } catch (err) {
+          if (this.#closing || err instanceof Deno.errors.BadResource) break;
+          // Transient failures (e.g. out of descriptors) back off like Go's server does.
+          this.#onError(err);
+          backoff = Math.min(1000, backoff === 0 ? 5 : backoff * 2);
+          await new Promise((r) => setTimeout(r, backoff));
+          continue;
+        }
+        let inode: number | undefined;
+        if (this.#requireSameUser) {
+          try {
+            inode = this.#checkPeer(peers);
+          } catch (err) {
+            this.#onError(err);
+            conn.close();
+            continue;
+          }
+        }
+        void this.serveConn(conn).finally(() => {
+          if (inode !== undefined) peers?.release(inode);
+        });
+      }
+    } finally {
+      this.#listeners.delete(listener);
+    }
+  }
+
+  /**
+   * Serves one already-established connection (e.g. from a custom listener or a socket pair).
+   *
+   * @param conn the connection; closed when it ends
+   * @returns resolves when the connection is closed
+   */
+  async serveConn(conn: Deno.Conn): Promise<void> {
+    if (this.#closing) {
+      conn.close();
+      return;
+    }
+    const sc = new ServerConnection(conn, {
+      services: this.#services,
+      interceptors: this.#interceptors,
+      onError: this.#onError,
+    });
+    const done = sc.run();
+    this.#connections.set(sc, done);
+    try {
+      await done;
+    } finally {
+      this.#connections.delete(sc);
+    }
+  }
+
+  /**
+   * Stops accepting, lets running calls answer (new calls on open connections get
+   * `Unavailable`), then closes every connection and removes the socket files it created.
+   * Idempotent. Do not await it inside a handler: it waits for that handler too.
+   *
+   * @param options how long to let running calls finish
+   * @returns resolves when everything is closed (same as {@linkcode closed})
+   */
+  close(options: TtrpcCloseOptions = {}): Promise<void> {
+    this.#closing ??= this.#close(options.timeoutMs);
+    return this.#closing;
+  }
+
+  /** Same as {@linkcode close} without a timeout, for `await using`. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
+  async #close(timeoutMs: number | undefined): Promise<void> {
+    for (const listener of this.#listeners) {
+      try {
+        listener.close();
+      } catch {
+        // already closed
+      }
+    }
+    this.#listeners.clear();
+    for (const path of this.#ownedPaths) {
+      try {
+        if (Deno.lstatSync(path).isSocket) Deno.removeSync(path);
+      } catch {
+        // gone already
+      }
+    }
+    for (const sc of this.#connections.keys()) sc.drain();
+    const all = Promise.all(this.#connections.values());
+    if (timeoutMs !== undefined) {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const expired = new Promise<boolean>((r) => timer = setTimeout(() => r(true), timeoutMs));
+      const timedOut = await Promise.race([all.then(() => false), expired]);
+      clearTimeout(timer);
+      if (timedOut) {
+        const reason = new ConnectError("ttrpc server closed", Code.Unavailable);
+        for (const sc of this.#connections.keys()) sc.abort(reason);
+      }
+    }
+    await all;
+    this.#closed.resolve();
+  }
+
+  #checkPeer(peers: PeerCredentialResolver | undefined): number {
+    if (peers === undefined) {
+      throw new ConnectError(
+        "ttrpc peer check needs a unix listener with a filesystem path",
+        Code.PermissionDenied,
+      );
+    }
+    const { inode, creds } = peers.resolveLatest();
+    const self = effectiveIds();
+    if (creds.uid !== self.uid || creds.gid !== self.gid) {
+      peers.release(inode);
+      throw new ConnectError(
+        `ttrpc peer (pid ${creds.pid}) has uid ${creds.uid} gid ${creds.gid}, expected uid ${self.uid} gid ${self.gid}`,
+        Code.PermissionDenied,
+      );
+    }
+    return inode;
+  }
+}
+
+/** Removes a socket file nobody accepts on; refuses to touch live sockets and other files. */
+async function removeStaleSocket(path: string): Promise<void> {
+  let info: Deno.FileInfo;
+  try {
+    info = Deno.lstatSync(path);
+  } catch (err) {
+    if (err instanceof Deno.errors.NotFound) return;
+    throw err;
+  }
+  if (!info.isSocket) {
+    throw new ConnectError(
+      `cannot listen on ${path}: it exists and is not a socket`,
+      Code.AlreadyExists,
+    );
+  }
+  let live: Deno.Conn | undefined;
+  try {
+    live = await Deno.connect({ transport: "unix", path });
+  } catch {
+    // ECONNREFUSED: a leftover from a server that is gone.
+  }
+  if (live) {
+    live.close();
+    throw new ConnectError(
+      `cannot listen on ${path}: another server accepts connections there`,
+      Code.AlreadyExists,
+    );
+  }
+  Deno.removeSync(path);
+}
