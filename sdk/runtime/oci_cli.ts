@@ -566,7 +566,8 @@ export async function readPidFile(path: string, options: ReadPidFileOptions = {}
  *   log: `${bundle}/log.json`,
  *   spawn: (cmd) => reaper.spawn(cmd),
  * });
- * const pid = await cli.create("web", { bundle, pidFile: `${bundle}/init.pid`, io });
+ * await cli.create("web", { bundle, pidFile: `${bundle}/init.pid`, io });
+ * const pid = await readPidFile(`${bundle}/init.pid`);
  * await cli.start("web");
  * await cli.kill("web", 15);
  * await cli.delete("web");
@@ -657,20 +658,20 @@ export class OciRuntimeCli {
 
   /**
    * `create --bundle B --pid-file P [--console-socket S] [--no-pivot] [--no-new-keyring] ID`.
-   * Resolves once the runtime command exits 0 (the container is then "created") with the init
-   * pid read from `pidFile`. Only the exit status is awaited: the container init keeps the
+   * Resolves once the runtime command exits 0 (the container is then "created"); read the init
+   * pid with {@link readPidFile}. Only the exit status is awaited: the container init keeps the
    * command's stdio open.
    *
    * @param id Container id.
    * @param options Bundle, pid file, console socket and stdio.
-   * @returns The init pid.
    *
    * @example Usage
    * ```ts ignore
-   * const pid = await cli.create("web", { bundle, pidFile: `${bundle}/init.pid`, io });
+   * await cli.create("web", { bundle, pidFile: `${bundle}/init.pid`, io });
+   * const pid = await readPidFile(`${bundle}/init.pid`);
    * ```
    */
-  async create(id: string, options: CreateOptions): Promise<number> {
+  async create(id: string, options: CreateOptions): Promise<void> {
     const args = ["--bundle", options.bundle, "--pid-file", options.pidFile];
     if (options.consoleSocket !== undefined) args.push("--console-socket", options.consoleSocket);
     if (options.noPivot) args.push("--no-pivot");
@@ -681,7 +682,6 @@ export class OciRuntimeCli {
       io: options.io,
       addressesContainer: false,
     });
-    return await readPidFile(options.pidFile);
   }
 
   /**
@@ -785,17 +785,16 @@ export class OciRuntimeCli {
 
   /**
    * `exec --process F --detach --pid-file P [--console-socket S] ID`, with the OCI Process
-   * JSON written to a temporary file that is removed afterwards. Resolves with the exec
-   * process pid once the runtime command has exited 0.
+   * JSON written to a temporary file that is removed afterwards. Resolves once the runtime
+   * command has exited 0; the process pid is then in `pidFile` (see {@link readPidFile}).
    *
    * @param id Container id.
    * @param process The OCI `process` object (args, env, cwd, user, terminal, ...).
    * @param options Pid file, console socket and stdio.
-   * @returns The exec process pid.
    *
    * @example Usage
    * ```ts ignore
-   * const pid = await cli.exec("web", { args: ["sh", "-c", "echo hi"], cwd: "/", env: [] }, {
+   * await cli.exec("web", { args: ["sh", "-c", "echo hi"], cwd: "/", env: [] }, {
    *   pidFile: `${bundle}/exec1.pid`,
    *   io,
    *   detach: true,
@@ -806,7 +805,7 @@ export class OciRuntimeCli {
     id: string,
     process: Record<string, unknown>,
     options: ExecOptions,
-  ): Promise<number> {
+  ): Promise<void> {
     const file = await Deno.makeTempFile({
       dir: runtimeDir(),
       prefix: "skiff-process-",
@@ -821,7 +820,6 @@ export class OciRuntimeCli {
     } finally {
       await Deno.remove(file).catch(() => {});
     }
-    return await readPidFile(options.pidFile);
   }
 
   /**
@@ -914,19 +912,18 @@ export class OciRuntimeCli {
 
   /**
    * `restore --bundle B --image-path I [--work-path W] --detach --pid-file P
-   * [--console-socket S] [--no-pivot] [--no-subreaper] [CRIU flags] ID`. Resolves with the
-   * restored init pid.
+   * [--console-socket S] [--no-pivot] [--no-subreaper] [CRIU flags] ID`. Resolves once the
+   * runtime command has exited 0; the restored init pid is then in `pidFile`.
    *
    * @param id Container id.
    * @param options Bundle, image, pid file, stdio and CRIU flags.
-   * @returns The restored init pid.
    *
    * @example Usage
    * ```ts ignore
-   * const pid = await cli.restore("web", { bundle, imagePath: "/var/ckpt", pidFile: `${bundle}/init.pid`, io });
+   * await cli.restore("web", { bundle, imagePath: "/var/ckpt", pidFile: `${bundle}/init.pid`, io });
    * ```
    */
-  async restore(id: string, options: RestoreOptions): Promise<number> {
+  async restore(id: string, options: RestoreOptions): Promise<void> {
     const args = ["--bundle", options.bundle, "--image-path", options.imagePath];
     if (options.workPath !== undefined) args.push("--work-path", options.workPath);
     args.push("--detach", "--pid-file", options.pidFile);
@@ -939,7 +936,6 @@ export class OciRuntimeCli {
       io: options.io,
       addressesContainer: false,
     });
-    return await readPidFile(options.pidFile);
   }
 
   /**
