@@ -35,16 +35,16 @@ export const RUNC_OPTIONS_TYPE = "containerd.runc.v1.Options";
 /** The bare type name of CRI's generic runtime options. */
 export const CRI_RUNTIME_OPTIONS_TYPE = "runtimeoptions.v1.Options";
 
+/** Keys that name the task-API endpoint. */
+export type EndpointKey = "taskApiAddress" | "taskApiVersion" | "task_api_address" | "task_api_version";
+
 /**
- * Keys that name the task-API endpoint. An options type can never declare them: the endpoint
- * is generic and belongs to the base class.
+ * `T` when it has no endpoint field; otherwise a type that names the offending fields, so an
+ * options type that declares the endpoint does not compile. The endpoint is generic and
+ * belongs to the base class.
  */
-export type EndpointFree = {
-  taskApiAddress?: never;
-  taskApiVersion?: never;
-  task_api_address?: never;
-  task_api_version?: never;
-};
+export type EndpointFree<T> = [Extract<keyof T, EndpointKey>] extends [never] ? T
+  : { "RuntimeOptions cannot declare task-API endpoint fields": Extract<keyof T, EndpointKey> };
 
 /** A protobuf message type a runtime accepts in its options, with its decoder. */
 export interface OptionsMessage<T> {
@@ -87,9 +87,9 @@ export function optionsMessage<Desc extends DescMessage, T>(
  * console.assert(hook.defaults().debug === false);
  * ```
  */
-export interface RuntimeOptions<T extends EndpointFree> {
+export interface RuntimeOptions<T extends object> {
   /** The options used when nothing else is given. */
-  defaults(): T;
+  defaults(): EndpointFree<T>;
   /** Protobuf message types accepted in options (e.g. `containerd.runc.v1.Options`). */
   readonly messages?: readonly OptionsMessage<T>[];
   /** Decodes CRI's `runtimeoptions.v1.Options` TOML; omit it to refuse that carrier. */
@@ -130,13 +130,13 @@ export function bareTypeName(typeUrl: string): string {
  * console.assert(r.fromCarrier === false);
  * ```
  */
-export function resolveOptions<T extends EndpointFree>(
+export function resolveOptions<T extends object>(
   hook: RuntimeOptions<T>,
   carrier: Any | undefined,
   current: T | undefined,
   runtimeName: string,
 ): ResolvedOptions<T> {
-  const base = current ?? hook.defaults();
+  const base = current ?? (hook.defaults() as T);
   const keep = (warnings: string[] = [], endpoint?: TaskApiEndpoint): ResolvedOptions<T> => ({
     options: base,
     fromCarrier: false,
@@ -213,7 +213,7 @@ export function resolveOptions<T extends EndpointFree>(
 }
 
 /** The bare type names a hook accepts. */
-export function acceptedTypes<T extends EndpointFree>(hook: RuntimeOptions<T>): string[] {
+export function acceptedTypes<T extends object>(hook: RuntimeOptions<T>): string[] {
   const names = (hook.messages ?? []).map((m) => m.schema.typeName);
   if (hook.fromToml) names.push(CRI_RUNTIME_OPTIONS_TYPE);
   return names;

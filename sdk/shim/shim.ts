@@ -10,7 +10,7 @@
  * @module
  */
 
-import type { EndpointFree, RuntimeOptions } from "./options.ts";
+import type { RuntimeOptions } from "./options.ts";
 import type { ContainerRuntime } from "./runtime.ts";
 import type { Logger } from "./logger.ts";
 import type { TaskApiVersion } from "./endpoint.ts";
@@ -48,7 +48,7 @@ export interface RuntimeContext<T> {
  * await runShim(new RuncShim());
  * ```
  */
-export abstract class Shim<T extends EndpointFree = EndpointFree> {
+export abstract class Shim<T extends object = object> {
   /** containerd runtime name, e.g. `io.containerd.skiff-runc.v2`. */
   abstract readonly runtimeName: string;
   /** The runtime-specific options hook. */

@@ -52,7 +52,7 @@ import { Container } from "./container.ts";
 import type { EventPublisher } from "./events.ts";
 import { packAny } from "./events.ts";
 import type { Logger } from "./logger.ts";
-import { type EndpointFree, resolveOptions } from "./options.ts";
+import { resolveOptions } from "./options.ts";
 import type { ShimPlatform } from "./platform.ts";
 import { ShimProcess } from "./process.ts";
 import type { Shim } from "./shim.ts";
@@ -77,7 +77,7 @@ export function validateId(kind: string, id: string): void {
 }
 
 /** Everything the Task service depends on. */
-export interface TaskServiceDeps<T extends EndpointFree> {
+export interface TaskServiceDeps<T extends object> {
   /** The runtime definition. */
   shim: Shim<T>;
   /** OS mechanics. */
@@ -107,7 +107,7 @@ export interface TaskServiceDeps<T extends EndpointFree> {
  * server.register(createServiceImplSpec(TaskV2, svc.impl()), "containerd.task.v2.Task", "containerd.task.v3.Task");
  * ```
  */
-export class TaskService<T extends EndpointFree> {
+export class TaskService<T extends object> {
   #d: TaskServiceDeps<T>;
   #containers = new Map<string, Container<T>>();
   #unsubscribe: () => void;

@@ -1,0 +1,59 @@
+/**
+ * skiff: write containerd runtime v2 shims in TypeScript.
+ *
+ * A shim extends {@link Shim} with its runtime name, a {@link RuntimeOptions} hook and a
+ * {@link ContainerRuntime} factory (usually an {@link OciRuntimeCli}), and calls
+ * {@link runShim}. The base class owns bootstrap (`start`/`delete` for containerd 1.6 to
+ * 2.3+), the Task API v2+v3, events, exit reaping, stdio, logging and the task-API endpoint.
+ *
+ * @example A runc shim
+ * ```ts ignore
+ * import { OciRuntimeCli, runShim, Shim, type RuntimeContext } from "@skiff/shim";
+ *
+ * class MyShim extends Shim<{ binary: string }> {
+ *   readonly runtimeName = "io.containerd.my.v1";
+ *   readonly options = { defaults: () => ({ binary: "runc" }) };
+ *   runtime(ctx: RuntimeContext<{ binary: string }>): OciRuntimeCli {
+ *     return new OciRuntimeCli({ binary: ctx.options.binary, spawn: ctx.spawn });
+ *   }
+ * }
+ * await runShim(new MyShim());
+ * ```
+ *
+ * @module
+ */
+
+export { type RuntimeContext, Shim } from "./sdk/shim/shim.ts";
+export { runShim } from "./sdk/shim/run.ts";
+export {
+  acceptedTypes,
+  type EndpointFree,
+  optionsMessage,
+  type OptionsMessage,
+  resolveOptions,
+  type ResolvedOptions,
+  type RuntimeOptions,
+} from "./sdk/shim/options.ts";
+export type {
+  ContainerRuntime,
+  RuntimeCheckpointOptions,
+  RuntimeCreateOptions,
+  RuntimeExecOptions,
+  RuntimeStdio,
+} from "./sdk/shim/runtime.ts";
+export {
+  formatTaskApiEndpoint,
+  parseTaskApiEndpoint,
+  type TaskApiEndpoint,
+  type TaskApiProtocol,
+  type TaskApiVersion,
+} from "./sdk/shim/endpoint.ts";
+export { type LogFields, Logger, type LogLevel } from "./sdk/shim/logger.ts";
+export { packAny } from "./sdk/shim/events.ts";
+export {
+  isNotExist,
+  mapKillError,
+  OciRuntimeCli,
+  type OciRuntimeCliOptions,
+  OciRuntimeError,
+} from "./sdk/runtime/oci_cli.ts";

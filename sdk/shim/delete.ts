@@ -1,0 +1,80 @@
+/**
+ * The `delete` action: containerd runs `<shim> … -id ID -bundle B delete` after the shim's
+ * connection closed (normally, or because the server died). It cleans up what a dead server
+ * left (the container in the runtime, the rootfs mount, a stale socket) and prints a
+ * `DeleteResponse` with exit status 137, as containerd expects.
+ *
+ * @module
+ */
+
+import { create, toBinary } from "@bufbuild/protobuf";
+import { timestampNow } from "@bufbuild/protobuf/wkt";
+import { DeleteResponseSchema } from "../../proto/gen/containerd/task/v2/shim_pb.ts";
+import type { ShimFlags } from "./flags.ts";
+import type { Shim } from "./shim.ts";
+import { Logger } from "./logger.ts";
+import { groupKey, socketAlive } from "./start.ts";
+import { shimSocketAddress, socketPath } from "./socket_address.ts";
+
+/** Exit status containerd reports for a task cleaned up after its shim died (128+SIGKILL). */
+export const DEAD_SHIM_EXIT_STATUS = 137;
+
+/**
+ * Runs `delete` and returns the marshalled `DeleteResponse`.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const bytes = await runDelete(shim, flags);
+ * await Deno.stdout.write(bytes);
+ * ```
+ */
+export async function runDelete<T extends object>(
+  shim: Shim<T>,
+  flags: ShimFlags,
+  logger: Logger = new Logger(),
+): Promise<Uint8Array> {
+  const bundle = flags.bundle || Deno.cwd();
+  let options = shim.options.defaults() as T;
+  try {
+    options = JSON.parse(await Deno.readTextFile(`${bundle}/options.json`)) as T;
+  } catch { /* never created: defaults rebuild the runtime command */ }
+  const { Reaper } = await import("../linux/reaper.ts");
+  const reaper = Reaper.start({ subreaper: false });
+  try {
+    const runtime = shim.runtime({
+      id: flags.id,
+      namespace: flags.namespace,
+      bundle,
+      options,
+      spawn: (cmd) => reaper.spawn(cmd),
+      logger,
+    });
+    await runtime.delete(flags.id, { force: true }).catch((e) =>
+      logger.warn("runtime delete failed", { id: flags.id, error: (e as Error).message })
+    );
+  } finally {
+    reaper.close();
+  }
+  const { unmountAll } = await import("../linux/mount.ts");
+  await unmountAll(`${bundle}/rootfs`).catch((e: unknown) =>
+    logger.warn("unmount rootfs failed", { error: (e as Error).message })
+  );
+  // A dead server leaves its socket behind; a live one (other containers in the group) keeps it.
+  if (flags.address) {
+    const group = await groupKey(bundle, flags.id);
+    const path = socketPath(shimSocketAddress(flags.address, flags.namespace, group));
+    if (!(await socketAlive(path))) await Deno.remove(path).catch(() => {});
+  }
+  let pid = 0;
+  try {
+    pid = Number((await Deno.readTextFile(`${bundle}/init.pid`)).trim()) || 0;
+  } catch { /* never created */ }
+  return toBinary(
+    DeleteResponseSchema,
+    create(DeleteResponseSchema, {
+      pid,
+      exitStatus: DEAD_SHIM_EXIT_STATUS,
+      exitedAt: timestampNow(),
+    }),
+  );
+}

@@ -1,0 +1,97 @@
+/**
+ * The {@link ShimPlatform} built from sdk/linux: reaper, process stdio, console socket and
+ * pty, rootfs mounts, cgroup statistics and OOM notifications.
+ *
+ * @module
+ */
+
+import type { Reaper } from "../linux/reaper.ts";
+import { kill } from "../linux/libc.ts";
+import { ConsoleSocket } from "../linux/console.ts";
+import { ProcessIo } from "../linux/process_io.ts";
+import { mountAll, unmountAll } from "../linux/mount.ts";
+import { cgroupStats } from "../linux/cgroups.ts";
+import { watchOom } from "../linux/oom.ts";
+import { readPidFile } from "../runtime/oci_cli.ts";
+import type { ProcessIoSetup, ShimPlatform } from "./platform.ts";
+
+/** How long to wait for the runtime to hand over a terminal's pty master. */
+const PTY_TIMEOUT_MS = 10_000;
+
+/**
+ * Builds the Linux platform on top of a started {@link Reaper}.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const platform = linuxPlatform(Reaper.start());
+ * ```
+ */
+export function linuxPlatform(reaper: Reaper): ShimPlatform {
+  return {
+    spawn: (cmd) => reaper.spawn(cmd),
+    onExit: (listener) => reaper.onExit(listener),
+    recentExit: (pid) => reaper.exited(pid),
+    openIo: (paths, ctx) => paths.terminal ? openTerminal(paths, ctx) : openPipes(paths, ctx),
+    mount: (mounts, target) => mountAll(mounts, target),
+    unmount: (target) => unmountAll(target),
+    stats: (pid) => cgroupStats(pid),
+    watchOom: (pid, onOom) => watchOom(pid, onOom),
+    kill: (pid, signal) => kill(pid, signal),
+    readPidFile: (path) => readPidFile(path),
+  };
+}
+
+async function openPipes(
+  paths: { stdin: string; stdout: string; stderr: string; terminal: boolean },
+  ctx: { containerId: string; namespace: string },
+): Promise<ProcessIoSetup> {
+  const io = await ProcessIo.open(paths, ctx);
+  return {
+    stdio: io,
+    ready: () => Promise.resolve(),
+    handle: {
+      closeStdin: () => io.closeStdin(),
+      drain: (ms) => io.drain(ms),
+      close: () => io.close(),
+    },
+  };
+}
+
+async function openTerminal(
+  paths: { stdin: string; stdout: string; stderr: string; terminal: boolean },
+  ctx: { containerId: string; namespace: string },
+): Promise<ProcessIoSetup> {
+  // The pty carries both output streams; stderr is unused with a terminal.
+  const io = await ProcessIo.open({ ...paths, stderr: "", terminal: true }, ctx);
+  const socket = await ConsoleSocket.create();
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), PTY_TIMEOUT_MS);
+  // Accept concurrently with `runtime create`: the runtime connects during create.
+  const master = socket.receiveMaster(abort.signal);
+  master.catch(() => {});
+  let pty: Awaited<typeof master> | undefined;
+  return {
+    consoleSocket: socket.path,
+    async ready() {
+      try {
+        pty = await master;
+      } finally {
+        clearTimeout(timer);
+        await socket.close();
+      }
+      io.attachPty(pty);
+    },
+    handle: {
+      closeStdin: () => io.closeStdin(),
+      drain: (ms) => io.drain(ms),
+      async close() {
+        clearTimeout(timer);
+        abort.abort();
+        await socket.close().catch(() => {});
+        await io.close();
+        await pty?.close();
+      },
+      resize: (w, h) => pty?.resize(w, h),
+    },
+  };
+}

@@ -1,0 +1,81 @@
+/**
+ * `runShim`: the one-line entry point of a shim binary. It parses containerd's flags and runs
+ * `start`, `delete`, `-v`, `-info` or the server. `start` and `delete` load only what they
+ * need; the server's modules are imported when it runs.
+ *
+ * @module
+ */
+
+import { create, toBinary } from "@bufbuild/protobuf";
+import { RuntimeInfoSchema } from "../../proto/gen/containerd/types/introspection_pb.ts";
+import { parseShimFlags, type ShimFlags } from "./flags.ts";
+import type { Shim } from "./shim.ts";
+
+async function writeAll(w: { write(p: Uint8Array): Promise<number> }, data: Uint8Array) {
+  for (let off = 0; off < data.length;) off += await w.write(data.subarray(off));
+}
+
+async function readStdin(): Promise<Uint8Array> {
+  try {
+    return new Uint8Array(await new Response(Deno.stdin.readable).arrayBuffer());
+  } catch {
+    return new Uint8Array();
+  }
+}
+
+/**
+ * Runs a shim binary. Call it from the shim's main module; it exits the process.
+ *
+ * @param shim the runtime definition
+ * @param argv the arguments (default `Deno.args`)
+ * @example Usage
+ * ```ts ignore
+ * import { runShim } from "@skiff/shim";
+ * await runShim(new RuncShim());
+ * ```
+ */
+export async function runShim<T extends object>(
+  shim: Shim<T>,
+  argv: readonly string[] = Deno.args,
+): Promise<void> {
+  let flags: ShimFlags;
+  try {
+    flags = parseShimFlags(argv);
+  } catch (e) {
+    console.error(`${shim.runtimeName}: ${(e as Error).message}`);
+    Deno.exit(2);
+  }
+  const enc = new TextEncoder();
+  if (flags.version) {
+    console.log(`${shim.runtimeName} (skiff)\n  Version: ${shim.version}`);
+    Deno.exit(0);
+  }
+  if (flags.info) {
+    const info = create(RuntimeInfoSchema, {
+      name: shim.runtimeName,
+      version: { version: shim.version, revision: "" },
+    });
+    await writeAll(Deno.stdout, toBinary(RuntimeInfoSchema, info));
+    Deno.exit(0);
+  }
+  try {
+    if (flags.action === "start") {
+      const { runStart } = await import("./start.ts");
+      const answer = await runStart(shim, flags, await readStdin());
+      await writeAll(Deno.stdout, typeof answer === "string" ? enc.encode(answer) : answer);
+      Deno.exit(0);
+    }
+    if (flags.action === "delete") {
+      const { runDelete } = await import("./delete.ts");
+      await writeAll(Deno.stdout, await runDelete(shim, flags));
+      Deno.exit(0);
+    }
+    const { serveShim } = await import("./serve.ts");
+    await serveShim(shim, flags);
+    Deno.exit(0);
+  } catch (e) {
+    // containerd shows start's combined output in its error, so say what failed.
+    console.error(`${shim.runtimeName} ${flags.action}: ${(e as Error).message}`);
+    Deno.exit(1);
+  }
+}

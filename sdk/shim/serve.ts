@@ -1,0 +1,121 @@
+/**
+ * The long-running shim server: becomes the child subreaper, logs to the bundle's `log` FIFO,
+ * serves the Task API (v2 and v3 names) over ttrpc, publishes events to containerd, and exits
+ * on Shutdown (when no container is left) or SIGTERM.
+ *
+ * @module
+ */
+
+import { createServiceImplSpec } from "@connectrpc/connect";
+import { Task as TaskV2 } from "../../proto/gen/containerd/task/v2/shim_pb.ts";
+import { TtrpcServer } from "../ttrpc/server.ts";
+import { Reaper } from "../linux/reaper.ts";
+import type { ShimFlags } from "./flags.ts";
+import { EventPublisher } from "./events.ts";
+import { Logger } from "./logger.ts";
+import type { Shim } from "./shim.ts";
+import { linuxPlatform } from "./linux_platform.ts";
+import { TaskService } from "./task_service.ts";
+import { shimSocketAddress, socketPath } from "./socket_address.ts";
+import { groupKey } from "./start.ts";
+
+/** Service names the Task implementation is registered under. */
+export const TASK_SERVICE_NAMES: readonly string[] = [
+  "containerd.task.v2.Task",
+  "containerd.task.v3.Task",
+];
+
+/**
+ * Opens the bundle's `log` FIFO for writing. containerd holds it open for reading before it
+ * runs the shim, so this does not block; without it (a shim run by hand) lines go nowhere.
+ */
+export function openLogSink(path: string): ((line: string) => void) | undefined {
+  let file: Deno.FsFile;
+  try {
+    file = Deno.openSync(path, { write: true });
+  } catch {
+    return undefined;
+  }
+  const enc = new TextEncoder();
+  let pending = 0;
+  let chain = Promise.resolve();
+  return (line: string) => {
+    // A stalled reader must not make the shim buffer without bound.
+    if (pending > 1000) return;
+    pending++;
+    chain = chain.then(async () => {
+      try {
+        const buf = enc.encode(line);
+        for (let off = 0; off < buf.length;) off += await file.write(buf.subarray(off));
+      } catch { /* reader gone */ }
+      pending--;
+    });
+  };
+}
+
+/**
+ * Runs the server until it shuts down. Never returns normally: the process exits.
+ *
+ * @example Usage
+ * ```ts ignore
+ * await serveShim(new RuncShim(), parseShimFlags(Deno.args));
+ * ```
+ */
+export async function serveShim<T extends object>(
+  shim: Shim<T>,
+  flags: ShimFlags,
+): Promise<void> {
+  const bundle = Deno.cwd();
+  const logger = new Logger({
+    level: flags.debug ? "debug" : "info",
+    fields: { runtime: shim.runtimeName, namespace: flags.namespace },
+  });
+  const sink = openLogSink(`${bundle}/log`);
+  if (sink) logger.setSink(sink);
+  if (Deno.env.get("SKIFF_LOG_FORMAT") === "json") logger.setFormat("json");
+
+  const reaper = Reaper.start();
+  const platform = linuxPlatform(reaper);
+  const publisher = new EventPublisher({
+    address: Deno.env.get("TTRPC_ADDRESS") ?? `${flags.address}.ttrpc`,
+    namespace: flags.namespace,
+    logger,
+  });
+  let inherited: T | undefined;
+  try {
+    inherited = JSON.parse(await Deno.readTextFile(`${bundle}/options.json`)) as T;
+  } catch { /* start had no options */ }
+
+  const server = new TtrpcServer({
+    onError: (e) => logger.debug("ttrpc connection error", { error: String(e) }),
+  });
+  let shuttingDown = false;
+  const shutdown = async (why: string) => {
+    if (shuttingDown) return;
+    shuttingDown = true;
+    logger.info("shutting down", { reason: why });
+    await server.close({ timeoutMs: 5_000 }).catch(() => {});
+    await publisher.close(3_000).catch(() => {});
+    tasks.close();
+    reaper.close();
+    Deno.exit(0);
+  };
+  const tasks = new TaskService<T>({
+    shim,
+    platform,
+    events: publisher,
+    logger,
+    namespace: flags.namespace,
+    inheritedOptions: () => inherited,
+    onShutdown: () => setTimeout(() => void shutdown("Shutdown"), 0),
+  });
+  server.register(createServiceImplSpec<typeof TaskV2>(TaskV2, tasks.impl()), ...TASK_SERVICE_NAMES);
+
+  const path = flags.socket ||
+    socketPath(shimSocketAddress(flags.address, flags.namespace, await groupKey(bundle, flags.id)));
+  await server.listen(path);
+  Deno.addSignalListener("SIGTERM", () => void shutdown("SIGTERM"));
+  Deno.addSignalListener("SIGINT", () => void shutdown("SIGINT"));
+  logger.info("serving", { id: flags.id, socket: path, pid: Deno.pid });
+  await server.closed;
+}

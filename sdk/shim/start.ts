@@ -1,0 +1,227 @@
+/**
+ * The `start` action: containerd runs `<shim> -namespace … -address … -id … start` in the
+ * bundle and reads one answer from its combined stdout+stderr. This module tells containerd's
+ * dialects apart (1.6 → 2.3+), finds or spawns the long-running server, and answers in the
+ * caller's dialect. It imports nothing heavy: no ttrpc server, no Linux mechanics.
+ *
+ * @module
+ */
+
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { type Any, AnySchema } from "@bufbuild/protobuf/wkt";
+import {
+  type BootstrapParams,
+  BootstrapParamsSchema,
+  BootstrapResultSchema,
+} from "../../proto/gen/containerd/runtime/bootstrap/v1/bootstrap_pb.ts";
+import type { ShimFlags } from "./flags.ts";
+import { endpointJson, type TaskApiEndpoint } from "./endpoint.ts";
+import { resolveOptions } from "./options.ts";
+import type { Shim } from "./shim.ts";
+import { DEFAULT_SOCKET_DIR, shimSocketAddress, socketPath } from "./socket_address.ts";
+
+/** Annotations that group containers into one shim (a pod, or an explicit group). */
+export const GROUP_ANNOTATIONS: readonly string[] = [
+  "io.containerd.runc.v2.group",
+  "io.kubernetes.cri.sandbox-id",
+];
+
+/** Which protocol dialect containerd spoke on `start`'s stdin. */
+export interface StartInput {
+  /** "bootstrap" (containerd 2.3+: `BootstrapParams`) or "legacy" (an options `Any`, or nothing). */
+  dialect: "bootstrap" | "legacy";
+  /** The decoded params (bootstrap dialect). */
+  params?: BootstrapParams;
+  /** Option carriers found (the legacy `Any`, or every bootstrap extension). */
+  carriers: Any[];
+}
+
+/**
+ * Tells containerd's `start` stdin dialects apart. A `BootstrapParams` message also decodes as
+ * an `Any`, so it is recognised only when its id and namespace equal the flags.
+ *
+ * @example Usage
+ * ```ts
+ * import { parseStartInput } from "./start.ts";
+ * const none = parseStartInput(new Uint8Array(), "c1", "default");
+ * console.assert(none.dialect === "legacy" && none.carriers.length === 0);
+ * ```
+ */
+export function parseStartInput(stdin: Uint8Array, id: string, namespace: string): StartInput {
+  if (stdin.length === 0) return { dialect: "legacy", carriers: [] };
+  try {
+    const params = fromBinary(BootstrapParamsSchema, stdin);
+    if (params.instanceId === id && params.namespace === namespace) {
+      return {
+        dialect: "bootstrap",
+        params,
+        carriers: params.extensions.flatMap((e) => e.value ? [e.value] : []),
+      };
+    }
+  } catch { /* not bootstrap params */ }
+  try {
+    return { dialect: "legacy", carriers: [fromBinary(AnySchema, stdin)] };
+  } catch {
+    // containerd 2.x ignores undecodable start options too; Create carries them again.
+    return { dialect: "legacy", carriers: [] };
+  }
+}
+
+/**
+ * Formats `start`'s answer. containerd 2.3+ (bootstrap dialect) gets a protobuf
+ * `BootstrapResult`; 2.0–2.2 get JSON, which is the only way to advertise version 3 to them;
+ * 1.6 and 1.7 get the plain address (1.6 takes the whole output as the address, 1.7 rejects
+ * versions above 2).
+ *
+ * @param daemon containerd's version as `[major, minor]`, when known
+ * @example Usage
+ * ```ts
+ * import { formatStartAnswer } from "./start.ts";
+ * const ep = { address: "unix:///run/containerd/s/x", version: 3, protocol: "ttrpc" } as const;
+ * console.assert(formatStartAnswer("legacy", ep, [1, 6]) === "unix:///run/containerd/s/x");
+ * ```
+ */
+export function formatStartAnswer(
+  dialect: "bootstrap" | "legacy",
+  ep: TaskApiEndpoint,
+  daemon: [number, number] | undefined,
+): string | Uint8Array {
+  if (dialect === "bootstrap") {
+    return toBinary(
+      BootstrapResultSchema,
+      create(BootstrapResultSchema, {
+        version: ep.version,
+        address: ep.address,
+        protocol: ep.protocol,
+      }),
+    );
+  }
+  if (daemon && daemon[0] >= 2) return endpointJson(ep);
+  if (ep.protocol === "ttrpc") return ep.address;
+  return endpointJson({ ...ep, version: 2 });
+}
+
+/** The grouping key of a bundle: a group annotation in config.json, else the id. */
+export async function groupKey(bundle: string, id: string): Promise<string> {
+  try {
+    const spec = JSON.parse(await Deno.readTextFile(`${bundle}/config.json`));
+    const ann = (spec?.annotations ?? {}) as Record<string, string>;
+    for (const key of GROUP_ANNOTATIONS) if (ann[key]) return ann[key];
+  } catch { /* no spec (sandboxes may have none): no grouping */ }
+  return id;
+}
+
+/** True when something accepts connections on the unix socket. */
+export async function socketAlive(path: string): Promise<boolean> {
+  try {
+    const c = await Deno.connect({ transport: "unix", path });
+    c.close();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** containerd's version from its binary (`-publish-binary`), or undefined. */
+export async function containerdVersion(binary: string): Promise<[number, number] | undefined> {
+  if (!binary) return undefined;
+  try {
+    const out = await new Deno.Command(binary, { args: ["--version"], stdin: "null", stderr: "null" })
+      .output();
+    const m = /\sv?(\d+)\.(\d+)\.\d+/.exec(" " + new TextDecoder().decode(out.stdout));
+    return m ? [Number(m[1]), Number(m[2])] : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Runs `start`: returns the bytes/string to print. Throws an Error with a message that
+ * containerd will show when the server cannot be started.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const answer = await runStart(shim, flags, await readAll(Deno.stdin));
+ * ```
+ */
+export async function runStart<T extends object>(
+  shim: Shim<T>,
+  flags: ShimFlags,
+  stdin: Uint8Array,
+): Promise<string | Uint8Array> {
+  const bundle = Deno.cwd();
+  const input = parseStartInput(stdin, flags.id, flags.namespace);
+  const socketDir = input.params?.socketDir || DEFAULT_SOCKET_DIR;
+  const group = await groupKey(bundle, flags.id);
+  const address = shimSocketAddress(flags.address, flags.namespace, group, socketDir);
+  const path = socketPath(address);
+  const ep: TaskApiEndpoint = { address, version: shim.taskApiVersion, protocol: "ttrpc" };
+  const daemon = input.dialect === "bootstrap" ? undefined : containerdVersion(flags.publishBinary);
+
+  // Options given at start are kept for the server; endpoint carriers are not options.
+  let options: T | undefined;
+  for (const carrier of input.carriers) {
+    try {
+      const r = resolveOptions(shim.options, carrier, options, shim.runtimeName);
+      if (r.fromCarrier) options = r.options;
+    } catch { /* Create validates options and reports errors with a code */ }
+  }
+  if (options !== undefined) {
+    await Deno.writeTextFile(`${bundle}/options.json`, JSON.stringify(options));
+  }
+
+  if (!(await socketAlive(path))) {
+    await Deno.mkdir(socketDir, { recursive: true, mode: 0o700 });
+    await Deno.remove(path).catch(() => {});
+    await spawnServer(flags, path, bundle);
+  }
+  await Deno.writeTextFile(`${bundle}/address`, address);
+  return formatStartAnswer(input.dialect, ep, await daemon);
+}
+
+async function spawnServer(flags: ShimFlags, path: string, bundle: string): Promise<void> {
+  // Re-run the same launcher containerd ran, so the server gets the same Deno flags.
+  const launcher = Deno.env.get("SKIFF_SHIM_LAUNCHER");
+  const [cmd, ...pre] = launcher
+    ? [launcher]
+    : [Deno.execPath(), "run", "-A", "--quiet", "--no-prompt", new URL(Deno.mainModule).pathname];
+  const args = [
+    ...pre,
+    "-namespace",
+    flags.namespace,
+    "-id",
+    flags.id,
+    "-address",
+    flags.address,
+    "-publish-binary",
+    flags.publishBinary,
+    "-socket",
+    path,
+    ...(flags.debug ? ["-debug"] : []),
+  ];
+  // stdio on /dev/null: containerd reads start's combined output until EOF, so the server
+  // must not inherit our pipes. detached: a new session, so it outlives us.
+  const child = new Deno.Command(cmd, {
+    args,
+    cwd: bundle,
+    stdin: "null",
+    stdout: "null",
+    stderr: "null",
+    detached: true,
+  }).spawn();
+  child.unref();
+  const state: { exited?: Deno.CommandStatus } = {};
+  child.status.then((s) => state.exited = s);
+  const deadline = Date.now() + 20_000;
+  while (Date.now() < deadline) {
+    if (await socketAlive(path)) return;
+    if (state.exited) {
+      throw new Error(
+        `shim server exited with code ${state.exited.code} before serving on "${path}"; ` +
+          `see the shim log in ${bundle}/log`,
+      );
+    }
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error(`shim server did not serve on "${path}" within 20s`);
+}
