@@ -1,0 +1,57 @@
+/**
+ * containerd-shim-skiff-runsc-v2: a containerd shim for gVisor's runsc, built on skiff.
+ * Runtime name `io.containerd.skiff-runsc.v2`; options are CRI's `runtimeoptions.v1.Options`
+ * with a TOML body (or `ConfigPath`) in gVisor's format:
+ *
+ *   binary_name = "runsc"
+ *   root = "/run/containerd/runsc"
+ *   [runsc_config]          # each key becomes a runsc global flag: --key=value
+ *   network = "none"
+ *   platform = "ptrace"
+ */
+import { OciRuntimeCli, type RuntimeContext, runShim, Shim } from "../../mod.ts";
+
+/** The runsc settings this shim honours. */
+export interface RunscOptions {
+  binaryName: string;
+  root: string;
+  /** runsc global flags, `--key=value`. */
+  runscConfig: Record<string, string>;
+}
+
+/** The runsc shim: TOML options in, an OCI runtime CLI with runsc's flags out. */
+export class RunscShim extends Shim<RunscOptions> {
+  readonly runtimeName = "io.containerd.skiff-runsc.v2";
+  readonly options = {
+    defaults: (): RunscOptions => ({
+      binaryName: "runsc",
+      root: "/run/containerd/runsc",
+      // Outside a CRI pod there is no network namespace to join, and ptrace works everywhere.
+      runscConfig: { network: "none", platform: "ptrace" },
+    }),
+    fromToml: (t: Record<string, unknown>, base: RunscOptions): RunscOptions => ({
+      binaryName: String(t.binary_name ?? base.binaryName),
+      root: String(t.root ?? base.root),
+      runscConfig: {
+        ...base.runscConfig,
+        ...Object.fromEntries(
+          Object.entries((t.runsc_config ?? {}) as Record<string, unknown>)
+            .map(([k, v]) => [k, String(v)]),
+        ),
+      },
+    }),
+  };
+
+  runtime(ctx: RuntimeContext<RunscOptions>): OciRuntimeCli {
+    const o = ctx.options;
+    return new OciRuntimeCli({
+      binary: o.binaryName,
+      root: `${o.root}/${ctx.namespace}`,
+      log: `${ctx.bundle}/log.json`,
+      globalArgs: Object.entries(o.runscConfig).map(([k, v]) => `--${k}=${v}`),
+      spawn: ctx.spawn,
+    });
+  }
+}
+
+if (import.meta.main) await runShim(new RunscShim());
