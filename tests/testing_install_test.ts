@@ -1,0 +1,129 @@
+import assert from "node:assert/strict";
+import {
+  checkoutRoot,
+  currentDenoDir,
+  EXAMPLE_SHIMS,
+  installShims,
+  launcherScript,
+} from "../sdk/testing/install.ts";
+import { parseInstallArgs } from "../sdk/testing/install_cli.ts";
+
+const dec = new TextDecoder();
+
+Deno.test("installShims() writes executable launchers for both example shims", async () => {
+  const prefix = await Deno.makeTempDir({ prefix: "skiff-install-" });
+  try {
+    const paths = await installShims({ prefix });
+    const root = checkoutRoot();
+    assert.deepEqual(paths, [
+      `${await Deno.realPath(prefix)}/bin/containerd-shim-skiff-runc-v2`,
+      `${await Deno.realPath(prefix)}/bin/containerd-shim-skiff-runsc-v2`,
+    ]);
+    assert.ok((await Deno.stat(`${root}/deno.json`)).isFile);
+    for (const [i, p] of paths.entries()) {
+      assert.equal((await Deno.stat(p)).mode! & 0o777, 0o755);
+      const text = await Deno.readTextFile(p);
+      assert.ok(text.startsWith("#!/bin/sh\n"));
+      const entry = Object.values(EXAMPLE_SHIMS)[i]!;
+      assert.ok(
+        text.includes(
+          `exec '${Deno.execPath()}' run -A --quiet --no-prompt --cached-only ` +
+            `--config '${root}/deno.json' '${root}/${entry}' "$@"\n`,
+        ),
+        text,
+      );
+      assert.ok(text.includes(`DENO_DIR='${await currentDenoDir()}'\n`), text);
+    }
+    // Installing again replaces the launchers in place.
+    assert.deepEqual(await installShims({ prefix }), paths);
+    assert.deepEqual([...Deno.readDirSync(`${prefix}/bin`)].map((e) => e.name).sort(), [
+      "containerd-shim-skiff-runc-v2",
+      "containerd-shim-skiff-runsc-v2",
+    ]);
+  } finally {
+    await Deno.remove(prefix, { recursive: true });
+  }
+});
+
+Deno.test("a launcher runs its entry from any cwd with args, pinned DENO_DIR and the config", async () => {
+  const prefix = await Deno.makeTempDir({ prefix: "skiff-install-" });
+  const root = await Deno.makeTempDir({ prefix: "skiff-install-root-" });
+  const elsewhere = await Deno.makeTempDir({ prefix: "skiff-install-cwd-" });
+  try {
+    // An import-map alias proves the launcher passes --config.
+    await Deno.writeTextFile(
+      `${root}/deno.json`,
+      JSON.stringify({ imports: { "#greeting": "./greeting.ts" } }),
+    );
+    await Deno.writeTextFile(`${root}/greeting.ts`, `export const greeting = "hi";\n`);
+    await Deno.writeTextFile(
+      `${root}/probe.ts`,
+      `import { greeting } from "#greeting";\n` +
+        `console.log(JSON.stringify({ greeting, args: Deno.args, denoDir: Deno.env.get("DENO_DIR"), ` +
+        `cwd: Deno.cwd() }));\n`,
+    );
+    const [launcher] = await installShims({
+      prefix,
+      root,
+      shims: { "containerd-shim-probe-v1": "probe.ts" },
+    });
+    const out = await new Deno.Command(launcher!, {
+      args: ["-namespace", "a b", "-id", "x'y", "start"],
+      cwd: elsewhere,
+      env: { PATH: "/usr/bin:/bin", DENO_DIR: "/nonexistent" },
+      clearEnv: true,
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    assert.equal(dec.decode(out.stderr), "");
+    assert.equal(out.code, 0);
+    const got = JSON.parse(dec.decode(out.stdout));
+    assert.deepEqual(got, {
+      greeting: "hi",
+      args: ["-namespace", "a b", "-id", "x'y", "start"],
+      denoDir: await currentDenoDir(),
+      cwd: await Deno.realPath(elsewhere),
+    });
+  } finally {
+    for (const d of [prefix, root, elsewhere]) await Deno.remove(d, { recursive: true });
+  }
+});
+
+Deno.test("launcherScript() quotes paths with spaces and quotes", () => {
+  const s = launcherScript({
+    deno: "/opt/my deno/deno",
+    denoDir: "/c/it's",
+    config: "/r/deno.json",
+    entry: "/r/m.ts",
+  });
+  assert.ok(s.includes(`DENO_DIR='/c/it'\\''s'\n`));
+  assert.ok(s.includes(`exec '/opt/my deno/deno' run`));
+});
+
+Deno.test("parseInstallArgs() defaults to /usr/local and accepts --prefix", () => {
+  assert.deepEqual(parseInstallArgs([]), { prefix: "/usr/local", help: false });
+  assert.deepEqual(parseInstallArgs(["--prefix", "/opt/x"]), { prefix: "/opt/x", help: false });
+  assert.deepEqual(parseInstallArgs(["--prefix=/p"]), { prefix: "/p", help: false });
+  assert.equal(parseInstallArgs(["--help"]).help, true);
+  assert.throws(() => parseInstallArgs(["--prefix"]), TypeError);
+  assert.throws(() => parseInstallArgs(["--bogus"]), TypeError);
+});
+
+Deno.test("deno task install --prefix installs through the CLI", async () => {
+  const prefix = await Deno.makeTempDir({ prefix: "skiff-install-cli-" });
+  try {
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["task", "-q", "install", "--prefix", prefix],
+      cwd: checkoutRoot(),
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    assert.equal(out.code, 0, dec.decode(out.stderr));
+    const text = dec.decode(out.stdout);
+    assert.match(text, /installed .*\/bin\/containerd-shim-skiff-runc-v2/);
+    assert.match(text, /installed .*\/bin\/containerd-shim-skiff-runsc-v2/);
+    assert.ok((await Deno.stat(`${prefix}/bin/containerd-shim-skiff-runc-v2`)).isFile);
+  } finally {
+    await Deno.remove(prefix, { recursive: true });
+  }
+});
