@@ -51,7 +51,7 @@ async function openPipes(
     ready: () => Promise.resolve(),
     handle: {
       closeStdin: () => io.closeStdin(),
-      drain: (ms) => io.drain(ms),
+      drain: async (ms) => void await io.drain(ms),
       close: () => io.close(),
     },
   };
@@ -83,7 +83,7 @@ async function openTerminal(
     },
     handle: {
       closeStdin: () => io.closeStdin(),
-      drain: (ms) => io.drain(ms),
+      drain: async (ms) => void await io.drain(ms),
       async close() {
         clearTimeout(timer);
         abort.abort();

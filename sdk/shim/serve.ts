@@ -8,6 +8,8 @@
 
 import { createServiceImplSpec } from "@connectrpc/connect";
 import { Task as TaskV2 } from "../../proto/gen/containerd/task/v2/shim_pb.ts";
+import { Sandbox } from "../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts";
+import { SandboxService } from "./sandbox_service.ts";
 import { TtrpcServer } from "../ttrpc/server.ts";
 import { Reaper } from "../linux/reaper.ts";
 import type { ShimFlags } from "./flags.ts";
@@ -107,9 +109,25 @@ export async function serveShim<T extends object>(
     logger,
     namespace: flags.namespace,
     inheritedOptions: () => inherited,
-    onShutdown: () => setTimeout(() => void shutdown("Shutdown"), 0),
+    onShutdown: () => {
+      if (sandboxes.size === 0) setTimeout(() => void shutdown("Shutdown"), 0);
+    },
+  });
+  const sandboxes: SandboxService<T> = new SandboxService<T>({
+    shim,
+    tasks,
+    platform,
+    logger,
+    namespace: flags.namespace,
+    inheritedOptions: () => inherited,
+    adoptOptions: (o) => inherited = o,
+    onShutdown: () => setTimeout(() => void shutdown("ShutdownSandbox"), 0),
   });
   server.register(createServiceImplSpec<typeof TaskV2>(TaskV2, tasks.impl()), ...TASK_SERVICE_NAMES);
+  server.register(
+    createServiceImplSpec<typeof Sandbox>(Sandbox, sandboxes.impl()),
+    "containerd.runtime.sandbox.v1.Sandbox",
+  );
 
   const path = flags.socket ||
     socketPath(shimSocketAddress(flags.address, flags.namespace, await groupKey(bundle, flags.id)));

@@ -14,6 +14,7 @@ import type { RuntimeOptions } from "./options.ts";
 import type { ContainerRuntime } from "./runtime.ts";
 import type { Logger } from "./logger.ts";
 import type { TaskApiVersion } from "./endpoint.ts";
+import type { SandboxContext, SandboxRuntime } from "./sandbox_service.ts";
 
 /** What a runtime hook gets to build a container's runtime. Endpoint-free by design. */
 export interface RuntimeContext<T> {
@@ -62,4 +63,9 @@ export abstract class Shim<T extends object = object> {
    * containers to one shim without a per-container `start`; both v2 and v3 are served anyway.
    */
   readonly taskApiVersion: TaskApiVersion = 3;
+  /**
+   * Optional sandbox hook (Sandbox API): what the runtime must do to create, start and stop a
+   * sandbox. Without it the sandbox is this shim process and the containers it serves.
+   */
+  sandbox?(ctx: SandboxContext<T>): SandboxRuntime<T> | undefined;
 }

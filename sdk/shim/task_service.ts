@@ -123,6 +123,16 @@ export class TaskService<T extends object> {
     return this.#containers;
   }
 
+  /** SIGKILLs every container and waits (bounded) for their exits; used by StopSandbox. */
+  async killAll(graceMs: number): Promise<void> {
+    const live = [...this.#containers.values()].filter((c) => c.init.state !== "stopped");
+    await Promise.all(live.map((c) => c.runtime.kill(c.id, 9, { all: true }).catch(() => {})));
+    await Promise.race([
+      Promise.all(live.map((c) => c.init.pid ? c.init.exited : undefined)),
+      new Promise((r) => setTimeout(r, graceMs)),
+    ]);
+  }
+
   /** Stops listening for exits. */
   close(): void {
     this.#unsubscribe();

@@ -1,0 +1,298 @@
+/**
+ * The Sandbox API (`containerd.runtime.sandbox.v1.Sandbox`), served by the base class beside
+ * the Task API on the same socket. containerd 2.x's `shim` sandboxer drives it: it runs the
+ * shim's `start` for the sandbox, then CreateSandbox, StartSandbox, and later routes the pod's
+ * containers to this shim's task-API endpoint (version 3: no per-container `start`).
+ *
+ * A runtime may supply a narrow {@link SandboxRuntime} hook for what it must do to create,
+ * start and stop a sandbox (a VM runtime boots its VM there); without one, the sandbox is this
+ * shim process and its containers.
+ *
+ * @module
+ */
+
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import type {
+  CreateSandboxRequest,
+  PingRequest,
+  PlatformRequest,
+  Sandbox,
+  SandboxMetricsRequest,
+  SandboxStatusRequest,
+  ShutdownSandboxRequest,
+  StartSandboxRequest,
+  StopSandboxRequest,
+  WaitSandboxRequest,
+} from "../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts";
+import type { Logger } from "./logger.ts";
+import { resolveOptions } from "./options.ts";
+import type { ShimPlatform } from "./platform.ts";
+import type { Shim } from "./shim.ts";
+import { validateId } from "./task_service.ts";
+import type { TaskService } from "./task_service.ts";
+
+type SandboxImpl = ServiceImpl<typeof Sandbox>;
+type Out<M extends keyof SandboxImpl> = MessageInitShape<
+  (typeof Sandbox)["method"][M]["output"]
+>;
+
+/** What a sandbox hook gets. Endpoint-free by design, like {@link RuntimeContext}. */
+export interface SandboxContext<T> {
+  /** Sandbox id. */
+  readonly id: string;
+  /** containerd namespace. */
+  readonly namespace: string;
+  /** The sandbox's bundle directory. */
+  readonly bundle: string;
+  /** Network namespace path ("" for the host's). */
+  readonly netnsPath: string;
+  /** Annotations from containerd. */
+  readonly annotations: Readonly<Record<string, string>>;
+  /** The runtime options in effect for the sandbox. */
+  readonly options: T;
+  /** Logger with the sandbox's fields. */
+  readonly logger: Logger;
+}
+
+/** The narrow hook for runtimes whose sandbox is more than the shim process (e.g. a VM). */
+export interface SandboxRuntime<T> {
+  /** Prepares the sandbox. */
+  create?(ctx: SandboxContext<T>): Promise<void>;
+  /** Starts it; returns the pid that represents it (default: the shim's). */
+  start?(ctx: SandboxContext<T>): Promise<{ pid?: number }>;
+  /** Stops it (after its containers have been killed). */
+  stop?(ctx: SandboxContext<T>): Promise<void>;
+}
+
+interface SandboxRecord<T> {
+  ctx: SandboxContext<T>;
+  state: "created" | "ready" | "stopped";
+  pid: number;
+  createdAt: Date;
+  exit: PromiseWithResolvers<{ status: number; exitedAt: Date }>;
+  exited?: { status: number; exitedAt: Date };
+}
+
+/** Dependencies of the Sandbox service. */
+export interface SandboxServiceDeps<T extends object> {
+  /** The runtime definition (its optional `sandbox` hook). */
+  shim: Shim<T>;
+  /** The Task service of the same shim (a sandbox's containers live there). */
+  tasks: TaskService<T>;
+  /** OS mechanics (stats). */
+  platform: ShimPlatform;
+  /** Logger. */
+  logger: Logger;
+  /** Namespace from the command line. */
+  namespace: string;
+  /** Options the shim already has (from `start`). */
+  inheritedOptions?: () => T | undefined;
+  /** Makes these options the shim's options for containers created later. */
+  adoptOptions?: (options: T) => void;
+  /** Exits the shim when nothing is left to serve. */
+  onShutdown: () => void;
+  /** Counts create outcomes (operations metrics). */
+  onCreate?: (result: "ok" | "error") => void;
+}
+
+/**
+ * The Sandbox service implementation.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const sandboxes = new SandboxService({ shim, tasks, platform, logger, namespace, onShutdown });
+ * server.register(createServiceImplSpec(Sandbox, sandboxes.impl()), "containerd.runtime.sandbox.v1.Sandbox");
+ * ```
+ */
+export class SandboxService<T extends object> {
+  #d: SandboxServiceDeps<T>;
+  #sandboxes = new Map<string, SandboxRecord<T>>();
+
+  /** Creates the service. */
+  constructor(deps: SandboxServiceDeps<T>) {
+    this.#d = deps;
+  }
+
+  /** Number of sandboxes not yet shut down. */
+  get size(): number {
+    return this.#sandboxes.size;
+  }
+
+  /** The Connect implementation. */
+  impl(): SandboxImpl {
+    return {
+      createSandbox: (r, c) => this.createSandbox(r, c),
+      startSandbox: (r) => this.startSandbox(r),
+      platform: (r) => this.platform(r),
+      stopSandbox: (r) => this.stopSandbox(r),
+      waitSandbox: (r, c) => this.waitSandbox(r, c),
+      sandboxStatus: (r) => this.sandboxStatus(r),
+      pingSandbox: (r) => this.pingSandbox(r),
+      shutdownSandbox: (r) => this.shutdownSandbox(r),
+      sandboxMetrics: (r) => this.sandboxMetrics(r),
+    };
+  }
+
+  #get(id: string): SandboxRecord<T> {
+    const s = this.#sandboxes.get(id);
+    if (!s) throw new ConnectError(`sandbox "${id}" not found`, Code.NotFound);
+    return s;
+  }
+
+  /** Records the sandbox and runs the hook's `create`. */
+  async createSandbox(r: CreateSandboxRequest, c?: HandlerContext): Promise<Out<"createSandbox">> {
+    try {
+      validateId("sandbox", r.sandboxId);
+      if (this.#sandboxes.has(r.sandboxId)) {
+        throw new ConnectError(`sandbox "${r.sandboxId}" already exists`, Code.AlreadyExists);
+      }
+      const { shim, logger } = this.#d;
+      const namespace = c?.requestHeader.get("containerd-namespace-ttrpc") || this.#d.namespace;
+      // CRI puts its PodSandboxConfig here; only an options type the runtime accepts counts.
+      let options = this.#d.inheritedOptions?.() ?? (shim.options.defaults() as T);
+      try {
+        const resolved = resolveOptions(shim.options, r.options, options, shim.runtimeName);
+        if (resolved.fromCarrier) options = resolved.options;
+      } catch {
+        logger.debug("sandbox options are not runtime options", {
+          id: r.sandboxId,
+          type: r.options?.typeUrl ?? "",
+        });
+      }
+      this.#d.adoptOptions?.(options);
+      const ctx: SandboxContext<T> = {
+        id: r.sandboxId,
+        namespace,
+        bundle: r.bundlePath,
+        netnsPath: r.netnsPath,
+        annotations: { ...r.annotations },
+        options,
+        logger: logger.with({ sandbox: r.sandboxId }),
+      };
+      await shim.sandbox?.(ctx)?.create?.(ctx);
+      this.#sandboxes.set(r.sandboxId, {
+        ctx,
+        state: "created",
+        pid: 0,
+        createdAt: new Date(),
+        exit: Promise.withResolvers(),
+      });
+      ctx.logger.info("sandbox created");
+      this.#d.onCreate?.("ok");
+      return {};
+    } catch (e) {
+      this.#d.onCreate?.("error");
+      throw e;
+    }
+  }
+
+  /** Starts the sandbox. */
+  async startSandbox(r: StartSandboxRequest): Promise<Out<"startSandbox">> {
+    const s = this.#get(r.sandboxId);
+    if (s.state !== "created") {
+      throw new ConnectError(
+        `cannot start sandbox "${r.sandboxId}": it is ${s.state}`,
+        Code.FailedPrecondition,
+      );
+    }
+    const started = await this.#d.shim.sandbox?.(s.ctx)?.start?.(s.ctx);
+    s.pid = started?.pid ?? Deno.pid;
+    s.state = "ready";
+    s.createdAt = new Date();
+    return { pid: s.pid, createdAt: timestampFromDate(s.createdAt) };
+  }
+
+  /** The platform the sandbox runs containers for. */
+  platform(r: PlatformRequest): Out<"platform"> {
+    this.#get(r.sandboxId);
+    return {
+      platform: {
+        os: Deno.build.os,
+        architecture: Deno.build.arch === "x86_64" ? "amd64" : "arm64",
+      },
+    };
+  }
+
+  /** Kills the sandbox's containers and stops it. */
+  async stopSandbox(r: StopSandboxRequest): Promise<Out<"stopSandbox">> {
+    const s = this.#get(r.sandboxId);
+    if (s.state === "stopped") return {};
+    const grace = (r.timeoutSecs || 10) * 1000;
+    await this.#d.tasks.killAll(grace);
+    await this.#d.shim.sandbox?.(s.ctx)?.stop?.(s.ctx);
+    s.state = "stopped";
+    s.exited = { status: 0, exitedAt: new Date() };
+    s.exit.resolve(s.exited);
+    s.ctx.logger.info("sandbox stopped");
+    return {};
+  }
+
+  /** Blocks until the sandbox has stopped. */
+  async waitSandbox(r: WaitSandboxRequest, c?: HandlerContext): Promise<Out<"waitSandbox">> {
+    const s = this.#get(r.sandboxId);
+    const exit = await new Promise<{ status: number; exitedAt: Date }>((resolve, reject) => {
+      c?.signal.addEventListener("abort", () => reject(ConnectError.from(c.signal.reason)), {
+        once: true,
+      });
+      s.exit.promise.then(resolve);
+    });
+    return { exitStatus: exit.status, exitedAt: timestampFromDate(exit.exitedAt) };
+  }
+
+  /** The sandbox's state, as CRI names it. */
+  sandboxStatus(r: SandboxStatusRequest): Out<"sandboxStatus"> {
+    const s = this.#get(r.sandboxId);
+    return {
+      sandboxId: r.sandboxId,
+      pid: s.pid,
+      state: s.state === "ready" ? "SANDBOX_READY" : "SANDBOX_NOTREADY",
+      info: r.verbose ? { runtime: this.#d.shim.runtimeName, bundle: s.ctx.bundle } : {},
+      createdAt: timestampFromDate(s.createdAt),
+      ...(s.exited ? { exitedAt: timestampFromDate(s.exited.exitedAt) } : {}),
+    };
+  }
+
+  /** Liveness probe. */
+  pingSandbox(r: PingRequest): Out<"pingSandbox"> {
+    this.#get(r.sandboxId);
+    return {};
+  }
+
+  /** Forgets the sandbox; the shim exits when nothing is left. */
+  shutdownSandbox(r: ShutdownSandboxRequest): Out<"shutdownSandbox"> {
+    const s = this.#get(r.sandboxId);
+    if (s.state !== "stopped") {
+      throw new ConnectError(
+        `cannot shut down sandbox "${r.sandboxId}": it is ${s.state}; stop it first`,
+        Code.FailedPrecondition,
+      );
+    }
+    this.#sandboxes.delete(r.sandboxId);
+    if (this.#sandboxes.size === 0 && this.#d.tasks.containers.size === 0) this.#d.onShutdown();
+    return {};
+  }
+
+  /** cgroup statistics of the sandbox process. */
+  async sandboxMetrics(r: SandboxMetricsRequest): Promise<Out<"sandboxMetrics">> {
+    const s = this.#get(r.sandboxId);
+    if (s.state !== "ready") {
+      throw new ConnectError(`sandbox "${r.sandboxId}" is not running`, Code.FailedPrecondition);
+    }
+    try {
+      return {
+        metrics: {
+          timestamp: timestampFromDate(new Date()),
+          id: r.sandboxId,
+          data: await this.#d.platform.stats(s.pid),
+        },
+      };
+    } catch (e) {
+      throw new ConnectError(
+        `metrics of sandbox "${r.sandboxId}": ${(e as Error).message}`,
+        Code.NotFound,
+      );
+    }
+  }
+}
