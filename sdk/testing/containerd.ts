@@ -530,7 +530,7 @@ export class PrivateContainerd {
    * Imports the busybox test image (see `buildBusyboxImage`) into a namespace and unpacks it.
    *
    * @param namespace containerd namespace
-   * @returns the image reference, `docker.io/skiff/busybox:latest`
+   * @returns the image reference, `localhost/skiff/busybox:latest` ({@linkcode BUSYBOX_IMAGE_REF})
    *
    * @example Usage
    * ```ts ignore

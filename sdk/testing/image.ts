@@ -19,7 +19,7 @@
 import { buildBusyboxRootfs, findBusybox } from "./bundle.ts";
 
 /** The name the image is imported under. */
-export const BUSYBOX_IMAGE_REF: string = "docker.io/skiff/busybox:latest";
+export const BUSYBOX_IMAGE_REF: string = "localhost/skiff/busybox:latest";
 
 /** Options of {@linkcode buildBusyboxImage}. */
 export interface BusyboxImageOptions {

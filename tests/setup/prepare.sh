@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Makes this machine ready for skiff's integration tests; `deno task test` runs it first.
+#
+#  1. Debian packages: containerd (1.6 on bookworm), runc, runsc, crun, busybox-static,
+#     protobuf-compiler, util-linux, bsdutils (script), iproute2. Installed with apt-get when
+#     missing (apt-get update runs only then). A policy-rc.d guard keeps apt from starting the
+#     system containerd service: the tests only ever run private containerds.
+#  2. containerd 1.7 (trixie) and 2.x (sid) unpacked into $SKIFF_CACHE by fetch_containerd.sh.
+#  3. $SKIFF_CACHE/env: SKIFF_CONTAINERD_<major>_<minor>=<bin dir> per containerd build
+#     (read by containerdVersions() in sdk/testing/containerd.ts).
+#  4. deno's dependency cache, filled from deno.lock (`deno install --frozen`).
+#
+# Not root or not Debian: it says exactly what is missing and carries on, so the tests skip
+# (or fail, under SKIFF_REQUIRE_INTEGRATION=1). Silent and fast when nothing needs doing.
+#
+# env: SKIFF_CACHE (default ~/.cache/skiff)
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+cache="${SKIFF_CACHE:-$HOME/.cache/skiff}"
+export SKIFF_CACHE="$cache"
+
+say() { echo "prepare: $*" >&2; }
+
+is_root=false
+[ "$(id -u)" = 0 ] && is_root=true
+is_debian=false
+[ -r /etc/debian_version ] && command -v apt-get >/dev/null && command -v dpkg-query >/dev/null &&
+  is_debian=true
+
+# --- 1. packages -----------------------------------------------------------------------------
+packages=(containerd runc runsc crun busybox-static protobuf-compiler util-linux bsdutils iproute2)
+# command → package, for machines where dpkg cannot tell us (and to catch a broken install).
+declare -A provides=(
+  [containerd]=containerd [ctr]=containerd [containerd-shim-runc-v2]=containerd
+  [runc]=runc [runsc]=runsc [crun]=crun [busybox]=busybox-static [protoc]=protobuf-compiler
+  [unshare]=util-linux [nsenter]=util-linux [mountpoint]=util-linux [script]=bsdutils
+  [ip]=iproute2
+)
+find_cmd() { PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin" command -v "$1" >/dev/null; }
+
+missing_pkgs=()
+if $is_debian; then
+  installed=$(dpkg-query -W -f='${Package} ${Status}\n' "${packages[@]}" 2>/dev/null |
+    awk '$NF == "installed" { print $1 }')
+  for p in "${packages[@]}"; do
+    grep -qx "$p" <<<"$installed" || missing_pkgs+=("$p")
+  done
+fi
+for cmd in "${!provides[@]}"; do
+  if ! find_cmd "$cmd"; then
+    p=${provides[$cmd]}
+    [[ " ${missing_pkgs[*]} " == *" $p "* ]] || missing_pkgs+=("$p")
+  fi
+done
+
+if [ ${#missing_pkgs[@]} -gt 0 ]; then
+  if $is_root && $is_debian; then
+    say "installing ${missing_pkgs[*]}"
+    guard=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      # exit 101 = "action forbidden": apt must not start services (no system containerd).
+      printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d &&
+        guard=/usr/sbin/policy-rc.d
+    fi
+    if DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "${missing_pkgs[@]}" >&2; then
+      say "installed ${missing_pkgs[*]}"
+    else
+      say "FAILED: apt-get install ${missing_pkgs[*]}"
+    fi
+    [ -n "$guard" ] && rm -f "$guard"
+  else
+    why="not root"
+    $is_debian || why="not Debian"
+    say "missing packages: ${missing_pkgs[*]} ($why; as root on Debian run:" \
+      "apt-get install --no-install-recommends ${missing_pkgs[*]})"
+  fi
+fi
+
+# --- 2. containerd 1.7 and 2.x from newer Debian suites --------------------------------------
+suites=(trixie sid)
+need_fetch=()
+for s in "${suites[@]}"; do
+  [ -x "$cache/containerd-$s/usr/bin/containerd" ] || need_fetch+=("$s")
+done
+if [ ${#need_fetch[@]} -gt 0 ]; then
+  if $is_debian && [ -r /etc/apt/sources.list.d/debian.sources ]; then
+    say "fetching containerd from Debian ${need_fetch[*]} into $cache"
+    if ! bash "$here/fetch_containerd.sh" "${need_fetch[@]}" >/dev/null; then
+      say "FAILED: tests/setup/fetch_containerd.sh ${need_fetch[*]}"
+    fi
+  else
+    say "missing containerd from Debian ${need_fetch[*]} (needs Debian with" \
+      "/etc/apt/sources.list.d/debian.sources: bash tests/setup/fetch_containerd.sh ${need_fetch[*]})"
+  fi
+fi
+
+# --- 3. the env file naming each containerd build --------------------------------------------
+env_text="# written by tests/setup/prepare.sh: containerd builds for the integration tests"
+declare -A seen=()
+for dir in /usr/bin "$cache"/containerd-trixie/usr/bin "$cache"/containerd-sid/usr/bin; do
+  [ -x "$dir/containerd" ] || continue
+  # "containerd github.com/containerd/containerd/v2 2.1.9+unknown": take the first x.y.z.
+  v=$("$dir/containerd" --version 2>/dev/null | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -n1)
+  [ -n "$v" ] || { say "cannot run $dir/containerd --version"; continue; }
+  key="SKIFF_CONTAINERD_$(cut -d. -f1 <<<"$v")_$(cut -d. -f2 <<<"$v")"
+  [ -n "${seen[$key]:-}" ] && continue
+  seen[$key]=1
+  env_text+=$'\n'"$key=$dir"
+done
+if [ "$(cat "$cache/env" 2>/dev/null)" != "$env_text" ]; then
+  mkdir -p "$cache" && printf '%s\n' "$env_text" >"$cache/env.tmp" && mv "$cache/env.tmp" "$cache/env"
+  say "wrote $cache/env: $(grep -c '^SKIFF_CONTAINERD_' "$cache/env") containerd build(s)"
+fi
+
+# --- 4. deno dependencies from the lock file -------------------------------------------------
+if command -v deno >/dev/null; then
+  if ! out=$(cd "$repo" && deno install --frozen 2>&1); then
+    say "FAILED: deno install --frozen (dependency cache not filled):"
+    echo "$out" >&2
+  fi
+else
+  say "missing deno (npm install -g deno@2.9.6)"
+fi
+exit 0
