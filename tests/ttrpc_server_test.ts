@@ -441,3 +441,19 @@ integrationTest(
     }
   },
 );
+
+Deno.test("TtrpcServer answers a response too large for one frame with ResourceExhausted", async () => {
+  await using srv = await startTaskServer({
+    state: (req) => ({ id: req.id, stdout: "x".repeat(5 << 20) }),
+    pids: () => ({ processes: [{ pid: 1 }] }),
+  });
+  await using transport = createTtrpcTransport({ path: srv.path });
+  const task = createClient(Task, transport);
+  await assert.rejects(task.state({ id: "big" }), (e: unknown) => {
+    assert.ok(e instanceof ConnectError);
+    assert.equal(e.code, Code.ResourceExhausted);
+    assert.match(e.rawMessage, /exceeds maximum message size of 4194304/);
+    return true;
+  });
+  assert.equal((await task.pids({ id: "small" })).processes[0].pid, 1);
+});

@@ -8,7 +8,7 @@ import { socketPathOf } from "../sdk/ttrpc/address.ts";
 import { ClientConnection } from "../sdk/ttrpc/_client_connection.ts";
 import { encodeFrame, FrameDecoder, FrameFlags, FrameType } from "../sdk/ttrpc/frame.ts";
 import { createTtrpcTransport } from "../sdk/ttrpc/transport.ts";
-import { tempSocket } from "./fixtures/ttrpc/helpers.ts";
+import { spawnTaskServer, tempSocket } from "./fixtures/ttrpc/helpers.ts";
 
 const NS_KEY = "containerd-namespace-ttrpc";
 
@@ -401,20 +401,7 @@ Deno.test(
   "createTtrpcTransport() fails in-flight calls Unavailable when the server process dies and reconnects after its restart",
   async () => {
     const sock = await tempSocket();
-    const fixture = new URL("./fixtures/ttrpc/task_server.ts", import.meta.url).pathname;
-    const spawn = async () => {
-      const child = new Deno.Command(Deno.execPath(), {
-        args: ["run", "-A", fixture, sock.path],
-        stdout: "piped",
-        stderr: "inherit",
-      }).spawn();
-      const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
-      const { value } = await reader.read();
-      assert.equal(value?.trim(), "ready");
-      reader.releaseLock();
-      return child;
-    };
-    let child = await spawn();
+    let child = await spawnTaskServer(sock.path);
     const transport = createTtrpcTransport({ path: sock.path });
     try {
       const task = createClient(Task, transport);
@@ -422,9 +409,7 @@ Deno.test(
       assert.equal(first.pid, child.pid);
       const inflight = settle([task.wait({ id: "a" }), task.wait({ id: "b" })]);
       await task.state({ id: "sync" }); // the waits are on the wire before the kill
-      child.kill("SIGKILL");
-      await child.status;
-      await child.stdout.cancel();
+      await child.kill();
       for (const c of inflight) {
         await assert.rejects(
           c(),
@@ -437,17 +422,13 @@ Deno.test(
         (e: unknown) => e instanceof ConnectError && e.code === Code.Unavailable,
       );
       // The restarted server replaces the stale socket; the same transport reconnects.
-      child = await spawn();
+      child = await spawnTaskServer(sock.path);
       const again = await task.state({ id: "b" });
       assert.equal(again.pid, child.pid);
       assert.equal(again.bundle, "/bundles/b");
     } finally {
       await transport.close();
-      try {
-        child.kill("SIGKILL");
-      } catch { /* exited */ }
-      await child.status;
-      await child.stdout.cancel().catch(() => {});
+      await child.kill();
       await sock.remove();
     }
   },

@@ -170,6 +170,12 @@ export class TtrpcServer {
       );
     }
     await removeStaleSocket(path);
+    if (this.#closing) {
+      throw new ConnectError(
+        `ttrpc server closed while preparing to listen on ${path}`,
+        Code.FailedPrecondition,
+      );
+    }
     const listener = Deno.listen({ transport: "unix", path });
     this.#ownedPaths.add(path);
     try {
