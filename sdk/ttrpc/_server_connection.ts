@@ -7,7 +7,13 @@
  * @module
  */
 
-import { create, type DescMessage, fromBinary, toBinary } from "@bufbuild/protobuf";
+import {
+  create,
+  type DescMessage,
+  fromBinary,
+  type MessageShape,
+  toBinary,
+} from "@bufbuild/protobuf";
 import {
   Code,
   ConnectError,
@@ -19,7 +25,6 @@ import {
   type UnaryRequest,
   type UnaryResponse,
 } from "@connectrpc/connect";
-import { createContextValues } from "@connectrpc/connect";
 import { type Request, RequestSchema, ResponseSchema } from "../../proto/gen/ttrpc/request_pb.ts";
 import type { Status } from "../../proto/gen/google/rpc/status_pb.ts";
 import {
@@ -273,9 +278,9 @@ export class ServerConnection {
   async #intercepted(
     method: Extract<MethodImplSpec, { kind: "unary" }>,
     ctx: HandlerContext,
-    input: ReturnType<typeof fromBinary<DescMessage>>,
+    input: MessageShape<DescMessage>,
     url: string,
-  ) {
+  ): Promise<MessageShape<DescMessage>> {
     let next = async (req: UnaryRequest): Promise<UnaryResponse> => ({
       stream: false,
       service: ctx.service,
@@ -295,7 +300,7 @@ export class ServerConnection {
       url,
       signal: ctx.signal,
       header: ctx.requestHeader,
-      contextValues: ctx.values ?? createContextValues(),
+      contextValues: ctx.values,
       message: input,
     });
     return res.message;

@@ -11,7 +11,7 @@
  * ```ts ignore
  * import { createClient, createServiceImplSpec } from "@connectrpc/connect";
  * import { createTtrpcTransport, TtrpcServer } from "@skiff/shim/ttrpc";
- * import { Task } from "@skiff/shim/proto";
+ * import { TaskService as Task } from "@skiff/shim/proto";
  *
  * const server = new TtrpcServer();
  * server.register(

@@ -84,7 +84,7 @@ export interface TtrpcCloseOptions {
  * ```ts ignore
  * import { createServiceImplSpec } from "@connectrpc/connect";
  * import { TtrpcServer } from "@skiff/shim/ttrpc";
- * import { Task } from "./proto/gen/containerd/task/v2/shim_pb.ts";
+ * import { TaskService as Task } from "@skiff/shim/proto";
  *
  * const server = new TtrpcServer();
  * server.register(

@@ -56,7 +56,7 @@ export interface TtrpcTransportOptions {
  * ```ts ignore
  * import { createClient } from "@connectrpc/connect";
  * import { createTtrpcTransport, type TtrpcTransport } from "@skiff/shim/ttrpc";
- * import { Task } from "./proto/gen/containerd/task/v2/shim_pb.ts";
+ * import { TaskService as Task } from "@skiff/shim/proto";
  * const transport: TtrpcTransport = createTtrpcTransport({ path: "unix:///run/containerd/s/abc" });
  * const pid = (await createClient(Task, transport).connect({ id: "c1" })).shimPid;
  * await transport.close();
@@ -86,7 +86,7 @@ export interface TtrpcTransport extends Transport {
  * ```ts ignore
  * import { createClient } from "@connectrpc/connect";
  * import { createTtrpcTransport } from "@skiff/shim/ttrpc";
- * import { Events } from "./proto/gen/containerd/services/events/ttrpc/v1/events_pb.ts";
+ * import { EventsService as Events } from "@skiff/shim/proto";
  *
  * const transport = createTtrpcTransport({ path: Deno.env.get("TTRPC_ADDRESS")! });
  * const events = createClient(Events, transport);
