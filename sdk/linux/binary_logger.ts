@@ -1,0 +1,210 @@
+/**
+ * containerd's `binary://` logging protocol: the logger runs with fd 3 = the process's stdout,
+ * fd 4 = its stderr, fd 5 = a "wait" pipe it writes one byte to (or closes) once ready.
+ *
+ * `Deno.Command` cannot hand extra descriptors to a child, so the three pipes are FIFOs in a
+ * private temporary directory and `/bin/sh` opens them as fds 3, 4 and 5 before it `exec`s the
+ * logger.
+ *
+ * @module
+ */
+
+import { close, mkfifo, O, open, readFd } from "./libc.ts";
+import { FdStream } from "./fd_stream.ts";
+import { Canceller, POLLIN, waitFd } from "./poll.ts";
+import type { Reaper } from "./reaper.ts";
+
+/** What {@linkcode BinaryLogger.start} needs. */
+export interface BinaryLoggerOptions {
+  /** Absolute path of the logging binary. */
+  path: string;
+  /** Arguments, from the URI's query as `k v k2 v2`. */
+  args: string[];
+  /** `binary-v2`: the logger must write one byte to fd 5; EOF alone is an error. */
+  requireReady: boolean;
+  /** Exported as CONTAINER_ID. */
+  containerId: string;
+  /** Exported as CONTAINER_NAMESPACE. */
+  namespace: string;
+  /** Spawns through this reaper when given, so its exit is never mistaken for an orphan's. */
+  reaper?: Reaper;
+  /** How long {@linkcode BinaryLogger.close} waits for the logger to exit before SIGKILL. */
+  exitTimeoutMs?: number;
+}
+
+// Positional parameters keep the FIFO paths out of the logger's environment.
+const LAUNCHER = 'o=$1 e=$2 w=$3; shift 3; exec "$@" 3<"$o" 4<"$e" 5>"$w"';
+
+/**
+ * A running logging binary and the writers for the process's stdout and stderr.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const logger = await BinaryLogger.start({
+ *   path: "/usr/local/bin/my-logger", args: ["tag", "web"], requireReady: false,
+ *   containerId: "web", namespace: "default",
+ * });
+ * await logger.stdout.write(new TextEncoder().encode("hello\n"));
+ * await logger.close();
+ * ```
+ */
+export class BinaryLogger {
+  /** Writer for the process's stdout (the logger's fd 3). */
+  readonly stdout: FdStream;
+  /** Writer for the process's stderr (the logger's fd 4). */
+  readonly stderr: FdStream;
+  #child: Deno.ChildProcess;
+  #dir: string;
+  #exitTimeoutMs: number;
+  #closed: Promise<void> | undefined;
+
+  private constructor(
+    stdout: FdStream,
+    stderr: FdStream,
+    child: Deno.ChildProcess,
+    dir: string,
+    exitTimeoutMs: number,
+  ) {
+    this.stdout = stdout;
+    this.stderr = stderr;
+    this.#child = child;
+    this.#dir = dir;
+    this.#exitTimeoutMs = exitTimeoutMs;
+  }
+
+  /**
+   * Starts the logger and waits until it is ready (one byte or EOF on its wait pipe).
+   *
+   * @param options see {@linkcode BinaryLoggerOptions}
+   */
+  static async start(options: BinaryLoggerOptions): Promise<BinaryLogger> {
+    const what = `binary logger "${options.path}"`;
+    // sh would report a missing binary only as an early EOF, which binary:// reads as "ready".
+    let info: Deno.FileInfo;
+    try {
+      info = await Deno.stat(options.path);
+    } catch (e) {
+      throw new Error(`start ${what}: ${(e as Error).message}`);
+    }
+    if (!info.isFile || ((info.mode ?? 0) & 0o111) === 0) {
+      throw new Error(`start ${what}: not an executable file`);
+    }
+    const dir = await Deno.makeTempDir({ prefix: "skiff-logger-" });
+    const fds: number[] = [];
+    let child: Deno.ChildProcess | undefined;
+    try {
+      for (const name of ["stdout", "stderr", "wait"]) mkfifo(`${dir}/${name}`, 0o600);
+      // O_RDWR opens of a FIFO never block, and make the logger's O_RDONLY opens not block.
+      const outRw = open(`${dir}/stdout`, O.RDWR | O.NONBLOCK);
+      fds.push(outRw);
+      const errRw = open(`${dir}/stderr`, O.RDWR | O.NONBLOCK);
+      fds.push(errRw);
+      // A reader on the wait FIFO lets the logger's write-only open proceed.
+      const wait = open(`${dir}/wait`, O.RDONLY | O.NONBLOCK);
+      fds.push(wait);
+      const cmd = new Deno.Command("/bin/sh", {
+        args: [
+          "-c",
+          LAUNCHER,
+          "skiff-logger",
+          `${dir}/stdout`,
+          `${dir}/stderr`,
+          `${dir}/wait`,
+          options.path,
+          ...options.args,
+        ],
+        env: { CONTAINER_ID: options.containerId, CONTAINER_NAMESPACE: options.namespace },
+        stdin: "null",
+        stdout: "null",
+        stderr: "null",
+      });
+      child = options.reaper ? options.reaper.spawn(cmd) : cmd.spawn();
+      await waitReady(wait, child, options.requireReady, what);
+      // Now that the logger holds the read ends, keep write-only ends, so a dead logger gives
+      // EPIPE instead of a pipe that silently fills up.
+      const out = open(`${dir}/stdout`, O.WRONLY | O.NONBLOCK);
+      fds.push(out);
+      const err = open(`${dir}/stderr`, O.WRONLY | O.NONBLOCK);
+      fds.push(err);
+      for (const fd of [outRw, errRw, wait]) close(fd);
+      return new BinaryLogger(
+        new FdStream(out, `${what} stdout`),
+        new FdStream(err, `${what} stderr`),
+        child,
+        dir,
+        options.exitTimeoutMs ?? 12_000,
+      );
+    } catch (e) {
+      for (const fd of fds) close(fd);
+      if (child) {
+        try {
+          child.kill("SIGKILL");
+        } catch { /* already exited */ }
+        await child.status;
+      }
+      await Deno.remove(dir, { recursive: true }).catch(() => {});
+      throw e;
+    }
+  }
+
+  /** The logger's exit status. */
+  get status(): Promise<Deno.CommandStatus> {
+    return this.#child.status;
+  }
+
+  /**
+   * Closes stdout and stderr (the logger sees EOF), waits for it to exit (SIGKILL after
+   * `exitTimeoutMs`) and removes the FIFOs; idempotent.
+   */
+  close(): Promise<void> {
+    this.#closed ??= (async () => {
+      await Promise.all([this.stdout.close(), this.stderr.close()]);
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const timeout = new Promise<"timeout">((resolve) => {
+        timer = setTimeout(() => resolve("timeout"), this.#exitTimeoutMs);
+      });
+      const outcome = await Promise.race([this.#child.status, timeout]);
+      clearTimeout(timer);
+      if (outcome === "timeout") {
+        try {
+          this.#child.kill("SIGKILL");
+        } catch { /* exited meanwhile */ }
+        await this.#child.status;
+      }
+      await Deno.remove(this.#dir, { recursive: true }).catch(() => {});
+    })();
+    return this.#closed;
+  }
+}
+
+/** Waits for one byte or EOF on the wait FIFO, or fails when the logger exits first. */
+async function waitReady(
+  fd: number,
+  child: Deno.ChildProcess,
+  requireReady: boolean,
+  what: string,
+): Promise<void> {
+  const exited = new Canceller();
+  let status: Deno.CommandStatus | undefined;
+  child.status.then((s) => {
+    status = s;
+    exited.cancel();
+  });
+  try {
+    const buf = new Uint8Array(1);
+    // Until the logger opens fd 5, poll reports nothing, so a premature EOF cannot be seen.
+    while (await waitFd(fd, POLLIN, exited)) {
+      const n = readFd(fd, buf, `${what} wait pipe`);
+      if (n === null) continue;
+      if (n === 1) return;
+      if (requireReady) throw new Error(`${what} closed its wait pipe without signalling ready`);
+      return;
+    }
+    // Exited: a byte or EOF may still be waiting in the pipe.
+    const n = readFd(fd, buf, `${what} wait pipe`);
+    if (n === 1 || (n === 0 && !requireReady && status?.success)) return;
+    throw new Error(`${what} exited with ${status?.code ?? "unknown status"} before it was ready`);
+  } finally {
+    exited.close();
+  }
+}

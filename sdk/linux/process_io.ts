@@ -1,0 +1,357 @@
+/**
+ * The stdio of a container process as containerd describes it (`CreateTaskRequest` /
+ * `ExecProcessRequest`: `stdin`, `stdout`, `stderr`, `terminal`), wired to the OCI runtime
+ * command that starts the process.
+ *
+ * @module
+ */
+
+import { dirname } from "node:path";
+import { ErrnoError, O, open } from "./libc.ts";
+import { FdStream } from "./fd_stream.ts";
+import { BinaryLogger } from "./binary_logger.ts";
+import { fifoPath, parseOutputTarget } from "./stdio_uri.ts";
+import type { Pty } from "./pty.ts";
+import type { Reaper } from "./reaper.ts";
+
+/** The stdio fields of a create or exec request. Empty strings mean "none". */
+export interface StdioSpec {
+  /** stdin FIFO path (containerd's client writes it). */
+  stdin: string;
+  /** stdout FIFO path or `file://`, `binary://`, `binary-v2://` URI. */
+  stdout: string;
+  /** stderr FIFO path (for `file://` and `binary://` the stdout URI decides). */
+  stderr: string;
+  /** The process has a terminal: stdio flows through the pty (see {@linkcode ProcessIo.attachPty}). */
+  terminal: boolean;
+}
+
+/** Identifies the container, for `binary://` loggers. */
+export interface ProcessIoContext {
+  /** Exported to loggers as CONTAINER_ID. */
+  containerId: string;
+  /** Exported to loggers as CONTAINER_NAMESPACE. */
+  namespace: string;
+  /** Spawn loggers through this reaper. */
+  reaper?: Reaper;
+}
+
+/** `Deno.CommandOptions` stdio for the runtime command that starts the process. */
+export interface RuntimeStdio {
+  /** `"piped"` when the process reads a stdin FIFO. */
+  stdin: "piped" | "null";
+  /** `"piped"` when the process's stdout goes somewhere. */
+  stdout: "piped" | "null";
+  /** `"piped"` when the process's stderr goes somewhere. */
+  stderr: "piped" | "null";
+}
+
+/** A writer for output; FIFOs, files and logger pipes are all {@linkcode FdStream}s. */
+interface Sink {
+  write(data: Uint8Array): Promise<void>;
+  close(): Promise<void>;
+}
+
+/**
+ * Opens the targets of a process's stdio and copies between them and the process.
+ *
+ * - FIFOs: stdout/stderr FIFOs are opened read-write (a FIFO's read-write open never blocks, so
+ *   a client that never opens its end cannot wedge the shim, and the client can reattach);
+ *   the stdin FIFO is opened for reading plus a write end of our own, so stdin sees EOF only
+ *   after {@linkcode ProcessIo.closeStdin} (CloseIO) and the client closing. A stdout/stderr
+ *   path that is not a FIFO is appended to.
+ * - `file:///path`: parent directories created, appended to, stdout and stderr both go there.
+ * - `binary://` / `binary-v2://`: see {@linkcode BinaryLogger}.
+ *
+ * All waiting happens in cancellable polls, so {@linkcode ProcessIo.close} always finishes.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const io = await ProcessIo.open(
+ *   { stdin: req.stdin, stdout: req.stdout, stderr: req.stderr, terminal: req.terminal },
+ *   { containerId: req.id, namespace, reaper },
+ * );
+ * const runc = reaper.spawn(new Deno.Command("runc", { args, ...io.stdio }));
+ * io.attach(runc); // the container inherits the pipes; copying outlives runc
+ * await runc.status;
+ * // ... later, after the process exited:
+ * await io.drain();
+ * await io.close();
+ * ```
+ */
+export class ProcessIo {
+  /** Stdio options for the runtime command; all `"null"` in terminal mode. */
+  readonly stdio: RuntimeStdio;
+  #stdin: FdStream | undefined;
+  #stdinKeepAlive: FdStream | undefined;
+  #stdout: Sink | undefined;
+  #stderr: Sink | undefined;
+  #logger: BinaryLogger | undefined;
+  #copies: Promise<void>[] = [];
+  #outputCopies: Promise<void>[] = [];
+  #readers: ReadableStreamDefaultReader<Uint8Array>[] = [];
+  #pty: Pty | undefined;
+  #attached = false;
+  #closed: Promise<void> | undefined;
+
+  private constructor(
+    stdio: RuntimeStdio,
+    parts: {
+      stdin?: FdStream;
+      stdinKeepAlive?: FdStream;
+      stdout?: Sink;
+      stderr?: Sink;
+      logger?: BinaryLogger;
+    },
+  ) {
+    this.stdio = stdio;
+    this.#stdin = parts.stdin;
+    this.#stdinKeepAlive = parts.stdinKeepAlive;
+    this.#stdout = parts.stdout;
+    this.#stderr = parts.stderr;
+    this.#logger = parts.logger;
+  }
+
+  /**
+   * Opens every target `spec` names. Throws (having closed what it opened) when one cannot be
+   * opened, naming the stream and path.
+   *
+   * @param spec the request's stdio fields
+   * @param ctx container identity for loggers
+   */
+  static async open(spec: StdioSpec, ctx: ProcessIoContext): Promise<ProcessIo> {
+    const opened: { close(): Promise<void> }[] = [];
+    try {
+      let stdin: FdStream | undefined;
+      let stdinKeepAlive: FdStream | undefined;
+      const stdinPath = fifoPath(spec.stdin);
+      if (stdinPath !== "") {
+        stdin = new FdStream(
+          openOrThrow("stdin fifo", stdinPath, O.RDONLY | O.NONBLOCK),
+          `stdin fifo "${stdinPath}"`,
+        );
+        opened.push(stdin);
+        // Succeeds at once because we hold a reader; keeps EOF away until CloseIO.
+        stdinKeepAlive = new FdStream(
+          openOrThrow("stdin fifo", stdinPath, O.WRONLY | O.NONBLOCK),
+          `stdin fifo "${stdinPath}" (keep-alive writer)`,
+        );
+        opened.push(stdinKeepAlive);
+      }
+
+      let stdout: Sink | undefined;
+      let stderr: Sink | undefined;
+      let logger: BinaryLogger | undefined;
+      const target = parseOutputTarget(spec.stdout, spec.stderr);
+      if (target.kind === "fifo") {
+        if (target.stdout !== "") {
+          stdout = await openOutput("stdout", target.stdout);
+          opened.push(stdout);
+        }
+        if (target.stderr !== "" && target.stderr === target.stdout) stderr = stdout;
+        else if (target.stderr !== "") {
+          stderr = await openOutput("stderr", target.stderr);
+          opened.push(stderr);
+        }
+      } else if (target.kind === "file") {
+        try {
+          await Deno.mkdir(dirname(target.path), { recursive: true });
+        } catch (e) {
+          throw new Error(
+            `create directory for log file "${target.path}": ${(e as Error).message}`,
+          );
+        }
+        stdout = stderr = new FdStream(
+          openOrThrow("log file", target.path, O.WRONLY | O.APPEND | O.CREAT | O.NONBLOCK, 0o644),
+          `log file "${target.path}"`,
+        );
+        opened.push(stdout);
+      } else {
+        logger = await BinaryLogger.start({
+          path: target.path,
+          args: target.args,
+          requireReady: target.requireReady,
+          containerId: ctx.containerId,
+          namespace: ctx.namespace,
+          ...(ctx.reaper ? { reaper: ctx.reaper } : {}),
+        });
+        opened.push(logger);
+        stdout = logger.stdout;
+        stderr = logger.stderr;
+      }
+
+      const terminal = spec.terminal;
+      const stdio: RuntimeStdio = {
+        stdin: !terminal && stdin ? "piped" : "null",
+        stdout: !terminal && stdout ? "piped" : "null",
+        stderr: !terminal && stderr ? "piped" : "null",
+      };
+      return new ProcessIo(stdio, {
+        ...(stdin ? { stdin } : {}),
+        ...(stdinKeepAlive ? { stdinKeepAlive } : {}),
+        ...(stdout ? { stdout } : {}),
+        ...(stderr ? { stderr } : {}),
+        ...(logger ? { logger } : {}),
+      });
+    } catch (e) {
+      await Promise.allSettled(opened.map((o) => o.close()));
+      throw e;
+    }
+  }
+
+  /**
+   * Starts copying between the targets and `child`, a runtime command spawned with
+   * {@linkcode ProcessIo.stdio}: stdin FIFO → `child.stdin` (closed at EOF), `child.stdout` and
+   * `child.stderr` → their targets. Copying continues after `child` exits, for as long as the
+   * container holds the pipes.
+   *
+   * @param child the spawned runtime command
+   */
+  attach(child: Deno.ChildProcess): void {
+    this.#beginAttach("attach");
+    if (this.stdio.stdin === "piped" && this.#stdin) {
+      this.#copies.push(this.#copyStdin(this.#stdin, child.stdin.getWriter()));
+    }
+    if (this.stdio.stdout === "piped" && this.#stdout) {
+      this.#track(this.#copyOut(child.stdout, this.#stdout), true);
+    }
+    if (this.stdio.stderr === "piped" && this.#stderr) {
+      this.#track(this.#copyOut(child.stderr, this.#stderr), true);
+    }
+  }
+
+  /**
+   * Starts copying in terminal mode: stdin FIFO → pty, pty → stdout target. As in the Go runc
+   * shim, EOF on stdin closes the pty. {@linkcode ProcessIo.close} closes the pty too.
+   *
+   * @param pty the master received from the console socket
+   */
+  attachPty(pty: Pty): void {
+    this.#beginAttach("attachPty");
+    this.#pty = pty;
+    if (this.#stdin) {
+      const stdin = this.#stdin;
+      this.#copies.push((async () => {
+        const buf = new Uint8Array(32 * 1024);
+        try {
+          for (let n; (n = await stdin.read(buf)) !== null;) await pty.write(buf.subarray(0, n));
+        } catch {
+          // the pty went away: nothing left to feed
+        }
+        await pty.close();
+      })());
+    }
+    if (this.#stdout) this.#track(this.#copyOut(pty.readable, this.#stdout), true);
+    else this.#track(this.#copyOut(pty.readable, undefined), true);
+  }
+
+  /** Closes our write end of the stdin FIFO (CloseIO): the process sees EOF once the client's does. */
+  async closeStdin(): Promise<void> {
+    await this.#stdinKeepAlive?.close();
+  }
+
+  /**
+   * Waits until the output copies have finished (the process and everything sharing its pipes
+   * exited), for at most `timeoutMs`. Resolves `true` when drained, `false` on timeout.
+   *
+   * @param timeoutMs the bound; 10 s, as the runc shim waits on delete
+   */
+  async drain(timeoutMs = 10_000): Promise<boolean> {
+    const outputs = Promise.all(this.#outputCopies).then(() => true);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timeout = new Promise<boolean>((resolve) => {
+      timer = setTimeout(() => resolve(false), timeoutMs);
+    });
+    try {
+      return await Promise.race([outputs, timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Stops all copying and closes every FIFO, file, logger and pty; idempotent. */
+  close(): Promise<void> {
+    this.#closed ??= (async () => {
+      await Promise.allSettled(this.#readers.map((r) => r.cancel()));
+      await Promise.allSettled([this.#stdin?.close(), this.#stdinKeepAlive?.close()]);
+      await this.#pty?.close();
+      await Promise.allSettled(this.#copies);
+      const sinks = new Set([this.#stdout, this.#stderr]);
+      if (this.#logger) await this.#logger.close();
+      else await Promise.allSettled([...sinks].map((s) => s?.close()));
+    })();
+    return this.#closed;
+  }
+
+  #track(copy: Promise<void>, output: boolean): void {
+    this.#copies.push(copy);
+    if (output) this.#outputCopies.push(copy);
+  }
+
+  #beginAttach(method: string): void {
+    if (this.#closed) throw new Error(`ProcessIo.${method}: already closed`);
+    if (this.#attached) throw new Error(`ProcessIo.${method}: already attached`);
+    this.#attached = true;
+  }
+
+  async #copyStdin(
+    stdin: FdStream,
+    writer: WritableStreamDefaultWriter<Uint8Array>,
+  ): Promise<void> {
+    const buf = new Uint8Array(32 * 1024);
+    try {
+      for (let n; (n = await stdin.read(buf)) !== null;) {
+        await writer.write(buf.slice(0, n));
+      }
+      await writer.close();
+    } catch {
+      // The process closed its stdin (or exited): nothing left to feed.
+      await writer.abort().catch(() => {});
+    }
+  }
+
+  /** Copies `source` into `sink`; after a sink error keeps draining so the process never blocks. */
+  async #copyOut(source: ReadableStream<Uint8Array>, sink: Sink | undefined): Promise<void> {
+    const reader = source.getReader();
+    this.#readers.push(reader);
+    let broken = sink === undefined;
+    try {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) return;
+        if (broken) continue;
+        try {
+          await sink!.write(value);
+        } catch {
+          broken = true; // reader gone (e.g. the logger died): discard from now on
+        }
+      }
+    } catch {
+      // cancelled by close()
+    } finally {
+      reader.releaseLock();
+    }
+  }
+}
+
+function openOrThrow(what: string, path: string, flags: number, mode = 0): number {
+  try {
+    return open(path, flags, mode);
+  } catch (e) {
+    if (e instanceof ErrnoError) throw new ErrnoError(`open ${what} "${path}"`, e.errno);
+    throw e;
+  }
+}
+
+async function openOutput(name: "stdout" | "stderr", path: string): Promise<FdStream> {
+  let isFifo: boolean;
+  try {
+    isFifo = (await Deno.stat(path)).isFifo ?? false;
+  } catch (e) {
+    throw new Error(`open ${name} "${path}": ${(e as Error).message}`);
+  }
+  // Read-write on a FIFO: never blocks, never EPIPE, and the client can reopen its end.
+  const flags = isFifo ? O.RDWR | O.NONBLOCK : O.WRONLY | O.APPEND | O.NONBLOCK;
+  const kind = isFifo ? `${name} fifo` : `${name} file`;
+  return new FdStream(openOrThrow(kind, path, flags), `${kind} "${path}"`);
+}
