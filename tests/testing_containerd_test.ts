@@ -199,30 +199,38 @@ for (const v of versions) {
           assert.ok(start.includes(`cwd=${c.state}/io.containerd.runtime.v2.task/${ns}/`), start);
         });
 
-        await t.step("restart() keeps a running container and its shim", async () => {
-          const id = uid("sleeper");
-          const r = await ctrRun(c, {
-            namespace: ns,
-            image: BUSYBOX_IMAGE_REF,
-            id,
-            detach: true,
-            args: ["sleep", "1000"],
-          });
-          assert.equal(r.code, 0, r.stderr);
-          const before = await c.ctr(["tasks", "ls"], { namespace: ns });
-          const row = before.stdout.split("\n").find((l) => l.startsWith(`${id} `));
-          assert.match(row ?? "", /RUNNING/);
-          initPid = Number(row!.split(/\s+/)[1]);
-          assert.ok(initPid > 0);
-          shimPids = c.shims().map((s) => s.pid);
-          assert.equal(shimPids.length, 1, "one shim for the detached container");
-          const oldPid = c.pid;
-          await c.restart();
-          assert.notEqual(c.pid, oldPid);
-          const after = await c.ctr(["tasks", "ls"], { namespace: ns });
-          assert.match(after.stdout, new RegExp(`^${id}\\s+${initPid}\\s+RUNNING`, "m"));
-          assert.ok(!processGone(initPid));
-        });
+        await t.step(
+          "restart() (SIGTERM, then SIGKILL) keeps a running container and its shim",
+          async () => {
+            const id = uid("sleeper");
+            const r = await ctrRun(c, {
+              namespace: ns,
+              image: BUSYBOX_IMAGE_REF,
+              id,
+              detach: true,
+              args: ["sleep", "1000"],
+            });
+            assert.equal(r.code, 0, r.stderr);
+            const before = await c.ctr(["tasks", "ls"], { namespace: ns });
+            const row = before.stdout.split("\n").find((l) => l.startsWith(`${id} `));
+            assert.match(row ?? "", /RUNNING/);
+            initPid = Number(row!.split(/\s+/)[1]);
+            assert.ok(initPid > 0);
+            shimPids = c.shims().map((s) => s.pid);
+            assert.equal(shimPids.length, 1, "one shim for the detached container");
+            const oldPid = c.pid;
+            await c.restart();
+            assert.notEqual(c.pid, oldPid);
+            const after = await c.ctr(["tasks", "ls"], { namespace: ns });
+            assert.match(after.stdout, new RegExp(`^${id}\\s+${initPid}\\s+RUNNING`, "m"));
+            assert.ok(!processGone(initPid));
+            // A crash (SIGKILL) instead of a clean shutdown: the shim still reconnects.
+            await c.restart({ signal: "SIGKILL" });
+            const again = await c.ctr(["tasks", "ls"], { namespace: ns });
+            assert.match(again.stdout, new RegExp(`^${id}\\s+${initPid}\\s+RUNNING`, "m"));
+            assert.deepEqual(c.shims().map((s) => s.pid), shimPids);
+          },
+        );
       } finally {
         await c.stop();
         await Deno.remove(fake, { recursive: true });

@@ -18,13 +18,27 @@
  * @module
  */
 
-/** Options of {@linkcode buildBusyboxRootfs}. */
+/**
+ * Options of {@linkcode buildBusyboxRootfs}.
+ *
+ * @example Usage
+ * ```ts ignore
+ * await buildBusyboxRootfs("/tmp/rootfs", { busybox: "/bin/busybox" });
+ * ```
+ */
 export interface BusyboxRootfsOptions {
   /** The static busybox to copy. Default: `/bin/busybox`, else the first `busybox` on PATH. */
   busybox?: string;
 }
 
-/** The default PATH inside test containers (the same list containerd's default spec uses). */
+/**
+ * The default PATH inside test containers (the same list containerd's default spec uses).
+ *
+ * @example Usage
+ * ```ts ignore
+ * const env = [DEFAULT_PATH, "TERM=xterm"];
+ * ```
+ */
 export const DEFAULT_PATH: string =
   "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -116,7 +130,14 @@ export async function buildBusyboxRootfs(
   await Deno.writeTextFile(`${dir}/etc/group`, "root:x:0:\nnogroup:x:65534:\n");
 }
 
-/** One entry of an OCI spec's `mounts`. */
+/**
+ * One entry of an OCI spec's `mounts`.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const m: OciMount = { destination: "/data", type: "bind", source: "/srv", options: ["rbind"] };
+ * ```
+ */
 export interface OciMount {
   /** Path inside the container. */
   destination: string;
@@ -131,6 +152,12 @@ export interface OciMount {
 /**
  * The subset of the OCI runtime spec that the bundle builder writes. Extra fields may be added
  * by callers before writing; runc ignores none of the ones listed here.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const spec: OciSpec = createOciSpec({ args: ["true"] });
+ * spec.process.cwd = "/tmp";
+ * ```
  */
 export interface OciSpec {
   /** OCI runtime spec version. */
@@ -171,7 +198,14 @@ export interface OciSpec {
   };
 }
 
-/** Options of {@linkcode createOciSpec} and {@linkcode createBusyboxBundle}. */
+/**
+ * Options of {@linkcode createOciSpec} and {@linkcode createBusyboxBundle}.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const o: OciSpecOptions = { args: ["sh"], terminal: true, memoryLimit: 64 << 20 };
+ * ```
+ */
 export interface OciSpecOptions {
   /** The init process's argv. */
   args: string[];
@@ -327,7 +361,14 @@ export function createOciSpec(opts: OciSpecOptions): OciSpec {
   return spec;
 }
 
-/** Options of {@linkcode createBusyboxBundle}. */
+/**
+ * Options of {@linkcode createBusyboxBundle}.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const b = await createBusyboxBundle({ dir: "/tmp/b1", args: ["echo", "hi"] });
+ * ```
+ */
 export interface BusyboxBundleOptions extends OciSpecOptions {
   /** Bundle directory (created if missing). Default: a new temp dir. */
   dir?: string;
@@ -335,13 +376,28 @@ export interface BusyboxBundleOptions extends OciSpecOptions {
   busybox?: string;
 }
 
-/** A bundle on disk, from {@linkcode createBusyboxBundle}. */
+/**
+ * A bundle on disk, from {@linkcode createBusyboxBundle}.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const b: BusyboxBundle = await createBusyboxBundle({ args: ["true"] });
+ * await b.cleanup();
+ * ```
+ */
 export interface BusyboxBundle {
   /** Absolute bundle path (holds `config.json` and `rootfs/`). */
   bundle: string;
   /** The spec written to `config.json`. */
   spec: OciSpec;
-  /** Unmounts anything left mounted under the bundle, then removes it. */
+  /**
+   * Unmounts anything left mounted under the bundle, then removes it.
+   *
+   * @example Usage
+   * ```ts ignore
+   * await bundle.cleanup();
+   * ```
+   */
   cleanup(): Promise<void>;
 }
 

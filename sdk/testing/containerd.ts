@@ -24,7 +24,14 @@ import { parse as parseToml, stringify as stringifyToml } from "smol-toml";
 import { mountsUnder, removeTree } from "./bundle.ts";
 import { buildBusyboxImage, BUSYBOX_IMAGE_REF } from "./image.ts";
 
-/** A runtime a private containerd should know about. */
+/**
+ * A runtime a private containerd should know about.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const r: RuntimeConfig = { runtimeType: "io.containerd.skiff-runc.v2", binaryDir: "/usr/local/bin" };
+ * ```
+ */
 export interface RuntimeConfig {
   /** Directory holding the `containerd-shim-<name>-<ver>` binary; put on containerd's PATH. */
   binaryDir?: string;
@@ -34,7 +41,14 @@ export interface RuntimeConfig {
   options?: Record<string, unknown>;
 }
 
-/** Options of {@linkcode startContainerd}. */
+/**
+ * Options of {@linkcode startContainerd}.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const c = await startContainerd({ binDir: "/usr/bin", debug: true, snapshotter: "native" });
+ * ```
+ */
 export interface StartContainerdOptions {
   /** Directory with `containerd`, `ctr` and `containerd-shim-runc-v2` of one version. */
   binDir: string;
@@ -54,7 +68,14 @@ export interface StartContainerdOptions {
   env?: Record<string, string>;
 }
 
-/** Options of {@linkcode PrivateContainerd.ctr}. */
+/**
+ * Options of {@linkcode PrivateContainerd.ctr}.
+ *
+ * @example Usage
+ * ```ts ignore
+ * await c.ctr(["tasks", "ls"], { namespace: "test", timeoutMs: 10_000 });
+ * ```
+ */
 export interface CtrOptions {
   /** containerd namespace (`ctr -n`). Default: ctr's own default. */
   namespace?: string;
@@ -66,7 +87,14 @@ export interface CtrOptions {
   env?: Record<string, string>;
 }
 
-/** What a ctr invocation did. */
+/**
+ * What a ctr invocation did.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const { code, stdout }: CtrResult = await c.ctr(["version"]);
+ * ```
+ */
 export interface CtrResult {
   /** Exit code (for `ctr run --rm`, the container's exit status). */
   code: number;
@@ -78,7 +106,14 @@ export interface CtrResult {
   timedOut: boolean;
 }
 
-/** A containerd build found on this machine. */
+/**
+ * A containerd build found on this machine.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const [oldest]: ContainerdVersion[] = containerdVersions();
+ * ```
+ */
 export interface ContainerdVersion {
   /** Version, e.g. `1.6.20`. */
   version: string;
@@ -392,17 +427,36 @@ export class PrivateContainerd {
    * A cgroup parent unique to this instance (`skiff-<dir name>`); `ctrRun` puts containers in
    * `/<cgroupParent>/<ns>/<id>` so concurrent containerds never share a cgroup, and
    * {@linkcode PrivateContainerd.stop} removes the tree.
+   *
+   * @example Usage
+   * ```ts ignore
+   * const memory = `/sys/fs/cgroup/memory/${c.cgroupParent}/test/my-id`;
+   * ```
    */
   get cgroupParent(): string {
     return `skiff-${this.dir.slice(this.dir.lastIndexOf("/") + 1)}`;
   }
 
-  /** The major version (1 or 2). */
+  /**
+   * The major version (1 or 2).
+   *
+   * @example Usage
+   * ```ts ignore
+   * const configVersion = c.major >= 2 ? 3 : 2;
+   * ```
+   */
   get major(): number {
     return Number(this.version.split(".")[0]);
   }
 
-  /** pid of the running containerd, or undefined when it is not running. */
+  /**
+   * pid of the running containerd, or undefined when it is not running.
+   *
+   * @example Usage
+   * ```ts ignore
+   * if (c.pid) Deno.kill(c.pid, "SIGHUP");
+   * ```
+   */
   get pid(): number | undefined {
     return this.#child?.pid;
   }
@@ -410,6 +464,11 @@ export class PrivateContainerd {
   /**
    * Starts the containerd process and waits until its gRPC socket accepts connections.
    * Called by {@linkcode startContainerd} and {@linkcode PrivateContainerd.restart}.
+   *
+   * @example Usage
+   * ```ts ignore
+   * await c.start(); // after a manual SIGKILL of c.pid
+   * ```
    */
   async start(): Promise<void> {
     if (this.#child) throw new Error("containerd is already running");
@@ -435,7 +494,11 @@ export class PrivateContainerd {
     child.unref();
     this.#child = child;
     let exited = false;
-    child.status.then(() => exited = true);
+    child.status.then(() => {
+      exited = true;
+      // A containerd that died (or was killed by the test) can be started again.
+      if (this.#child === child) this.#child = undefined;
+    });
     const until = Date.now() + 60_000;
     for (;;) {
       if (exited) {
@@ -462,11 +525,11 @@ export class PrivateContainerd {
     return log.split("\n").slice(-30).join("\n");
   }
 
-  /** SIGTERM, then SIGKILL after 15 s; waits for the exit. */
-  async #terminate(): Promise<void> {
+  /** `signal` (SIGTERM), then SIGKILL after 15 s; waits for the exit. */
+  async #terminate(signal: Deno.Signal = "SIGTERM"): Promise<void> {
     const child = this.#child;
     if (!child) return;
-    kill(child.pid, "SIGTERM");
+    kill(child.pid, signal);
     const timer = setTimeout(() => kill(child.pid, "SIGKILL"), 15_000);
     try {
       await child.status;
@@ -586,17 +649,21 @@ export class PrivateContainerd {
   }
 
   /**
-   * Stops containerd with SIGTERM, waits for it, and starts it again with the same dirs and
-   * config. Running shims and containers are left alone, as on a real daemon restart.
+   * Stops containerd, waits for it, and starts it again with the same dirs and config.
+   * Running shims and containers are left alone, as on a real daemon restart.
+   *
+   * @param opts `signal`: how to stop it, `SIGTERM` (default, a clean shutdown) or `SIGKILL`
+   *   (a crash)
    *
    * @example Usage
    * ```ts ignore
    * await c.restart();
+   * await c.restart({ signal: "SIGKILL" });
    * ```
    */
-  async restart(): Promise<void> {
+  async restart(opts: { signal?: Deno.Signal } = {}): Promise<void> {
     if (this.#stopped) throw new Error("containerd was stopped");
-    await this.#terminate();
+    await this.#terminate(opts.signal);
     await this.start();
   }
 

@@ -19,13 +19,34 @@
 
 import type { CtrResult, PrivateContainerd } from "./containerd.ts";
 
-/** The Go runc shim's runtime type. */
+/**
+ * The Go runc shim's runtime type.
+ *
+ * @example Usage
+ * ```ts ignore
+ * await ctrRun(c, { image: ref, id: "x", runtime: RUNC_RUNTIME });
+ * ```
+ */
 export const RUNC_RUNTIME: string = "io.containerd.runc.v2";
 
-/** The namespace {@linkcode ctrRun} uses unless told otherwise. */
+/**
+ * The namespace {@linkcode ctrRun} uses unless told otherwise.
+ *
+ * @example Usage
+ * ```ts ignore
+ * await c.ctr(["tasks", "ls"], { namespace: DEFAULT_NAMESPACE });
+ * ```
+ */
 export const DEFAULT_NAMESPACE: string = "skiff-test";
 
-/** Options of {@linkcode ctrRun}. */
+/**
+ * Options of {@linkcode ctrRun}.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const o: CtrRunOptions = { image: ref, id: "t", tty: true, args: ["sh", "-c", "tty"] };
+ * ```
+ */
 export interface CtrRunOptions {
   /** Image reference (imported beforehand, e.g. with `importBusyboxImage`). */
   image: string;

@@ -18,10 +18,24 @@
 
 import { buildBusyboxRootfs, findBusybox } from "./bundle.ts";
 
-/** The name the image is imported under. */
+/**
+ * The name the image is imported under.
+ *
+ * @example Usage
+ * ```ts ignore
+ * await c.ctr(["run", "--rm", BUSYBOX_IMAGE_REF, "x", "true"], { namespace: "test" });
+ * ```
+ */
 export const BUSYBOX_IMAGE_REF: string = "localhost/skiff/busybox:latest";
 
-/** Options of {@linkcode buildBusyboxImage}. */
+/**
+ * Options of {@linkcode buildBusyboxImage}.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const tar = await buildBusyboxImage({ dir: "/tmp/images", ref: "localhost/me/bb:1" });
+ * ```
+ */
 export interface BusyboxImageOptions {
   /** Directory the tar is written to (created if missing). Default `$SKIFF_CACHE/images`. */
   dir?: string;
@@ -31,7 +45,14 @@ export interface BusyboxImageOptions {
   busybox?: string;
 }
 
-/** One archive member. */
+/**
+ * One archive member.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const e: TarEntry = { path: "bin/sh", type: "symlink", mode: 0o777, linkname: "busybox" };
+ * ```
+ */
 export interface TarEntry {
   /** Path inside the archive, without a leading `/` (directories without a trailing `/`). */
   path: string;

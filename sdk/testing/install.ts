@@ -16,13 +16,27 @@
  * @module
  */
 
-/** The example shims: launcher name → entry point relative to the checkout root. */
+/**
+ * The example shims: launcher name → entry point relative to the checkout root.
+ *
+ * @example Usage
+ * ```ts ignore
+ * console.log(Object.keys(EXAMPLE_SHIMS)); // the launcher names
+ * ```
+ */
 export const EXAMPLE_SHIMS: Readonly<Record<string, string>> = {
   "containerd-shim-skiff-runc-v2": "examples/runc/main.ts",
   "containerd-shim-skiff-runsc-v2": "examples/runsc/main.ts",
 };
 
-/** Options of {@linkcode installShims}. */
+/**
+ * Options of {@linkcode installShims}.
+ *
+ * @example Usage
+ * ```ts ignore
+ * await installShims({ prefix: "/opt/skiff", shims: { "containerd-shim-mine-v1": "main.ts" } });
+ * ```
+ */
 export interface InstallShimsOptions {
   /** Install prefix; launchers go to `<prefix>/bin`. */
   prefix: string;
@@ -36,7 +50,14 @@ export interface InstallShimsOptions {
   denoDir?: string;
 }
 
-/** What one launcher runs, for {@linkcode launcherScript}. */
+/**
+ * What one launcher runs, for {@linkcode launcherScript}.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const text = launcherScript({ deno: Deno.execPath(), denoDir: "/root/.cache/deno", config: "/src/deno.json", entry: "/src/main.ts" });
+ * ```
+ */
 export interface LauncherSpec {
   /** Absolute path of the deno binary. */
   deno: string;
