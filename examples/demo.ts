@@ -36,7 +36,7 @@ const out = `${bundle}/stdout.log`;
 const h = await ShimHarness.start({ shim: runcShim, bundle, id: "demo" });
 try {
   console.log(`shim started: ${h.address} (task API v${h.version})`);
-  const { pid } = await h.task.create({ id: h.id, bundle, stdout: out, stderr: out });
+  const { pid } = await h.task.create({ id: h.id, bundle, stdout: `file://${out}`, stderr: `file://${out}` });
   console.log(`created container "${h.id}", init pid ${pid}`);
   await h.task.start({ id: h.id });
   await h.task.exec({

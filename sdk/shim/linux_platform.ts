@@ -10,8 +10,6 @@ import { kill } from "../linux/libc.ts";
 import { ConsoleSocket } from "../linux/console.ts";
 import { ProcessIo } from "../linux/process_io.ts";
 import { mountAll, unmountAll } from "../linux/mount.ts";
-import { cgroupStats } from "../linux/cgroups.ts";
-import { watchOom } from "../linux/oom.ts";
 import { readPidFile } from "../runtime/oci_cli.ts";
 import type { ProcessIoSetup, ShimPlatform } from "./platform.ts";
 
@@ -34,8 +32,9 @@ export function linuxPlatform(reaper: Reaper): ShimPlatform {
     openIo: (paths, ctx) => paths.terminal ? openTerminal(paths, ctx) : openPipes(paths, ctx),
     mount: (mounts, target) => mountAll(mounts, target),
     unmount: (target) => unmountAll(target),
-    stats: (pid) => cgroupStats(pid),
-    watchOom: (pid, onOom) => watchOom(pid, onOom),
+    // Loaded on first use: most shims never serve Stats, and start-up cost matters.
+    stats: async (pid) => (await import("../linux/cgroups.ts")).cgroupStats(pid),
+    watchOom: async (pid, onOom) => (await import("../linux/oom.ts")).watchOom(pid, onOom),
     kill: (pid, signal) => kill(pid, signal),
     readPidFile: (path) => readPidFile(path),
   };
