@@ -6,7 +6,7 @@
 # usage: fetch_containerd.sh SUITE [SUITE...]     (prints "<suite> <prefix>" per suite)
 # env:   SKIFF_CACHE (default ~/.cache/skiff)
 set -euo pipefail
-cache="${SKIFF_CACHE:-$HOME/.cache/skiff}"
+cache="${SKIFF_CACHE:-${HOME:-$(echo ~)}/.cache/skiff}"
 src=/etc/apt/sources.list.d/debian.sources
 [ -r "$src" ] || { echo "fetch_containerd: $src not found; cannot derive apt sources" >&2; exit 2; }
 for suite in "$@"; do

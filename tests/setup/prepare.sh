@@ -18,7 +18,7 @@ set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-cache="${SKIFF_CACHE:-$HOME/.cache/skiff}"
+cache="${SKIFF_CACHE:-${HOME:-$(echo ~)}/.cache/skiff}"
 export SKIFF_CACHE="$cache"
 
 say() { echo "prepare: $*" >&2; }
