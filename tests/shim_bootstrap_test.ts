@@ -16,14 +16,30 @@ import { formatTaskApiEndpoint, parseTaskApiEndpoint } from "../sdk/shim/endpoin
 
 Deno.test("parseShimFlags() reads containerd's start and delete command lines", () => {
   const s = parseShimFlags([
-    "-namespace", "k8s.io", "-address", "/run/containerd/containerd.sock",
-    "-publish-binary", "/usr/bin/containerd", "-id", "abc", "-debug", "start",
+    "-namespace",
+    "k8s.io",
+    "-address",
+    "/run/containerd/containerd.sock",
+    "-publish-binary",
+    "/usr/bin/containerd",
+    "-id",
+    "abc",
+    "-debug",
+    "start",
   ]);
   assert.deepEqual(
     [s.namespace, s.address, s.publishBinary, s.id, s.debug, s.action],
     ["k8s.io", "/run/containerd/containerd.sock", "/usr/bin/containerd", "abc", true, "start"],
   );
-  const d = parseShimFlags(["--namespace=default", "-id", "x", "-bundle", "/b", "-debug=false", "delete"]);
+  const d = parseShimFlags([
+    "--namespace=default",
+    "-id",
+    "x",
+    "-bundle",
+    "/b",
+    "-debug=false",
+    "delete",
+  ]);
   assert.deepEqual([d.namespace, d.bundle, d.debug, d.action], ["default", "/b", false, "delete"]);
   assert.equal(parseShimFlags(["-id", "x"]).action, "serve");
   assert.equal(parseShimFlags(["-v"]).version, true);
@@ -38,18 +54,29 @@ Deno.test("parseShimFlags() rejects unknown flags, missing values and unknown ac
 });
 
 Deno.test("shimSocketAddress() hashes filepath.Join(address, namespace, group)", () => {
-  const want = createHash("sha256").update("/run/containerd/containerd.sock/default/c1").digest("hex");
+  const want = createHash("sha256").update("/run/containerd/containerd.sock/default/c1").digest(
+    "hex",
+  );
   assert.equal(
     shimSocketAddress("/run/containerd/containerd.sock", "default", "c1"),
     `unix:///run/containerd/s/${want}`,
   );
   assert.equal(cleanPath("/a//b/./c/../d"), "/a/b/d");
-  assert.match(shimSocketAddress("/x.sock", "ns", "g", "/tmp/socks/"), /^unix:\/\/\/tmp\/socks\/[0-9a-f]{64}$/);
-  assert.throws(() => shimSocketAddress("/x", "ns", "g", "/" + "d".repeat(60)), /over the limit of 106/);
+  assert.match(
+    shimSocketAddress("/x.sock", "ns", "g", "/tmp/socks/"),
+    /^unix:\/\/\/tmp\/socks\/[0-9a-f]{64}$/,
+  );
+  assert.throws(
+    () => shimSocketAddress("/x", "ns", "g", "/" + "d".repeat(60)),
+    /over the limit of 106/,
+  );
 });
 
 Deno.test("parseStartInput() tells empty, legacy Any and BootstrapParams apart", () => {
-  assert.deepEqual(parseStartInput(new Uint8Array(), "c1", "ns"), { dialect: "legacy", carriers: [] });
+  assert.deepEqual(parseStartInput(new Uint8Array(), "c1", "ns"), {
+    dialect: "legacy",
+    carriers: [],
+  });
   const opts = create(AnySchema, {
     typeUrl: "containerd.runc.v1.Options",
     value: toBinary(RuncOptionsSchema, create(RuncOptionsSchema, { binaryName: "crun" })),
@@ -69,7 +96,10 @@ Deno.test("parseStartInput() tells empty, legacy Any and BootstrapParams apart",
   assert.equal(boot.params?.socketDir, "/tmp/s");
   assert.equal(boot.carriers[0].typeUrl, "containerd.runc.v1.Options");
   // The same bytes with another id are a legacy Any (containerd's compat rule).
-  assert.equal(parseStartInput(toBinary(BootstrapParamsSchema, params), "other", "ns").dialect, "legacy");
+  assert.equal(
+    parseStartInput(toBinary(BootstrapParamsSchema, params), "other", "ns").dialect,
+    "legacy",
+  );
   // Garbage is ignored, as containerd 2.x's own shims do: Create carries the options again.
   assert.deepEqual(parseStartInput(new Uint8Array([0xff, 0x01]), "c1", "ns").carriers, []);
 });

@@ -69,7 +69,13 @@ Deno.test("resolveOptions() takes endpoint-only runc options as an endpoint, for
 Deno.test("resolveOptions() passes full runc options to runc, minus the endpoint", () => {
   const r = resolveOptions(
     runc.options,
-    runcAny({ binaryName: "crun", root: "/r", systemdCgroup: true, taskApiAddress: "ttrpc+unix:///s/x", taskApiVersion: 3 }),
+    runcAny({
+      binaryName: "crun",
+      root: "/r",
+      systemdCgroup: true,
+      taskApiAddress: "ttrpc+unix:///s/x",
+      taskApiVersion: 3,
+    }),
     undefined,
     runc.runtimeName,
   );
@@ -93,7 +99,12 @@ Deno.test("resolveOptions() ignores real runc options for runsc with a warning, 
 });
 
 Deno.test("resolveOptions() decodes runtimeoptions.v1 TOML for both runtimes", () => {
-  const r1 = resolveOptions(runc.options, criAny(`BinaryName = "crun"\nSystemdCgroup = true`), undefined, "runc");
+  const r1 = resolveOptions(
+    runc.options,
+    criAny(`BinaryName = "crun"\nSystemdCgroup = true`),
+    undefined,
+    "runc",
+  );
   assert.equal(r1.options.binaryName, "crun");
   assert.equal(r1.options.systemdCgroup, true);
   const r2 = resolveOptions(
@@ -114,7 +125,9 @@ Deno.test("resolveOptions() reads runtimeoptions.v1 config_path", async () => {
     assert.equal(r.options.runscConfig.network, "host");
     assert.throws(
       () => resolveOptions(runsc.options, criAny("", f + ".missing"), undefined, "runsc"),
-      (e: unknown) => e instanceof ConnectError && e.code === Code.InvalidArgument && /config_path/.test(e.message),
+      (e: unknown) =>
+        e instanceof ConnectError && e.code === Code.InvalidArgument &&
+        /config_path/.test(e.message),
     );
   } finally {
     await Deno.remove(f);
@@ -122,30 +135,53 @@ Deno.test("resolveOptions() reads runtimeoptions.v1 config_path", async () => {
 });
 
 Deno.test("resolveOptions() decodes a runtime's own message type", () => {
-  interface O { binary: string }
+  interface O {
+    binary: string;
+  }
   const hook: RuntimeOptions<O> = {
     defaults: () => ({ binary: "runc" }),
-    messages: [optionsMessage(RuncOptionsSchema, (m, b: O) => ({ binary: m.binaryName || b.binary }))],
+    messages: [
+      optionsMessage(RuncOptionsSchema, (m, b: O) => ({ binary: m.binaryName || b.binary })),
+    ],
   };
-  assert.equal(resolveOptions(hook, runcAny({ binaryName: "x" }), undefined, "rt").options.binary, "x");
+  assert.equal(
+    resolveOptions(hook, runcAny({ binaryName: "x" }), undefined, "rt").options.binary,
+    "x",
+  );
 });
 
 Deno.test("resolveOptions() rejects garbage and foreign types with InvalidArgument naming accepted types", () => {
   for (const shim of [runc, runsc]) {
     const hook = shim.options as RuntimeOptions<object>;
     assert.throws(
-      () => resolveOptions(hook, any("containerd.events.TaskOOM", toBinary(TaskOOMSchema, create(TaskOOMSchema, {}))), undefined, "rt"),
+      () =>
+        resolveOptions(
+          hook,
+          any("containerd.events.TaskOOM", toBinary(TaskOOMSchema, create(TaskOOMSchema, {}))),
+          undefined,
+          "rt",
+        ),
       (e: unknown) =>
         e instanceof ConnectError && e.code === Code.InvalidArgument &&
-        /"containerd\.events\.TaskOOM" is not accepted by rt; accepted: .*runtimeoptions\.v1\.Options/.test(e.message),
+        /"containerd\.events\.TaskOOM" is not accepted by rt; accepted: .*runtimeoptions\.v1\.Options/
+          .test(e.message),
     );
     assert.throws(
-      () => resolveOptions(hook, any("containerd.runc.v1.Options", new Uint8Array([0xff, 0xff, 0xff])), undefined, "rt"),
-      (e: unknown) => e instanceof ConnectError && e.code === Code.InvalidArgument && /do not decode/.test(e.message),
+      () =>
+        resolveOptions(
+          hook,
+          any("containerd.runc.v1.Options", new Uint8Array([0xff, 0xff, 0xff])),
+          undefined,
+          "rt",
+        ),
+      (e: unknown) =>
+        e instanceof ConnectError && e.code === Code.InvalidArgument &&
+        /do not decode/.test(e.message),
     );
     assert.throws(
       () => resolveOptions(hook, criAny("not = [valid"), undefined, "rt"),
-      (e: unknown) => e instanceof ConnectError && e.code === Code.InvalidArgument && /TOML/.test(e.message),
+      (e: unknown) =>
+        e instanceof ConnectError && e.code === Code.InvalidArgument && /TOML/.test(e.message),
     );
   }
 });
@@ -159,7 +195,12 @@ Deno.test("regression: no runtime hook ever sees an endpoint field", () => {
       return b;
     })],
   };
-  resolveOptions(hook, runcAny({ binaryName: "runc", taskApiAddress: "ttrpc+unix:///a", taskApiVersion: 3 }), undefined, "rt");
+  resolveOptions(
+    hook,
+    runcAny({ binaryName: "runc", taskApiAddress: "ttrpc+unix:///a", taskApiVersion: 3 }),
+    undefined,
+    "rt",
+  );
   resolveOptions(hook, endpointOnly, undefined, "rt");
   assert.equal(seen.length, 1, "endpoint-only carriers never reach the hook");
   for (const m of seen) {
