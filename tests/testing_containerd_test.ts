@@ -5,6 +5,7 @@ import {
   containerdVersions,
   PrivateContainerd,
   startContainerd,
+  sweepStaleContainerds,
 } from "../sdk/testing/containerd.ts";
 import { ctrRun, ctrRunArgs, RUNC_RUNTIME } from "../sdk/testing/ctr.ts";
 import { BUSYBOX_IMAGE_REF } from "../sdk/testing/image.ts";
@@ -268,12 +269,72 @@ for (const v of versions) {
           id: uid("n"),
           args: ["cat", "/etc/group"],
         });
-        assert.match(r.stdout, /^root:x:0:/, r.stderr);
-        assert.equal(r.code, 0);
+        if (r.code !== 0 || !r.stdout.startsWith("root:x:0:")) {
+          const log = (await c.logs()).split("\n").slice(-40).join("\n");
+          assert.fail(`ctr run gave ${JSON.stringify(r)}; containerd log tail:\n${log}`);
+        }
       } finally {
         await c.stop();
       }
       await assert.rejects(Deno.stat(c.dir), Deno.errors.NotFound);
+    },
+  );
+}
+
+if (versions.length > 0) {
+  integrationTest(
+    "sweepStaleContainerds() tears down the containerd of a test process that died",
+    NEEDS,
+    async () => {
+      const v = versions[0]!;
+      const mod = new URL("../sdk/testing/containerd.ts", import.meta.url).href;
+      const ctrMod = new URL("../sdk/testing/ctr.ts", import.meta.url).href;
+      // A test process that starts a containerd and a container, then exits without stop().
+      const script = `
+        import { startContainerd } from "${mod}";
+        import { ctrRun } from "${ctrMod}";
+        const c = await startContainerd({ binDir: ${JSON.stringify(v.binDir)} });
+        const ref = await c.importBusyboxImage("skiff-stale");
+        const r = await ctrRun(c, { namespace: "skiff-stale", image: ref, id: "stale-${
+        crypto.randomUUID().slice(0, 8)
+      }", detach: true, args: ["sleep", "1000"] });
+        if (r.code !== 0) throw new Error(r.stderr);
+        console.log(JSON.stringify({ dir: c.dir, address: c.address, pids: c.shims().map((s) => s.pid) }));
+        Deno.exit(0);
+      `;
+      const out = await new Deno.Command(Deno.execPath(), {
+        args: ["eval", "--no-check", script],
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+      assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+      const left = JSON.parse(new TextDecoder().decode(out.stdout)) as {
+        dir: string;
+        address: string;
+        pids: number[];
+      };
+      const probe = new PrivateContainerd({
+        dir: left.dir,
+        version: v.version,
+        binDir: v.binDir,
+        snapshotter: "",
+        runtimes: {},
+        env: {},
+      });
+      assert.equal(probe.shims().length, 1, "the dead test left its shim running");
+      const swept = await sweepStaleContainerds();
+      assert.ok(swept.includes(left.dir), `swept ${swept.join(", ")}`);
+      assert.deepEqual(probe.shims(), []);
+      for (const p of left.pids) assert.ok(processGone(p), `shim ${p} survived`);
+      await assert.rejects(Deno.stat(left.dir), Deno.errors.NotFound);
+      // Live instances are never swept.
+      const live = await startContainerd({ binDir: v.binDir });
+      try {
+        assert.ok(!(await sweepStaleContainerds()).includes(live.dir));
+        assert.equal((await live.ctr(["version"])).code, 0);
+      } finally {
+        await live.stop();
+      }
     },
   );
 }

@@ -702,7 +702,17 @@ export class PrivateContainerd {
       } catch { /* best effort: the forced steps below still run */ }
       await this.#terminate();
     }
-    const shims = this.shims().map((s) => s.pid);
+    // A containerd this object has no handle for (a stale instance being swept).
+    const orphans = processesWithArg(this.configPath).map((p) => p.pid);
+    for (const pid of orphans) kill(pid, "SIGKILL");
+    await waitGone(orphans, 10_000);
+    const shimProcs = this.shims();
+    for (const s of shimProcs) {
+      const ns = s.argv[s.argv.indexOf("-namespace") + 1];
+      const id = s.argv[s.argv.indexOf("-id") + 1];
+      if (ns && id) this.#seen.add(`${ns}/${id}`);
+    }
+    const shims = shimProcs.map((s) => s.pid);
     const victims = [...descendantsOf(shims), ...shims];
     for (const pid of victims) kill(pid, "SIGKILL");
     await waitGone(victims, 10_000);
@@ -775,6 +785,60 @@ export class PrivateContainerd {
   mounts(): Promise<string[]> {
     return mountsUnder(this.dir);
   }
+}
+
+/** Records which test process owns a private containerd dir: `<pid> <start time>`. */
+const OWNER_FILE = "owner";
+
+/** A process's start time (clock ticks since boot), which tells a reused pid apart. */
+function startTime(pid: number): string | undefined {
+  try {
+    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Tears down private containerds whose test process died without calling `stop()` (a killed
+ * test run): their containerd, shims, containers, mounts, cgroups and dirs. Instances of live
+ * processes, and dirs without an owner record, are left alone. `startContainerd` calls this.
+ *
+ * @param tmpDir where the private dirs live. Default: the system temp dir
+ * @returns the dirs that were swept
+ *
+ * @example Usage
+ * ```ts ignore
+ * const swept = await sweepStaleContainerds();
+ * ```
+ */
+export async function sweepStaleContainerds(tmpDir?: string): Promise<string[]> {
+  const base = tmpDir ?? Deno.env.get("TMPDIR") ?? "/tmp";
+  const swept: string[] = [];
+  for await (const e of Deno.readDir(base)) {
+    if (!e.isDirectory || !e.name.startsWith("skiff-ctrd-")) continue;
+    const dir = `${base}/${e.name}`;
+    let owner: string;
+    try {
+      owner = await Deno.readTextFile(`${dir}/${OWNER_FILE}`);
+    } catch {
+      continue;
+    }
+    const [pid, started] = owner.trim().split(" ");
+    if (pid && started && startTime(Number(pid)) === started) continue;
+    const stale = new PrivateContainerd({
+      dir,
+      version: "0.0.0",
+      binDir: "",
+      snapshotter: "",
+      runtimes: {},
+      env: {},
+    });
+    await stale.stop();
+    swept.push(dir);
+  }
+  return swept;
 }
 
 /** Plugins that reach outside the private dirs (CRI's CNI setup, NRI's socket, /opt). */
@@ -863,6 +927,7 @@ export function containerdConfig(
  * ```
  */
 export async function startContainerd(opts: StartContainerdOptions): Promise<PrivateContainerd> {
+  await sweepStaleContainerds(opts.tmpDir).catch(() => undefined);
   const binDir = await Deno.realPath(opts.binDir);
   const version = containerdVersionOf(binDir);
   if (!version) throw new Error(`no working containerd in "${binDir}"`);
@@ -882,6 +947,7 @@ export async function startContainerd(opts: StartContainerdOptions): Promise<Pri
     const env = { ...Deno.env.toObject(), ...opts.env, PATH: path };
     const c = new PrivateContainerd({ dir, version, binDir, snapshotter, runtimes, env });
     for (const d of [c.root, c.state, c.runcRoot, c.fifoDir]) await Deno.mkdir(d);
+    await Deno.writeTextFile(`${dir}/${OWNER_FILE}`, `${Deno.pid} ${startTime(Deno.pid)}\n`);
     const cfg = containerdConfig(c, {
       ...(opts.debug !== undefined ? { debug: opts.debug } : {}),
       runtimes,
