@@ -1,0 +1,56 @@
+/**
+ * skiff's testing kit, for skiff's own tests and for runtime authors testing their shims
+ * against real components:
+ *
+ * - {@link ShimHarness} plays containerd for one shim (runs `start`, records events, gives
+ *   typed Task and Sandbox clients);
+ * - {@link createBusyboxBundle} and {@link buildBusyboxImage} build a bundle or an OCI image
+ *   from the host's static busybox;
+ * - {@link startContainerd} runs a private containerd of a given version with its own root,
+ *   state and sockets, and {@link containerdClient} talks gRPC to it as CRI would;
+ * - {@link installShims} writes launcher scripts for shims written with skiff.
+ *
+ * @example Drive a shim like containerd does
+ * ```ts ignore
+ * import { createBusyboxBundle, ShimHarness } from "@skiff/shim/testing";
+ *
+ * const { bundle, cleanup } = await createBusyboxBundle({ args: ["sh", "-c", "exit 3"] });
+ * const h = await ShimHarness.start({ shim: "/usr/local/bin/containerd-shim-my-v1", bundle });
+ * await h.task.create({ id: h.id, bundle });
+ * await h.task.start({ id: h.id });
+ * console.log((await h.task.wait({ id: h.id })).exitStatus); // 3
+ * await h.task.delete({ id: h.id });
+ * await h.close();
+ * await cleanup();
+ * ```
+ *
+ * @module
+ */
+
+export {
+  decodeTaskEvent,
+  eventAs,
+  parseStartOutput,
+  type RecordedEvent,
+  ShimHarness,
+  type ShimHarnessOptions,
+} from "./harness.ts";
+export {
+  type BusyboxBundle,
+  type BusyboxBundleOptions,
+  createBusyboxBundle,
+  createOciSpec,
+  type OciSpec,
+  type OciSpecOptions,
+} from "./bundle.ts";
+export { BUSYBOX_IMAGE_REF, buildBusyboxImage } from "./image.ts";
+export {
+  type ContainerdVersion,
+  containerdVersions,
+  PrivateContainerd,
+  startContainerd,
+  type StartContainerdOptions,
+} from "./containerd.ts";
+export { containerdClient, type ContainerdClient } from "./containerd_client.ts";
+export { ctrRun, type CtrRunOptions } from "./ctr.ts";
+export { installShims, type InstallShimsOptions } from "./install.ts";
