@@ -42,7 +42,9 @@ export interface TaskApiEndpoint {
  */
 export function parseTaskApiEndpoint(url: string, version?: number): TaskApiEndpoint {
   const m = /^(?:(ttrpc|grpc)\+)?([a-z]+):\/\/(.+)$/.exec(url.trim());
-  if (!m) throw new TypeError(`invalid task API endpoint "${url}": expected proto+scheme://address`);
+  if (!m) {
+    throw new TypeError(`invalid task API endpoint "${url}": expected proto+scheme://address`);
+  }
   const [, proto, scheme, rest] = m;
   if (!["unix", "vsock", "hvsock"].includes(scheme)) {
     throw new TypeError(`invalid task API endpoint "${url}": unsupported transport "${scheme}"`);
@@ -54,7 +56,11 @@ export function parseTaskApiEndpoint(url: string, version?: number): TaskApiEndp
   if (v !== 2 && v !== 3) {
     throw new TypeError(`invalid task API version ${version} for "${url}": expected 2 or 3`);
   }
-  return { address: `${scheme}://${rest}`, version: v, protocol: (proto ?? "ttrpc") as TaskApiProtocol };
+  return {
+    address: `${scheme}://${rest}`,
+    version: v,
+    protocol: (proto ?? "ttrpc") as TaskApiProtocol,
+  };
 }
 
 /**

@@ -91,8 +91,9 @@ export function packAny<Desc extends DescMessage>(
  * ```
  */
 export class EventPublisher {
-  #opts: Required<Pick<EventPublisherOptions, "maxQueue" | "retryForMs" | "callTimeoutMs">> &
-    EventPublisherOptions;
+  #opts:
+    & Required<Pick<EventPublisherOptions, "maxQueue" | "retryForMs" | "callTimeoutMs">>
+    & EventPublisherOptions;
   #queue: QueuedEvent[] = [];
   #wake: (() => void) | undefined;
   #idle: PromiseWithResolvers<void> | undefined;
@@ -114,7 +115,11 @@ export class EventPublisher {
   }
 
   /** Queues an event; never blocks and never throws for transport problems. */
-  publish<Desc extends DescMessage>(topic: string, schema: Desc, message: MessageInitShape<Desc>): void {
+  publish<Desc extends DescMessage>(
+    topic: string,
+    schema: Desc,
+    message: MessageInitShape<Desc>,
+  ): void {
     if (this.#closed) return;
     const e: QueuedEvent = { topic, event: packAny(schema, message), timestamp: new Date() };
     if (this.#queue.length >= this.#opts.maxQueue) {
@@ -168,7 +173,9 @@ export class EventPublisher {
     const started = Date.now();
     for (let attempt = 1;; attempt++) {
       try {
-        const transport = this.#transport ??= (this.#opts.transport ?? defaultTransport)(this.#opts.address);
+        const transport = this.#transport ??= (this.#opts.transport ?? defaultTransport)(
+          this.#opts.address,
+        );
         await createClient(Events, transport).forward(
           {
             envelope: {

@@ -26,7 +26,10 @@ import { type DescMessage, fromBinary, type MessageShape } from "@bufbuild/proto
 import type { Any } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { parse as parseToml } from "smol-toml";
-import { type Options as RuncOptions, OptionsSchema as RuncOptionsSchema } from "../../proto/gen/containerd/runc/v1/oci_pb.ts";
+import {
+  type Options as RuncOptions,
+  OptionsSchema as RuncOptionsSchema,
+} from "../../proto/gen/containerd/runc/v1/oci_pb.ts";
 import { OptionsSchema as CriRuntimeOptionsSchema } from "../../proto/gen/runtimeoptions/v1/api_pb.ts";
 import { parseTaskApiEndpoint, type TaskApiEndpoint } from "./endpoint.ts";
 
@@ -36,7 +39,11 @@ export const RUNC_OPTIONS_TYPE = "containerd.runc.v1.Options";
 export const CRI_RUNTIME_OPTIONS_TYPE = "runtimeoptions.v1.Options";
 
 /** Keys that name the task-API endpoint. */
-export type EndpointKey = "taskApiAddress" | "taskApiVersion" | "task_api_address" | "task_api_version";
+export type EndpointKey =
+  | "taskApiAddress"
+  | "taskApiVersion"
+  | "task_api_address"
+  | "task_api_version";
 
 /**
  * `T` when it has no endpoint field; otherwise a type that names the offending fields, so an
@@ -228,7 +235,9 @@ function decodeOrReject<Desc extends DescMessage>(
     return fromBinary(schema, carrier.value);
   } catch (e) {
     throw new ConnectError(
-      `options of type "${schema.typeName}" for ${runtimeName} do not decode: ${(e as Error).message}`,
+      `options of type "${schema.typeName}" for ${runtimeName} do not decode: ${
+        (e as Error).message
+      }`,
       Code.InvalidArgument,
     );
   }

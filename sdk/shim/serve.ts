@@ -20,6 +20,7 @@ import { linuxPlatform } from "./linux_platform.ts";
 import { TaskService } from "./task_service.ts";
 import { shimSocketAddress, socketPath } from "./socket_address.ts";
 import { groupKey } from "./start.ts";
+import { formatTaskApiEndpoint, type TaskApiEndpoint } from "./endpoint.ts";
 
 /** Service names the Task implementation is registered under. */
 export const TASK_SERVICE_NAMES: readonly string[] = [
@@ -88,6 +89,15 @@ export async function serveShim<T extends object>(
     inherited = JSON.parse(await Deno.readTextFile(`${bundle}/options.json`)) as T;
   } catch { /* start had no options */ }
 
+  // The endpoint this shim serves; containers routed here by a sandbox must name it.
+  const path = flags.socket ||
+    socketPath(shimSocketAddress(flags.address, flags.namespace, await groupKey(bundle, flags.id)));
+  const endpoint: TaskApiEndpoint = {
+    address: `unix://${path}`,
+    version: shim.taskApiVersion,
+    protocol: "ttrpc",
+  };
+
   const server = new TtrpcServer({
     onError: (e) => logger.debug("ttrpc connection error", { error: String(e) }),
   });
@@ -109,6 +119,15 @@ export async function serveShim<T extends object>(
     logger,
     namespace: flags.namespace,
     inheritedOptions: () => inherited,
+    onEndpoint: (handed, id) => {
+      if (handed.address !== endpoint.address) {
+        logger.warn("containerd handed over a task API endpoint that is not this shim's", {
+          id,
+          endpoint: formatTaskApiEndpoint(handed),
+          served: formatTaskApiEndpoint(endpoint),
+        });
+      }
+    },
     onShutdown: () => {
       if (sandboxes.size === 0) setTimeout(() => void shutdown("Shutdown"), 0);
     },
@@ -123,17 +142,22 @@ export async function serveShim<T extends object>(
     adoptOptions: (o) => inherited = o,
     onShutdown: () => setTimeout(() => void shutdown("ShutdownSandbox"), 0),
   });
-  server.register(createServiceImplSpec<typeof TaskV2>(TaskV2, tasks.impl()), ...TASK_SERVICE_NAMES);
+  server.register(
+    createServiceImplSpec<typeof TaskV2>(TaskV2, tasks.impl()),
+    ...TASK_SERVICE_NAMES,
+  );
   server.register(
     createServiceImplSpec<typeof Sandbox>(Sandbox, sandboxes.impl()),
     "containerd.runtime.sandbox.v1.Sandbox",
   );
 
-  const path = flags.socket ||
-    socketPath(shimSocketAddress(flags.address, flags.namespace, await groupKey(bundle, flags.id)));
   await server.listen(path);
   Deno.addSignalListener("SIGTERM", () => void shutdown("SIGTERM"));
   Deno.addSignalListener("SIGINT", () => void shutdown("SIGINT"));
-  logger.info("serving", { id: flags.id, socket: path, pid: Deno.pid });
+  logger.info("serving", {
+    id: flags.id,
+    endpoint: formatTaskApiEndpoint(endpoint),
+    pid: Deno.pid,
+  });
   await server.closed;
 }

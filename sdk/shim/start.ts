@@ -126,7 +126,11 @@ export async function socketAlive(path: string): Promise<boolean> {
 export async function containerdVersion(binary: string): Promise<[number, number] | undefined> {
   if (!binary) return undefined;
   try {
-    const out = await new Deno.Command(binary, { args: ["--version"], stdin: "null", stderr: "null" })
+    const out = await new Deno.Command(binary, {
+      args: ["--version"],
+      stdin: "null",
+      stderr: "null",
+    })
       .output();
     const m = /\sv?(\d+)\.(\d+)\.\d+/.exec(" " + new TextDecoder().decode(out.stdout));
     return m ? [Number(m[1]), Number(m[2])] : undefined;

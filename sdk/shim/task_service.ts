@@ -417,9 +417,7 @@ export class TaskService<T extends object> {
     return {
       processes: pids.map((pid) => {
         const execId = byPid.get(pid);
-        return execId
-          ? { pid, info: packAny(ProcessDetailsSchema, { execId }) }
-          : { pid };
+        return execId ? { pid, info: packAny(ProcessDetailsSchema, { execId }) } : { pid };
       }),
     };
   }
