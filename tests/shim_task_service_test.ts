@@ -1,0 +1,306 @@
+// Unit tests of the Task service's state machine and event order, with a fake runtime and a
+// fake platform (the integration tests run the real ones under real containerd).
+import assert from "node:assert/strict";
+import { create } from "@bufbuild/protobuf";
+import { type Any, AnySchema } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { CreateTaskRequestSchema } from "../proto/gen/containerd/task/v2/shim_pb.ts";
+import { Status } from "../proto/gen/containerd/types/task/task_pb.ts";
+import { TaskService } from "../sdk/shim/task_service.ts";
+import type { ReapedExit, ShimPlatform } from "../sdk/shim/platform.ts";
+import type { ContainerRuntime } from "../sdk/shim/runtime.ts";
+import { Logger } from "../sdk/shim/logger.ts";
+import { Shim } from "../sdk/shim/shim.ts";
+
+class FakeRuntime implements ContainerRuntime {
+  calls: string[] = [];
+  constructor(private p: FakePlatform) {}
+  create(id: string, o: { pidFile: string }) {
+    this.calls.push(`create ${id}`);
+    this.p.pidFiles.set(o.pidFile, this.p.nextPid++);
+    return Promise.resolve();
+  }
+  start(id: string) {
+    this.calls.push(`start ${id}`);
+    // A process that dies at once: its exit races the start event.
+    if (this.p.dieOnStart) this.p.exit(this.p.pidOf(id), 0);
+    return Promise.resolve();
+  }
+  kill(id: string, sig: number, o?: { all?: boolean }) {
+    this.calls.push(`kill ${id} ${sig}${o?.all ? " all" : ""}`);
+    return Promise.resolve();
+  }
+  delete(id: string) {
+    this.calls.push(`delete ${id}`);
+    return Promise.resolve();
+  }
+  exec(id: string, _p: unknown, o: { pidFile: string }) {
+    this.calls.push(`exec ${id}`);
+    this.p.pidFiles.set(o.pidFile, this.p.nextPid++);
+    return Promise.resolve();
+  }
+  ps() {
+    return Promise.resolve([...this.p.pidFiles.values()]);
+  }
+  pause(id: string) {
+    this.calls.push(`pause ${id}`);
+    return Promise.resolve();
+  }
+  resume(id: string) {
+    this.calls.push(`resume ${id}`);
+    return Promise.resolve();
+  }
+  update() {
+    return Promise.resolve();
+  }
+  checkpoint() {
+    return Promise.reject(new Error("criu failed"));
+  }
+}
+
+class FakePlatform implements ShimPlatform {
+  nextPid = 100;
+  pidFiles = new Map<string, number>();
+  dieOnStart = false;
+  #listeners = new Set<(e: ReapedExit) => void>();
+  #recent = new Map<number, ReapedExit>();
+  pidOf(id: string) {
+    void id; // one container per test
+    return [...this.pidFiles.entries()].find(([f]) => f.endsWith("/init.pid"))![1];
+  }
+  exit(pid: number, status: number) {
+    const e = { pid, status, exitedAt: new Date() };
+    this.#recent.set(pid, e);
+    for (const l of this.#listeners) l(e);
+  }
+  spawn(cmd: Deno.Command) {
+    return cmd.spawn();
+  }
+  onExit(l: (e: ReapedExit) => void) {
+    this.#listeners.add(l);
+    return () => this.#listeners.delete(l);
+  }
+  recentExit(pid: number) {
+    return this.#recent.get(pid);
+  }
+  openIo() {
+    return Promise.resolve({
+      stdio: { stdio: { stdin: "null", stdout: "null", stderr: "null" } as const, attach() {} },
+      ready: () => Promise.resolve(),
+      handle: {
+        closeStdin: () => Promise.resolve(),
+        drain: () => Promise.resolve(),
+        close: () => Promise.resolve(),
+      },
+    });
+  }
+  mount() {
+    return Promise.resolve();
+  }
+  unmount() {
+    return Promise.resolve();
+  }
+  stats(): Promise<Any> {
+    return Promise.resolve(create(AnySchema, {}));
+  }
+  watchOom() {
+    return Promise.resolve({ close() {} });
+  }
+  kill(pid: number) {
+    this.exit(pid, 137);
+  }
+  readPidFile(path: string) {
+    return Promise.resolve(this.pidFiles.get(path)!);
+  }
+}
+
+function setup() {
+  const platform = new FakePlatform();
+  const runtime = new FakeRuntime(platform);
+  class TestShim extends Shim<{ x: number }> {
+    readonly runtimeName = "io.containerd.test.v1";
+    readonly options = { defaults: () => ({ x: 1 }) };
+    runtime() {
+      return runtime;
+    }
+  }
+  const events: string[] = [];
+  const exits: string[] = [];
+  let shutdowns = 0;
+  const svc = new TaskService({
+    shim: new TestShim(),
+    platform,
+    events: {
+      publish: (topic: string, _s: unknown, msg: unknown) => {
+        events.push(topic);
+        if (topic === "/tasks/exit") exits.push((msg as { id: string }).id);
+      },
+    },
+    logger: new Logger(),
+    namespace: "ns",
+    onShutdown: () => shutdowns++,
+  });
+  return { svc, platform, runtime, events, exits, shutdowns: () => shutdowns };
+}
+
+async function withBundle(fn: (bundle: string) => Promise<void>) {
+  const bundle = await Deno.makeTempDir();
+  try {
+    await fn(bundle);
+  } finally {
+    await Deno.remove(bundle, { recursive: true });
+  }
+}
+
+function code(c: Code) {
+  return (e: unknown) => e instanceof ConnectError && e.code === c;
+}
+
+const spec: Any = create(AnySchema, {
+  typeUrl: "types.containerd.io/opencontainers/runtime-spec/1/Process",
+  value: new TextEncoder().encode(JSON.stringify({ args: ["true"], cwd: "/" })),
+});
+
+Deno.test("TaskService runs create → start → exit → delete with events in order", async () => {
+  await withBundle(async (bundle) => {
+    const { svc, platform, events } = setup();
+    const { pid } = await svc.create(create(CreateTaskRequestSchema, { id: "c1", bundle }));
+    assert.equal(svc.state({ id: "c1", execId: "" } as never).status, Status.CREATED);
+    await svc.start({ id: "c1", execId: "" } as never);
+    assert.equal(svc.state({ id: "c1", execId: "" } as never).status, Status.RUNNING);
+    const w1 = svc.wait({ id: "c1", execId: "" } as never);
+    const w2 = svc.wait({ id: "c1", execId: "" } as never);
+    platform.exit(pid, 3);
+    assert.deepEqual([(await w1).exitStatus, (await w2).exitStatus], [3, 3], "every waiter");
+    const d = await svc.delete({ id: "c1", execId: "" } as never);
+    assert.equal(d.exitStatus, 3);
+    assert.deepEqual(events, ["/tasks/create", "/tasks/start", "/tasks/exit", "/tasks/delete"]);
+  });
+});
+
+Deno.test("TaskService publishes /tasks/start before /tasks/exit when the process dies at once", async () => {
+  await withBundle(async (bundle) => {
+    const { svc, platform, events } = setup();
+    await svc.create(create(CreateTaskRequestSchema, { id: "c1", bundle }));
+    platform.dieOnStart = true;
+    await svc.start({ id: "c1", execId: "" } as never);
+    await svc.wait({ id: "c1", execId: "" } as never);
+    await new Promise((r) => setTimeout(r, 0));
+    assert.deepEqual(events, ["/tasks/create", "/tasks/start", "/tasks/exit"]);
+  });
+});
+
+Deno.test("TaskService returns containerd's codes for invalid transitions", async () => {
+  await withBundle(async (bundle) => {
+    const { svc, platform, shutdowns } = setup();
+    await assert.rejects(
+      svc.create(create(CreateTaskRequestSchema, { id: "bad/id", bundle })),
+      (e: unknown) =>
+        code(Code.InvalidArgument)(e) && /invalid container id "bad\/id"/.test(String(e)),
+    );
+    const { pid } = await svc.create(create(CreateTaskRequestSchema, { id: "c1", bundle }));
+    await assert.rejects(
+      svc.create(create(CreateTaskRequestSchema, { id: "c1", bundle })),
+      code(Code.AlreadyExists),
+    );
+    assert.throws(() => svc.state({ id: "nope", execId: "" } as never), code(Code.NotFound));
+    await svc.start({ id: "c1", execId: "" } as never);
+    await assert.rejects(
+      svc.start({ id: "c1", execId: "" } as never),
+      code(Code.FailedPrecondition),
+    );
+    await assert.rejects(
+      svc.delete({ id: "c1", execId: "" } as never),
+      code(Code.FailedPrecondition),
+    );
+    svc.shutdown({ id: "c1", now: false } as never);
+    assert.equal(shutdowns(), 0, "Shutdown is a no-op while containers remain");
+
+    svc.exec({ id: "c1", execId: "e1", spec, terminal: false } as never);
+    assert.throws(
+      () => svc.exec({ id: "c1", execId: "e1", spec } as never),
+      code(Code.AlreadyExists),
+    );
+    await assert.rejects(
+      svc.kill({ id: "c1", execId: "e1", signal: 9 } as never),
+      code(Code.FailedPrecondition),
+    );
+    assert.throws(
+      () => svc.exec({ id: "c1", execId: "e 2", spec } as never),
+      code(Code.InvalidArgument),
+    );
+    assert.throws(
+      () =>
+        svc.exec(
+          {
+            id: "c1",
+            execId: "e3",
+            spec: create(AnySchema, { typeUrl: "x", value: new Uint8Array([1]) }),
+          } as never,
+        ),
+      code(Code.InvalidArgument),
+    );
+
+    platform.exit(pid, 0);
+    await svc.wait({ id: "c1", execId: "" } as never);
+    await assert.rejects(
+      svc.kill({ id: "c1", execId: "", signal: 15 } as never),
+      code(Code.NotFound),
+    );
+    await assert.rejects(
+      svc.start({ id: "c1", execId: "e1" } as never),
+      code(Code.FailedPrecondition),
+    );
+    await assert.rejects(svc.stats({ id: "c1" } as never), code(Code.NotFound));
+    await assert.rejects(
+      svc.checkpoint({ id: "c1", path: "/x" } as never),
+      code(Code.FailedPrecondition),
+    );
+    await svc.delete({ id: "c1", execId: "" } as never);
+    svc.shutdown({ id: "c1", now: false } as never);
+    assert.equal(shutdowns(), 1, "Shutdown exits once nothing is left");
+  });
+});
+
+Deno.test("TaskService publishes an init's exit after its execs' exits", async () => {
+  await withBundle(async (bundle) => {
+    const { svc, platform, events, exits } = setup();
+    const { pid } = await svc.create(create(CreateTaskRequestSchema, { id: "c1", bundle }));
+    await svc.start({ id: "c1", execId: "" } as never);
+    svc.exec({ id: "c1", execId: "e1", spec } as never);
+    const { pid: epid } = await svc.start({ id: "c1", execId: "e1" } as never);
+    platform.exit(pid, 0); // init dies first ...
+    await new Promise((r) => setTimeout(r, 10));
+    platform.exit(epid, 137); // ... its exec is killed with it
+    await svc.wait({ id: "c1", execId: "" } as never);
+    await new Promise((r) => setTimeout(r, 0));
+    assert.deepEqual(exits, ["e1", "c1"], "the exec's exit first, the init's last");
+    assert.deepEqual(events.slice(0, 4), [
+      "/tasks/create",
+      "/tasks/start",
+      "/tasks/exec-added",
+      "/tasks/exec-started",
+    ]);
+    const state = svc.state({ id: "c1", execId: "e1" } as never);
+    assert.equal(state.exitStatus, 137);
+  });
+});
+
+Deno.test("TaskService pauses and resumes, and rejects resume of a running task", async () => {
+  await withBundle(async (bundle) => {
+    const { svc, runtime, events } = setup();
+    await svc.create(create(CreateTaskRequestSchema, { id: "c1", bundle }));
+    await assert.rejects(svc.pause({ id: "c1" } as never), code(Code.FailedPrecondition));
+    await svc.start({ id: "c1", execId: "" } as never);
+    await svc.pause({ id: "c1" } as never);
+    assert.equal(svc.state({ id: "c1", execId: "" } as never).status, Status.PAUSED);
+    await assert.rejects(
+      svc.delete({ id: "c1", execId: "" } as never),
+      code(Code.FailedPrecondition),
+    );
+    await svc.resume({ id: "c1" } as never);
+    await assert.rejects(svc.resume({ id: "c1" } as never), code(Code.FailedPrecondition));
+    assert.deepEqual(runtime.calls.slice(-2), ["pause c1", "resume c1"]);
+    assert.ok(events.includes("/tasks/paused") && events.includes("/tasks/resumed"));
+  });
+});
