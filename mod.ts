@@ -28,10 +28,10 @@ export { runShim } from "./sdk/shim/run.ts";
 export {
   acceptedTypes,
   type EndpointFree,
-  optionsMessage,
   type OptionsMessage,
-  resolveOptions,
+  optionsMessage,
   type ResolvedOptions,
+  resolveOptions,
   type RuntimeOptions,
 } from "./sdk/shim/options.ts";
 export type {

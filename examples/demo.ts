@@ -36,7 +36,12 @@ const out = `${bundle}/stdout.log`;
 const h = await ShimHarness.start({ shim: runcShim, bundle, id: "demo" });
 try {
   console.log(`shim started: ${h.address} (task API v${h.version})`);
-  const { pid } = await h.task.create({ id: h.id, bundle, stdout: `file://${out}`, stderr: `file://${out}` });
+  const { pid } = await h.task.create({
+    id: h.id,
+    bundle,
+    stdout: `file://${out}`,
+    stderr: `file://${out}`,
+  });
   console.log(`created container "${h.id}", init pid ${pid}`);
   await h.task.start({ id: h.id });
   await h.task.exec({
@@ -64,7 +69,13 @@ try {
   console.log("--- container output ---");
   console.log((await Deno.readTextFile(out)).trimEnd());
   console.log("--- events ---");
-  for (const e of h.events) console.log(`${e.topic.padEnd(20)} ${JSON.stringify(e.message, (_k, v) => typeof v === "bigint" ? v.toString() : v)}`);
+  for (const e of h.events) {
+    console.log(
+      `${e.topic.padEnd(20)} ${
+        JSON.stringify(e.message, (_k, v) => typeof v === "bigint" ? v.toString() : v)
+      }`,
+    );
+  }
 } finally {
   await h.close();
   await cleanup();

@@ -170,7 +170,7 @@ Deno.test("TaskService runs create → start → exit → delete with events in 
     assert.equal(svc.state({ id: "c1", execId: "" } as never).status, Status.RUNNING);
     const w1 = svc.wait({ id: "c1", execId: "" } as never);
     const w2 = svc.wait({ id: "c1", execId: "" } as never);
-    platform.exit(pid, 3);
+    platform.exit(pid!, 3);
     assert.deepEqual([(await w1).exitStatus, (await w2).exitStatus], [3, 3], "every waiter");
     const d = await svc.delete({ id: "c1", execId: "" } as never);
     assert.equal(d.exitStatus, 3);
@@ -241,7 +241,7 @@ Deno.test("TaskService returns containerd's codes for invalid transitions", asyn
       code(Code.InvalidArgument),
     );
 
-    platform.exit(pid, 0);
+    platform.exit(pid!, 0);
     await svc.wait({ id: "c1", execId: "" } as never);
     await assert.rejects(
       svc.kill({ id: "c1", execId: "", signal: 15 } as never),
@@ -269,9 +269,9 @@ Deno.test("TaskService publishes an init's exit after its execs' exits", async (
     await svc.start({ id: "c1", execId: "" } as never);
     svc.exec({ id: "c1", execId: "e1", spec } as never);
     const { pid: epid } = await svc.start({ id: "c1", execId: "e1" } as never);
-    platform.exit(pid, 0); // init dies first ...
+    platform.exit(pid!, 0); // init dies first ...
     await new Promise((r) => setTimeout(r, 10));
-    platform.exit(epid, 137); // ... its exec is killed with it
+    platform.exit(epid!, 137); // ... its exec is killed with it
     await svc.wait({ id: "c1", execId: "" } as never);
     await new Promise((r) => setTimeout(r, 0));
     assert.deepEqual(exits, ["e1", "c1"], "the exec's exit first, the init's last");

@@ -3,7 +3,7 @@
  * Runtime name `io.containerd.skiff-runc.v2`; options `containerd.runc.v1.Options`
  * (or the same keys in CRI's TOML runtime options).
  */
-import { OciRuntimeCli, optionsMessage, type RuntimeContext, runShim, Shim } from "../../mod.ts";
+import { OciRuntimeCli, optionsMessage, runShim, type RuntimeContext, Shim } from "../../mod.ts";
 import { RuncOptionsSchema } from "../../proto/mod.ts";
 
 /** The runc settings this shim honours. */
@@ -53,7 +53,6 @@ export class RuncShim extends Shim<RuncOptions> {
       root: `${o.root}/${ctx.namespace}`,
       log: `${ctx.bundle}/log.json`,
       systemdCgroup: o.systemdCgroup,
-
 
       ...(o.criuPath ? { env: { CRIU: o.criuPath } } : {}),
       spawn: ctx.spawn,

@@ -9,7 +9,7 @@
  *   network = "none"
  *   platform = "ptrace"
  */
-import { OciRuntimeCli, type RuntimeContext, runShim, Shim } from "../../mod.ts";
+import { OciRuntimeCli, runShim, type RuntimeContext, Shim } from "../../mod.ts";
 
 /** The runsc settings this shim honours. */
 export interface RunscOptions {

@@ -280,7 +280,9 @@ export class ShimHarness {
       const left = deadline - Date.now();
       if (left <= 0) {
         throw new Error(
-          `no ${topic} event within ${timeoutMs}ms; saw: ${this.events.map((e) => e.topic).join(", ")}`,
+          `no ${topic} event within ${timeoutMs}ms; saw: ${
+            this.events.map((e) => e.topic).join(", ")
+          }`,
         );
       }
       await new Promise<void>((resolve) => {
@@ -317,7 +319,9 @@ export class ShimHarness {
       stderr: "piped",
     }).output();
     if (!out.success) {
-      throw new Error(`shim delete exited with ${out.code}: ${new TextDecoder().decode(out.stderr)}`);
+      throw new Error(
+        `shim delete exited with ${out.code}: ${new TextDecoder().decode(out.stderr)}`,
+      );
     }
     return fromBinary(DeleteResponseSchema, out.stdout);
   }
@@ -336,7 +340,10 @@ export class ShimHarness {
 }
 
 /** Decodes a message from a recorded event, checking its bare type name. */
-export function eventAs<Desc extends DescMessage>(e: RecordedEvent, schema: Desc): MessageShape<Desc> {
+export function eventAs<Desc extends DescMessage>(
+  e: RecordedEvent,
+  schema: Desc,
+): MessageShape<Desc> {
   if (e.event.typeUrl !== schema.typeName) {
     throw new TypeError(`event ${e.topic} has type "${e.event.typeUrl}", not "${schema.typeName}"`);
   }
@@ -353,7 +360,9 @@ export function eventAs<Desc extends DescMessage>(e: RecordedEvent, schema: Desc
  * console.assert(r.address === "unix:///run/x" && r.version === 2);
  * ```
  */
-export function parseStartOutput(out: Uint8Array): { address: string; version: number; protocol: string } {
+export function parseStartOutput(
+  out: Uint8Array,
+): { address: string; version: number; protocol: string } {
   const text = new TextDecoder().decode(out).trim();
   if (text.startsWith("{")) {
     const j = JSON.parse(text);

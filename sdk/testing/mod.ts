@@ -43,7 +43,7 @@ export {
   type OciSpec,
   type OciSpecOptions,
 } from "./bundle.ts";
-export { BUSYBOX_IMAGE_REF, buildBusyboxImage } from "./image.ts";
+export { buildBusyboxImage, BUSYBOX_IMAGE_REF } from "./image.ts";
 export {
   type ContainerdVersion,
   containerdVersions,
@@ -51,6 +51,6 @@ export {
   startContainerd,
   type StartContainerdOptions,
 } from "./containerd.ts";
-export { containerdClient, type ContainerdClient } from "./containerd_client.ts";
+export { type ContainerdClient, containerdClient } from "./containerd_client.ts";
 export { ctrRun, type CtrRunOptions } from "./ctr.ts";
 export { installShims, type InstallShimsOptions } from "./install.ts";
