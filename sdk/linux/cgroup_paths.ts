@@ -1,0 +1,166 @@
+/**
+ * Locating a process's cgroup directories on cgroup v1 (one hierarchy per controller) and v2
+ * (the unified hierarchy), from /proc/<pid>/cgroup and /proc/self/mountinfo.
+ *
+ * @module
+ */
+
+/**
+ * The process or its cgroup does not exist (Task.Stats answers NotFound).
+ *
+ * @example Usage
+ * ```ts ignore
+ * try {
+ *   await cgroupStats(pid);
+ * } catch (e) {
+ *   if (e instanceof CgroupNotFoundError) throw new ConnectError(e.message, Code.NotFound);
+ *   throw e;
+ * }
+ * ```
+ */
+export class CgroupNotFoundError extends Error {
+  /** The process whose cgroup was looked up. */
+  readonly pid: number;
+
+  /**
+   * @param pid the process
+   * @param detail what is missing
+   */
+  constructor(pid: number, detail: string) {
+    super(`cgroup of pid ${pid} not found: ${detail}`);
+    this.name = "CgroupNotFoundError";
+    this.pid = pid;
+  }
+}
+
+interface CgroupMount {
+  root: string;
+  mountPoint: string;
+  fsType: string;
+  superOptions: string[];
+}
+
+function unescape(s: string): string {
+  return s.replace(/\\([0-7]{3})/g, (_, o) => String.fromCharCode(parseInt(o, 8)));
+}
+
+function cgroupMounts(): CgroupMount[] {
+  const out: CgroupMount[] = [];
+  for (const line of Deno.readTextFileSync("/proc/self/mountinfo").split("\n")) {
+    const dash = line.indexOf(" - ");
+    if (dash === -1) continue;
+    const left = line.slice(0, dash).split(" ");
+    const [fsType, , superOpts = ""] = line.slice(dash + 3).split(" ");
+    if (fsType !== "cgroup" && fsType !== "cgroup2") continue;
+    out.push({
+      root: unescape(left[3]),
+      mountPoint: unescape(left[4]),
+      fsType,
+      superOptions: superOpts.split(","),
+    });
+  }
+  return out;
+}
+
+/**
+ * 2 when the host runs the unified hierarchy (/sys/fs/cgroup is cgroup2), otherwise 1 (legacy
+ * or hybrid, where containerd and runc use the v1 controllers).
+ *
+ * @example Usage
+ * ```ts ignore
+ * const version: 1 | 2 = cgroupVersion();
+ * ```
+ */
+export function cgroupVersion(): 1 | 2 {
+  const root = cgroupMounts().find((m) => m.mountPoint === "/sys/fs/cgroup");
+  return root?.fsType === "cgroup2" ? 2 : 1;
+}
+
+/** The (hierarchy-id, controllers, path) lines of /proc/<pid>/cgroup. */
+function procCgroup(pid: number): { controllers: string[]; path: string }[] {
+  let text: string;
+  try {
+    text = Deno.readTextFileSync(`/proc/${pid}/cgroup`);
+  } catch (e) {
+    if (e instanceof Deno.errors.NotFound) throw new CgroupNotFoundError(pid, "no such process");
+    throw new Error(`read /proc/${pid}/cgroup: ${(e as Error).message}`);
+  }
+  // A zombie's /proc/<pid>/cgroup already shows the root cgroups: it has none of its own.
+  let stat = "";
+  try {
+    stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+  } catch { /* raced with the reap */ }
+  if (stat === "" || stat[stat.lastIndexOf(")") + 2] === "Z") {
+    throw new CgroupNotFoundError(pid, "the process has exited");
+  }
+  return text.split("\n").filter(Boolean).map((line) => {
+    const first = line.indexOf(":");
+    const second = line.indexOf(":", first + 1);
+    return {
+      controllers: line.slice(first + 1, second).split(",").filter(Boolean),
+      path: line.slice(second + 1),
+    };
+  });
+}
+
+function join(mount: CgroupMount, path: string): string {
+  // The mount may expose a sub-tree (root != "/"): make `path` relative to it.
+  const rel = mount.root !== "/" && (path === mount.root || path.startsWith(`${mount.root}/`))
+    ? path.slice(mount.root.length)
+    : path;
+  return `${mount.mountPoint}${rel === "/" ? "" : rel}`;
+}
+
+/**
+ * The v1 directories of `pid`'s cgroup, by controller (`memory`, `cpu`, `cpuacct`, `pids`,
+ * `blkio`, `hugetlb`, ...). Only directories that exist are returned; throws
+ * {@linkcode CgroupNotFoundError} when the process or all of them are gone.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const memoryDir = cgroupV1Paths(pid).get("memory");
+ * ```
+ */
+export function cgroupV1Paths(pid: number): Map<string, string> {
+  const mounts = cgroupMounts().filter((m) => m.fsType === "cgroup");
+  const dirs = new Map<string, string>();
+  for (const { controllers, path } of procCgroup(pid)) {
+    for (const controller of controllers) {
+      const mount = mounts.find((m) => m.superOptions.includes(controller));
+      if (!mount) continue;
+      const dir = join(mount, path);
+      if (exists(dir)) dirs.set(controller, dir);
+    }
+  }
+  if (dirs.size === 0) throw new CgroupNotFoundError(pid, "no v1 controller directory exists");
+  return dirs;
+}
+
+/**
+ * The v2 (unified) directory of `pid`'s cgroup; throws {@linkcode CgroupNotFoundError} when
+ * the process or the directory is gone.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const dir: string = cgroupV2Path(pid); // e.g. /sys/fs/cgroup/default/web
+ * ```
+ */
+export function cgroupV2Path(pid: number): string {
+  const line = procCgroup(pid).find((l) => l.controllers.length === 0);
+  const mount = cgroupMounts().find((m) => m.fsType === "cgroup2");
+  if (!line || !mount) throw new CgroupNotFoundError(pid, "not in a cgroup v2 hierarchy");
+  if (line.path.endsWith(" (deleted)")) {
+    throw new CgroupNotFoundError(pid, `cgroup "${line.path}" was removed`);
+  }
+  const dir = join(mount, line.path);
+  if (!exists(dir)) throw new CgroupNotFoundError(pid, `directory "${dir}" does not exist`);
+  return dir;
+}
+
+function exists(path: string): boolean {
+  try {
+    return Deno.statSync(path).isDirectory;
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,140 @@
+/**
+ * cgroup v2 statistics as `io.containerd.cgroups.v2.Metrics`, read the way containerd's
+ * cgroups library reads them (missing files are left unset).
+ *
+ * @module
+ */
+
+import { create } from "@bufbuild/protobuf";
+import {
+  CPUStatSchema,
+  HugeTlbStatSchema,
+  type IOEntry,
+  IOEntrySchema,
+  IOStatSchema,
+  MemoryEventsSchema,
+  MemoryStatSchema,
+  type Metrics,
+  MetricsSchema,
+  PidsStatSchema,
+  type PSIData,
+  PSIDataSchema,
+  type PSIStats,
+  PSIStatsSchema,
+} from "../../proto/gen/io/containerd/cgroups/v2/metrics_pb.ts";
+import { cgroupV2Path } from "./cgroup_paths.ts";
+import {
+  assignFields,
+  hugePageSizes,
+  readKeyValues,
+  readOptional,
+  readUint,
+} from "./cgroup_files.ts";
+
+/**
+ * Reads the v2 statistics of `pid`'s cgroup. Throws `CgroupNotFoundError` when it is gone.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const m = cgroupV2Metrics(pid);
+ * console.log(m.memory?.usage, m.cpu?.usageUsec);
+ * ```
+ */
+export function cgroupV2Metrics(pid: number): Metrics {
+  return cgroupV2MetricsAt(cgroupV2Path(pid));
+}
+
+/**
+ * Reads the v2 statistics of the cgroup directory `dir`.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const m = cgroupV2MetricsAt("/sys/fs/cgroup/default/web");
+ * ```
+ */
+export function cgroupV2MetricsAt(dir: string): Metrics {
+  const metrics = create(MetricsSchema);
+  metrics.pids = create(PidsStatSchema, {
+    current: readUint(`${dir}/pids.current`) ?? 0n,
+    limit: readUint(`${dir}/pids.max`) ?? 0n,
+  });
+
+  const cpu = create(CPUStatSchema);
+  assignFields(cpu, CPUStatSchema.fields, readKeyValues(`${dir}/cpu.stat`));
+  const cpuPsi = readPsi(`${dir}/cpu.pressure`);
+  if (cpuPsi) cpu.psi = cpuPsi;
+  metrics.cpu = cpu;
+
+  const memory = create(MemoryStatSchema);
+  assignFields(memory, MemoryStatSchema.fields, readKeyValues(`${dir}/memory.stat`));
+  memory.usage = readUint(`${dir}/memory.current`) ?? 0n;
+  memory.usageLimit = readUint(`${dir}/memory.max`) ?? 0n;
+  memory.swapUsage = readUint(`${dir}/memory.swap.current`) ?? 0n;
+  memory.swapLimit = readUint(`${dir}/memory.swap.max`) ?? 0n;
+  memory.maxUsage = readUint(`${dir}/memory.peak`) ?? 0n;
+  memory.swapMaxUsage = readUint(`${dir}/memory.swap.peak`) ?? 0n;
+  const memoryPsi = readPsi(`${dir}/memory.pressure`);
+  if (memoryPsi) memory.psi = memoryPsi;
+  metrics.memory = memory;
+
+  const events = readKeyValues(`${dir}/memory.events`);
+  if (events.size > 0) {
+    metrics.memoryEvents = create(MemoryEventsSchema);
+    assignFields(metrics.memoryEvents, MemoryEventsSchema.fields, events);
+  }
+
+  metrics.io = create(IOStatSchema, { usage: readIoStat(`${dir}/io.stat`) });
+  const ioPsi = readPsi(`${dir}/io.pressure`);
+  if (ioPsi) metrics.io.psi = ioPsi;
+
+  metrics.hugetlb = hugePageSizes()
+    .filter((size) => readOptional(`${dir}/hugetlb.${size}.current`) !== undefined)
+    .map((size) =>
+      create(HugeTlbStatSchema, {
+        pagesize: size,
+        current: readUint(`${dir}/hugetlb.${size}.current`) ?? 0n,
+        max: readUint(`${dir}/hugetlb.${size}.max`) ?? 0n,
+      })
+    );
+  return metrics;
+}
+
+/** io.stat lines: `MAJ:MIN rbytes=N wbytes=N rios=N wios=N dbytes=N dios=N`. */
+function readIoStat(path: string): IOEntry[] {
+  const out: IOEntry[] = [];
+  for (const line of (readOptional(path) ?? "").split("\n")) {
+    const [dev, ...pairs] = line.trim().split(/\s+/);
+    const m = /^(\d+):(\d+)$/.exec(dev ?? "");
+    if (!m) continue;
+    const kv = new Map<string, bigint>();
+    for (const pair of pairs) {
+      const [k, v] = pair.split("=");
+      if (k && v && /^\d+$/.test(v)) kv.set(k, BigInt(v));
+    }
+    const entry = create(IOEntrySchema, { major: BigInt(m[1]), minor: BigInt(m[2]) });
+    assignFields(entry, IOEntrySchema.fields, kv);
+    out.push(entry);
+  }
+  return out;
+}
+
+/** A *.pressure file (`some avg10=0.00 avg60=0.00 avg300=0.00 total=0`, then `full ...`). */
+function readPsi(path: string): PSIStats | undefined {
+  const text = readOptional(path);
+  if (!text) return undefined;
+  const stats = create(PSIStatsSchema);
+  for (const line of text.split("\n")) {
+    const [kind, ...pairs] = line.trim().split(/\s+/);
+    if (kind !== "some" && kind !== "full") continue;
+    const data: PSIData = create(PSIDataSchema);
+    for (const pair of pairs) {
+      const [k, v] = pair.split("=");
+      if (k === "avg10") data.avg10 = Number(v);
+      else if (k === "avg60") data.avg60 = Number(v);
+      else if (k === "avg300") data.avg300 = Number(v);
+      else if (k === "total" && /^\d+$/.test(v ?? "")) data.total = BigInt(v);
+    }
+    stats[kind] = data;
+  }
+  return stats;
+}
