@@ -1,0 +1,197 @@
+/**
+ * The metrics one shim exposes on `/metrics`. Counters are fed by hooks (create outcomes,
+ * the ttrpc interceptor); gauges and the event counters are read at scrape time from the
+ * server's own state, so nothing is kept twice.
+ *
+ * @module
+ */
+
+import { type Counter, type Histogram, MetricsRegistry } from "./metrics.ts";
+import type { OpsContainerView } from "./load.ts";
+import type { RpcObservation } from "./rpc.ts";
+
+/**
+ * Who a shim is; carried by `skiff_shim_info` and the create counters.
+ *
+ * @example Usage
+ * ```ts
+ * import type { ShimIdentity } from "./shim_metrics.ts";
+ * const who: ShimIdentity = { runtime: "io.containerd.skiff-runc.v2", namespace: "default", id: "c1", version: "0.1.0" };
+ * console.assert(who.id === "c1");
+ * ```
+ */
+export interface ShimIdentity {
+  /** Runtime name, e.g. `io.containerd.skiff-runc.v2`. */
+  runtime: string;
+  /** containerd namespace of the shim. */
+  namespace: string;
+  /** The id the shim was started for (its first container, or its sandbox). */
+  id: string;
+  /** The shim's version. */
+  version: string;
+}
+
+/**
+ * Where scrape-time values come from.
+ *
+ * @example Usage
+ * ```ts ignore
+ * metrics.setSource({ containers: () => tasks.containers.values(), events: () => publisher.stats });
+ * ```
+ */
+export interface ShimMetricsSource {
+  /** The containers served now. */
+  containers(): Iterable<OpsContainerView>;
+  /** Event publisher counters. */
+  events(): { published: number; failed: number; queued: number };
+}
+
+/**
+ * Counts live processes: started (a pid is known) and not yet exited.
+ *
+ * @param containers containers to look at
+ * @returns the number of live init and exec processes
+ *
+ * @example Usage
+ * ```ts ignore
+ * const n = liveProcesses(tasks.containers.values());
+ * ```
+ */
+export function liveProcesses(containers: Iterable<OpsContainerView>): number {
+  let n = 0;
+  for (const c of containers) {
+    for (const p of [c.init, ...c.execs.values()]) if (p.pid !== 0 && p.state !== "stopped") n++;
+  }
+  return n;
+}
+
+/**
+ * The shim's metrics.
+ *
+ * @example Usage
+ * ```ts
+ * import { ShimMetrics } from "./shim_metrics.ts";
+ * const m = new ShimMetrics({ runtime: "io.containerd.skiff-runc.v2", namespace: "default", id: "c1", version: "0.1.0" });
+ * m.taskCreated("error");
+ * console.assert(m.render().includes('skiff_task_create_requests_total{runtime="io.containerd.skiff-runc.v2",result="error"} 1'));
+ * ```
+ */
+export class ShimMetrics {
+  /** The registry everything is registered in (add your own metrics here). */
+  readonly registry: MetricsRegistry = new MetricsRegistry();
+  #identity: ShimIdentity;
+  #source: ShimMetricsSource | undefined;
+  #taskCreates: Counter;
+  #sandboxCreates: Counter;
+  #requests: Counter;
+  #durations: Histogram;
+
+  /**
+   * Registers the metrics.
+   *
+   * @param identity who the shim is
+   * @param source scrape-time values (or later with {@linkcode setSource})
+   */
+  constructor(identity: ShimIdentity, source?: ShimMetricsSource) {
+    this.#identity = identity;
+    this.#source = source;
+    const r = this.registry;
+    r.gauge({
+      name: "skiff_shim_info",
+      help:
+        "Identity of the shim: always 1, with its runtime, namespace, id and version as labels.",
+      labelNames: ["runtime", "namespace", "id", "version"],
+    }).set({ ...identity }, 1);
+    this.#taskCreates = r.counter({
+      name: "skiff_task_create_requests_total",
+      help: "Task API Create calls handled, by result (ok or error).",
+      labelNames: ["runtime", "result"],
+    });
+    this.#sandboxCreates = r.counter({
+      name: "skiff_sandbox_create_requests_total",
+      help: "Sandbox API CreateSandbox calls handled, by result (ok or error).",
+      labelNames: ["runtime", "result"],
+    });
+    // Both results exist from the start, so a ratio never divides by a missing series.
+    for (const result of ["ok", "error"]) {
+      this.#taskCreates.inc({ runtime: identity.runtime, result }, 0);
+      this.#sandboxCreates.inc({ runtime: identity.runtime, result }, 0);
+    }
+    this.#requests = r.counter({
+      name: "skiff_ttrpc_requests_total",
+      help: "ttrpc calls served, by service, method and gRPC status code.",
+      labelNames: ["service", "method", "code"],
+    });
+    this.#durations = r.histogram({
+      name: "skiff_ttrpc_request_duration_seconds",
+      help: "Time spent handling ttrpc calls (Wait lasts as long as the process it waits for).",
+      labelNames: ["service", "method"],
+    });
+    r.counter({
+      name: "skiff_events_published_total",
+      help: "Task events containerd accepted.",
+      read: () => this.#source?.events().published ?? 0,
+    });
+    r.counter({
+      name: "skiff_events_failed_total",
+      help: "Task events given up on (retries exhausted, rejected, or dropped from a full queue).",
+      read: () => this.#source?.events().failed ?? 0,
+    });
+    r.gauge({
+      name: "skiff_events_queued",
+      help: "Task events waiting to be forwarded to containerd.",
+      read: () => this.#source?.events().queued ?? 0,
+    });
+    r.gauge({
+      name: "skiff_containers",
+      help: "Containers the shim serves.",
+      read: () => this.#source ? [...this.#source.containers()].length : 0,
+    });
+    r.gauge({
+      name: "skiff_processes",
+      help: "Live processes (init and exec) the shim tracks: started and not yet exited.",
+      read: () => this.#source ? liveProcesses(this.#source.containers()) : 0,
+    });
+    r.gauge({
+      name: "process_resident_memory_bytes",
+      help: "Resident memory size of the shim process in bytes.",
+      read: () => Deno.memoryUsage().rss,
+    });
+    r.gauge({
+      name: "process_start_time_seconds",
+      help: "Start time of the shim process since the Unix epoch in seconds.",
+      read: () => Math.round(performance.timeOrigin) / 1000,
+    });
+  }
+
+  /** Who the shim is. */
+  get identity(): ShimIdentity {
+    return { ...this.#identity };
+  }
+
+  /** Sets where scrape-time values come from. */
+  setSource(source: ShimMetricsSource): void {
+    this.#source = source;
+  }
+
+  /** Counts a Task API Create outcome. */
+  taskCreated(result: "ok" | "error"): void {
+    this.#taskCreates.inc({ runtime: this.#identity.runtime, result });
+  }
+
+  /** Counts a CreateSandbox outcome. */
+  sandboxCreated(result: "ok" | "error"): void {
+    this.#sandboxCreates.inc({ runtime: this.#identity.runtime, result });
+  }
+
+  /** Records one finished ttrpc call (the interceptor's observer). */
+  observeRpc(o: RpcObservation): void {
+    this.#requests.inc({ service: o.service, method: o.method, code: o.code });
+    this.#durations.observe({ service: o.service, method: o.method }, o.seconds);
+  }
+
+  /** The text exposition. */
+  render(): string {
+    return this.registry.render();
+  }
+}

@@ -1,0 +1,234 @@
+/**
+ * `ShimOps`: everything the operations endpoint needs inside one shim server — the metrics,
+ * the ttrpc interceptor, a short history of published events, and the Hono endpoint served on
+ * `<ttrpc socket>.ops`. {@linkcode loadShimOps} imports this module only when it is enabled.
+ *
+ * @module
+ */
+
+import { type DescMessage, fromBinary, toJson } from "@bufbuild/protobuf";
+import type { Interceptor } from "@connectrpc/connect";
+import * as taskEvents from "../../proto/gen/containerd/events/task_pb.ts";
+import type { PublisherStats, QueuedEvent } from "../shim/events.ts";
+import type { Logger } from "../shim/logger.ts";
+import { createOpsApp } from "./app.ts";
+import { type OpsContainerView, type OpsProcessView, opsSocketPath } from "./load.ts";
+import type { ShimOpsContext, ShimOpsHooks } from "./load.ts";
+import { rpcInterceptor } from "./rpc.ts";
+import { liveProcesses, ShimMetrics } from "./shim_metrics.ts";
+import { serveUnixHttp, type UnixHttpServer } from "./unix_http.ts";
+
+const EVENT_SCHEMAS: ReadonlyMap<string, DescMessage> = new Map(
+  (Object.values(taskEvents) as unknown[])
+    .filter((v): v is DescMessage => (v as DescMessage)?.kind === "message")
+    .map((d) => [d.typeName, d]),
+);
+
+/**
+ * Options of {@linkcode ShimOps}.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const ops = new ShimOps({ runtime, version, namespace, id, containerdAddress, debug: false, logger });
+ * ```
+ */
+export interface ShimOpsOptions {
+  /** Runtime name. */
+  runtime: string;
+  /** Shim version. */
+  version: string;
+  /** Namespace from the command line. */
+  namespace: string;
+  /** The id the shim was started for. */
+  id: string;
+  /** containerd's gRPC address (`-address`). */
+  containerdAddress: string;
+  /** Whether the shim runs with `-debug` (adds the per-call debug log). */
+  debug: boolean;
+  /** The shim's logger. */
+  logger: Logger;
+  /** How many recent events `/debug/events` keeps. Default 256. */
+  eventHistory?: number;
+}
+
+/**
+ * An event as `/debug/events` shows it.
+ *
+ * @example Usage
+ * ```ts
+ * import type { EventRecord } from "./shim_ops.ts";
+ * const e: EventRecord = { time: "2025-01-01T00:00:00.000Z", topic: "/tasks/exit", type: "containerd.events.TaskExit", event: {} };
+ * console.assert(e.topic === "/tasks/exit");
+ * ```
+ */
+export interface EventRecord {
+  /** When it was published (ISO 8601). */
+  time: string;
+  /** Topic. */
+  topic: string;
+  /** Bare type name of the payload. */
+  type: string;
+  /** The payload as protobuf JSON, when its type is a known task event. */
+  event: unknown;
+}
+
+function processJson(p: OpsProcessView): Record<string, unknown> {
+  return {
+    execId: p.execId,
+    pid: p.pid,
+    state: p.state,
+    ...(p.exit ? { exitStatus: p.exit.status, exitedAt: p.exit.exitedAt.toISOString() } : {}),
+    stdio: { ...p.stdio },
+  };
+}
+
+function containerJson(c: OpsContainerView): Record<string, unknown> {
+  return {
+    id: c.id,
+    namespace: c.namespace,
+    bundle: c.bundle,
+    rootfsMounted: c.rootfsMounted,
+    options: c.options,
+    init: processJson(c.init),
+    execs: [...c.execs.values()].map(processJson),
+  };
+}
+
+/**
+ * The operations features of one shim server.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const ops = new ShimOps({ runtime, version, namespace, id, containerdAddress, debug, logger });
+ * const server = new TtrpcServer({ interceptors: ops.interceptors });
+ * await server.listen(path);
+ * await ops.attach({ socket: path, bundle, containers: () => tasks.containers, ... });
+ * ```
+ */
+export class ShimOps implements ShimOpsHooks {
+  /** The shim's metrics. */
+  readonly metrics: ShimMetrics;
+  /** Server interceptors: per-call metrics, and the debug log line with `-debug`. */
+  readonly interceptors: Interceptor[];
+  /** Records an event for `/debug/events` (pass as `EventPublisherOptions.onQueued`). */
+  readonly onQueued: (e: QueuedEvent) => void;
+  /** Counts a Create outcome (pass as `TaskServiceDeps.onCreate`). */
+  readonly onTaskCreate: (result: "ok" | "error") => void;
+  /** Counts a CreateSandbox outcome (pass as `SandboxServiceDeps.onCreate`). */
+  readonly onSandboxCreate: (result: "ok" | "error") => void;
+  #opts: ShimOpsOptions;
+  #history: QueuedEvent[] = [];
+  #capacity: number;
+  #ctx: ShimOpsContext | undefined;
+  #server: UnixHttpServer | undefined;
+  #started = new Date();
+
+  /** Creates the metrics and hooks; nothing is served until {@linkcode attach}. */
+  constructor(opts: ShimOpsOptions) {
+    this.#opts = opts;
+    this.#capacity = opts.eventHistory ?? 256;
+    this.metrics = new ShimMetrics({
+      runtime: opts.runtime,
+      namespace: opts.namespace,
+      id: opts.id,
+      version: opts.version,
+    });
+    this.interceptors = [rpcInterceptor({
+      observe: (o) => this.metrics.observeRpc(o),
+      ...(opts.debug ? { logger: opts.logger } : {}),
+    })];
+    this.onQueued = (e) => {
+      this.#history.push(e);
+      if (this.#history.length > this.#capacity) this.#history.shift();
+    };
+    this.onTaskCreate = (r) => this.metrics.taskCreated(r);
+    this.onSandboxCreate = (r) => this.metrics.sandboxCreated(r);
+  }
+
+  /** The socket the endpoint serves on, once attached. */
+  get socket(): string | undefined {
+    return this.#server?.path;
+  }
+
+  /** Starts serving beside `ctx.socket`; logs (and carries on) when it cannot. */
+  async attach(ctx: ShimOpsContext): Promise<void> {
+    this.#ctx = ctx;
+    this.metrics.setSource({
+      containers: () => ctx.containers().values(),
+      events: () => ctx.events(),
+    });
+    const path = opsSocketPath(ctx.socket);
+    const app = createOpsApp({
+      metrics: () => this.metrics.render(),
+      state: () => this.state(),
+      events: (limit) => this.events(limit),
+      maxEvents: this.#capacity,
+    });
+    try {
+      this.#server = await serveUnixHttp(path, app.fetch, {
+        onError: (e) => this.#opts.logger.warn("operations endpoint error", { error: String(e) }),
+      });
+      this.#opts.logger.info("operations endpoint serving", { socket: path });
+    } catch (e) {
+      // The shim's job is its containers; a missing endpoint must not stop it.
+      this.#opts.logger.warn("operations endpoint unavailable", {
+        socket: path,
+        error: (e as Error).message,
+      });
+    }
+  }
+
+  /** Stops the endpoint and removes its socket. */
+  async close(): Promise<void> {
+    await this.#server?.close();
+  }
+
+  /** The most recent `limit` events, oldest first. */
+  events(limit: number): EventRecord[] {
+    return this.#history.slice(-limit).map((e) => {
+      const schema = EVENT_SCHEMAS.get(e.event.typeUrl);
+      let event: unknown = null;
+      if (schema) {
+        try {
+          event = toJson(schema, fromBinary(schema, e.event.value));
+        } catch { /* shown without its payload */ }
+      }
+      return { time: e.timestamp.toISOString(), topic: e.topic, type: e.event.typeUrl, event };
+    });
+  }
+
+  /** The `/debug/state` snapshot. */
+  state(): Record<string, unknown> {
+    const ctx = this.#ctx;
+    const o = this.#opts;
+    let advertised = "";
+    if (ctx) {
+      try {
+        advertised = Deno.readTextFileSync(`${ctx.bundle}/address`).trim();
+      } catch { /* written by start after the server serves; absent when run by hand */ }
+    }
+    const containers = ctx ? [...ctx.containers().values()] : [];
+    const events: PublisherStats = ctx?.events() ?? { published: 0, failed: 0, queued: 0 };
+    return {
+      runtime: o.runtime,
+      version: o.version,
+      namespace: o.namespace,
+      id: o.id,
+      pid: Deno.pid,
+      startedAt: this.#started.toISOString(),
+      endpoint: {
+        address: advertised || (ctx ? `unix://${ctx.socket}` : ""),
+        socket: ctx?.socket ?? "",
+        ops: this.#server?.path ?? "",
+      },
+      containerdAddress: o.containerdAddress,
+      bundle: ctx?.bundle ?? "",
+      debug: o.debug,
+      options: ctx?.options() ?? null,
+      sandboxes: ctx?.sandboxes() ?? 0,
+      events,
+      processes: liveProcesses(containers),
+      containers: containers.map(containerJson),
+    };
+  }
+}

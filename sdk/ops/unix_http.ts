@@ -1,0 +1,210 @@
+/**
+ * HTTP over unix sockets, both ways: a server with owner-only permissions that replaces only a
+ * stale socket file, and a bounded GET client (Deno's `createHttpClient` with a unix-socket
+ * proxy, which Deno 2.9 supports: the request goes to the socket whatever host the URL names).
+ *
+ * @module
+ */
+
+/**
+ * A running unix-socket HTTP server.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const s = await serveUnixHttp("/run/x.ops", (req) => new Response("ok"));
+ * await s.close();
+ * ```
+ */
+export interface UnixHttpServer {
+  /** The socket path. */
+  readonly path: string;
+  /** Stops serving and removes the socket file. */
+  close(): Promise<void>;
+}
+
+/**
+ * Options of {@linkcode serveUnixHttp}.
+ *
+ * @example Usage
+ * ```ts
+ * import type { UnixHttpServerOptions } from "./unix_http.ts";
+ * const o: UnixHttpServerOptions = { mode: 0o600 };
+ * console.assert(o.mode === 0o600);
+ * ```
+ */
+export interface UnixHttpServerOptions {
+  /** File mode of the socket. Default 0o600: only its owner (root, like containerd) connects. */
+  mode?: number;
+  /** Receives handler errors; the client gets a 500. */
+  onError?: (error: unknown) => void;
+}
+
+async function isLive(path: string): Promise<boolean> {
+  try {
+    const conn = await Deno.connect({ transport: "unix", path });
+    conn.close();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Serves `handler` on a unix socket. A socket file nobody accepts on (left by a killed
+ * process) is replaced; a live one, or a path that is not a socket, is an error. The mode is
+ * set right after binding; the socket directory (containerd's is 0700) covers that instant.
+ *
+ * @param path socket path
+ * @param handler the fetch handler (e.g. a Hono app's `fetch`)
+ * @param opts mode and error sink
+ * @returns the server
+ * @throws {Deno.errors.AlreadyExists} when a live server owns `path` or it is not a socket
+ *
+ * @example Usage
+ * ```ts ignore
+ * const s = await serveUnixHttp(`${dir}/x.sock`, () => new Response("hi"));
+ * ```
+ */
+export async function serveUnixHttp(
+  path: string,
+  handler: (req: Request) => Response | Promise<Response>,
+  opts: UnixHttpServerOptions = {},
+): Promise<UnixHttpServer> {
+  let st: Deno.FileInfo | undefined;
+  try {
+    st = await Deno.lstat(path);
+  } catch (e) {
+    if (!(e instanceof Deno.errors.NotFound)) throw e;
+  }
+  if (st) {
+    if (!st.isSocket) {
+      throw new Deno.errors.AlreadyExists(
+        `cannot serve on "${path}": it exists and is not a socket`,
+      );
+    }
+    if (await isLive(path)) {
+      throw new Deno.errors.AlreadyExists(`cannot serve on "${path}": a live server listens there`);
+    }
+    await Deno.remove(path).catch(() => {});
+  }
+  const onError = opts.onError;
+  const server = Deno.serve({
+    path,
+    onListen() {},
+    onError(e) {
+      onError?.(e);
+      return new Response("internal error\n", { status: 500 });
+    },
+  }, handler);
+  try {
+    await Deno.chmod(path, opts.mode ?? 0o600);
+  } catch (e) {
+    await server.shutdown();
+    throw e;
+  }
+  let closing: Promise<void> | undefined;
+  return {
+    path,
+    close() {
+      closing ??= (async () => {
+        await server.shutdown();
+        // Deno unlinks the socket on shutdown; this covers versions that do not.
+        await Deno.remove(path).catch(() => {});
+      })();
+      return closing;
+    },
+  };
+}
+
+/**
+ * Options of {@linkcode unixGet}.
+ *
+ * @example Usage
+ * ```ts
+ * import type { UnixGetOptions } from "./unix_http.ts";
+ * const o: UnixGetOptions = { timeoutMs: 2000, maxBytes: 1 << 20 };
+ * console.assert(o.timeoutMs === 2000);
+ * ```
+ */
+export interface UnixGetOptions {
+  /** Deadline for connecting, the headers and the whole body. */
+  timeoutMs: number;
+  /** Largest body accepted. Default 8 MiB. */
+  maxBytes?: number;
+  /** Request method. Default GET. */
+  method?: string;
+}
+
+/**
+ * The answer of {@linkcode unixGet}.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const { status, body }: UnixGetResult = await unixGet(path, "/healthz", { timeoutMs: 1000 });
+ * ```
+ */
+export interface UnixGetResult {
+  /** HTTP status. */
+  status: number;
+  /** Response headers. */
+  headers: Headers;
+  /** The body as text. */
+  body: string;
+}
+
+/**
+ * Requests `urlPath` from an HTTP server on a unix socket, with a deadline covering the whole
+ * exchange: a server that accepts and then hangs costs at most `timeoutMs`.
+ *
+ * @param socket socket path
+ * @param urlPath path and query, e.g. `/metrics`
+ * @param opts deadline and size limit
+ * @returns status, headers and body
+ * @throws {DOMException} `TimeoutError` past the deadline; a `TypeError` when the socket
+ *   refuses; a `RangeError` when the body exceeds `maxBytes`
+ *
+ * @example Usage
+ * ```ts ignore
+ * const r = await unixGet("/run/containerd/s/ab12.ops", "/metrics", { timeoutMs: 2000 });
+ * ```
+ */
+export async function unixGet(
+  socket: string,
+  urlPath: string,
+  opts: UnixGetOptions,
+): Promise<UnixGetResult> {
+  const client = Deno.createHttpClient({ proxy: { transport: "unix", path: socket } });
+  const signal = AbortSignal.timeout(opts.timeoutMs);
+  const max = opts.maxBytes ?? 8 << 20;
+  try {
+    const res = await fetch(`http://localhost${urlPath}`, {
+      client,
+      signal,
+      method: opts.method ?? "GET",
+    });
+    const chunks: Uint8Array[] = [];
+    let size = 0;
+    if (res.body) {
+      const reader = res.body.getReader();
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        size += value.length;
+        if (size > max) {
+          await reader.cancel().catch(() => {});
+          throw new RangeError(`response from "${socket}" exceeds ${max} bytes`);
+        }
+        chunks.push(value);
+      }
+    }
+    const body = new Uint8Array(size);
+    let off = 0;
+    for (const c of chunks) {
+      body.set(c, off);
+      off += c.length;
+    }
+    return { status: res.status, headers: res.headers, body: new TextDecoder().decode(body) };
+  } finally {
+    client.close();
+  }
+}
