@@ -23,6 +23,8 @@ export class CgroupNotFoundError extends Error {
   readonly pid: number;
 
   /**
+   * Builds the error for `pid`.
+   *
    * @param pid the process
    * @param detail what is missing
    */

@@ -36,7 +36,8 @@ const SYMBOLS = {
   inotify_add_watch: { parameters: ["i32", "buffer", "u32"], result: "i32" },
 } as const;
 
-type Libc = Deno.DynamicLibrary<typeof SYMBOLS>["symbols"];
+/** The typed libc symbol table. */
+export type Libc = Deno.DynamicLibrary<typeof SYMBOLS>["symbols"];
 
 let lib: Deno.DynamicLibrary<typeof SYMBOLS> | undefined;
 
