@@ -57,3 +57,23 @@ export {
   type OciRuntimeCliOptions,
   OciRuntimeError,
 } from "./sdk/runtime/oci_cli.ts";
+
+// Types referenced by the public API above.
+export type { SandboxContext, SandboxRuntime } from "./sdk/shim/sandbox_service.ts";
+export type { EndpointKey } from "./sdk/shim/options.ts";
+export type { LogFormat } from "./sdk/shim/logger.ts";
+export type {
+  CheckpointOptions,
+  CreateOptions,
+  CriuOptions,
+  DeleteOptions,
+  EventsOptions,
+  ExecOptions,
+  KillOptions,
+  OciEvent,
+  OciState,
+  ProcessStdio,
+  RestoreOptions,
+  SpawnFn,
+  StdioMode,
+} from "./sdk/runtime/oci_cli.ts";

@@ -40,14 +40,18 @@ export {
   type BusyboxBundleOptions,
   createBusyboxBundle,
   createOciSpec,
+  type OciMount,
   type OciSpec,
   type OciSpecOptions,
 } from "./bundle.ts";
-export { buildBusyboxImage, BUSYBOX_IMAGE_REF } from "./image.ts";
+export { buildBusyboxImage, BUSYBOX_IMAGE_REF, type BusyboxImageOptions } from "./image.ts";
 export {
   type ContainerdVersion,
   containerdVersions,
+  type CtrOptions,
+  type CtrResult,
   PrivateContainerd,
+  type RuntimeConfig,
   startContainerd,
   type StartContainerdOptions,
 } from "./containerd.ts";
