@@ -21,6 +21,7 @@ import { TaskService } from "./task_service.ts";
 import { shimSocketAddress, socketPath } from "./socket_address.ts";
 import { groupKey } from "./start.ts";
 import { formatTaskApiEndpoint, type TaskApiEndpoint } from "./endpoint.ts";
+import { loadShimOps } from "../ops/load.ts";
 
 /** Service names the Task implementation is registered under. */
 export const TASK_SERVICE_NAMES: readonly string[] = [
@@ -77,12 +78,24 @@ export async function serveShim<T extends object>(
   if (sink) logger.setSink(sink);
   if (Deno.env.get("SKIFF_LOG_FORMAT") === "json") logger.setFormat("json");
 
+  // ---- ops (sdk/ops): metrics, debug endpoint and per-RPC debug log. On with -debug or
+  // SKIFF_OPS=1; its modules are imported only then, so a plain shim loads none of them.
+  // Its hooks are the `ops?.` lines below; `ops` is undefined when everything is off.
+  const ops = await loadShimOps({
+    flags,
+    logger,
+    runtime: shim.runtimeName,
+    version: shim.version,
+  });
+  // ---- end ops
+
   const reaper = Reaper.start();
   const platform = linuxPlatform(reaper);
   const publisher = new EventPublisher({
     address: Deno.env.get("TTRPC_ADDRESS") ?? `${flags.address}.ttrpc`,
     namespace: flags.namespace,
     logger,
+    onQueued: ops?.onQueued,
   });
   let inherited: T | undefined;
   try {
@@ -100,12 +113,14 @@ export async function serveShim<T extends object>(
 
   const server = new TtrpcServer({
     onError: (e) => logger.debug("ttrpc connection error", { error: String(e) }),
+    interceptors: ops?.interceptors,
   });
   let shuttingDown = false;
   const shutdown = async (why: string) => {
     if (shuttingDown) return;
     shuttingDown = true;
     logger.info("shutting down", { reason: why });
+    await ops?.close().catch(() => {});
     await server.close({ timeoutMs: 5_000 }).catch(() => {});
     await publisher.close(3_000).catch(() => {});
     tasks.close();
@@ -119,6 +134,7 @@ export async function serveShim<T extends object>(
     logger,
     namespace: flags.namespace,
     inheritedOptions: () => inherited,
+    onCreate: ops?.onTaskCreate,
     onEndpoint: (handed, id) => {
       if (handed.address !== endpoint.address) {
         logger.warn("containerd handed over a task API endpoint that is not this shim's", {
@@ -140,6 +156,7 @@ export async function serveShim<T extends object>(
     namespace: flags.namespace,
     inheritedOptions: () => inherited,
     adoptOptions: (o) => inherited = o,
+    onCreate: ops?.onSandboxCreate,
     onShutdown: () => setTimeout(() => void shutdown("ShutdownSandbox"), 0),
   });
   server.register(
@@ -152,6 +169,14 @@ export async function serveShim<T extends object>(
   );
 
   await server.listen(path);
+  await ops?.attach({
+    socket: path,
+    bundle,
+    containers: () => tasks.containers,
+    sandboxes: () => sandboxes.size,
+    events: () => publisher.stats,
+    options: () => inherited,
+  });
   Deno.addSignalListener("SIGTERM", () => void shutdown("SIGTERM"));
   Deno.addSignalListener("SIGINT", () => void shutdown("SIGINT"));
   logger.info("serving", {
