@@ -53,7 +53,8 @@ export class RuncShim extends Shim<RuncOptions> {
       root: `${o.root}/${ctx.namespace}`,
       log: `${ctx.bundle}/log.json`,
       systemdCgroup: o.systemdCgroup,
-
+      noPivot: o.noPivotRoot,
+      noNewKeyring: o.noNewKeyring,
       ...(o.criuPath ? { env: { CRIU: o.criuPath } } : {}),
       spawn: ctx.spawn,
     });

@@ -110,6 +110,10 @@ export interface OciRuntimeCliOptions {
   spawn?: SpawnFn;
   /** Extra environment for the runtime commands (NOTIFY_SOCKET is always removed). */
   env?: Record<string, string>;
+  /** Default for `create`/`restore`'s `noPivot` (runc options `no_pivot_root`). */
+  noPivot?: boolean;
+  /** Default for `create`'s `noNewKeyring` (runc options `no_new_keyring`). */
+  noNewKeyring?: boolean;
 }
 
 /**
@@ -587,6 +591,9 @@ export class OciRuntimeCli {
    *
    * @param options Binary, global flags and spawn hook.
    */
+  #noPivot: boolean;
+  #noNewKeyring: boolean;
+
   constructor(options: OciRuntimeCliOptions = {}) {
     this.#binary = options.binary ?? "runc";
     this.#root = options.root;
@@ -595,6 +602,8 @@ export class OciRuntimeCli {
     this.#globalArgs = [...(options.globalArgs ?? [])];
     this.#spawn = options.spawn ?? ((cmd) => cmd.spawn());
     this.#env = { ...(options.env ?? {}) };
+    this.#noPivot = options.noPivot ?? false;
+    this.#noNewKeyring = options.noNewKeyring ?? false;
   }
 
   /**
@@ -652,6 +661,8 @@ export class OciRuntimeCli {
       globalArgs: this.#globalArgs,
       spawn: this.#spawn,
       env: this.#env,
+      noPivot: this.#noPivot,
+      noNewKeyring: this.#noNewKeyring,
       ...patch,
     });
   }
@@ -674,8 +685,8 @@ export class OciRuntimeCli {
   async create(id: string, options: CreateOptions): Promise<void> {
     const args = ["--bundle", options.bundle, "--pid-file", options.pidFile];
     if (options.consoleSocket !== undefined) args.push("--console-socket", options.consoleSocket);
-    if (options.noPivot) args.push("--no-pivot");
-    if (options.noNewKeyring) args.push("--no-new-keyring");
+    if (options.noPivot ?? this.#noPivot) args.push("--no-pivot");
+    if (options.noNewKeyring ?? this.#noNewKeyring) args.push("--no-new-keyring");
     args.push(...(options.extraArgs ?? []), id);
     await this.#run("create", id, args, {
       detaches: true,
@@ -928,7 +939,7 @@ export class OciRuntimeCli {
     if (options.workPath !== undefined) args.push("--work-path", options.workPath);
     args.push("--detach", "--pid-file", options.pidFile);
     if (options.consoleSocket !== undefined) args.push("--console-socket", options.consoleSocket);
-    if (options.noPivot) args.push("--no-pivot");
+    if (options.noPivot ?? this.#noPivot) args.push("--no-pivot");
     if (options.noSubreaper) args.push("--no-subreaper");
     args.push(...criuFlags(options), ...(options.extraArgs ?? []), id);
     await this.#run("restore", id, args, {
