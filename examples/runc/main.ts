@@ -55,7 +55,7 @@ export class RuncShim extends Shim<RuncOptions> {
       systemdCgroup: o.systemdCgroup,
       noPivot: o.noPivotRoot,
       noNewKeyring: o.noNewKeyring,
-      ...(o.criuPath ? { env: { CRIU: o.criuPath } } : {}),
+      globalArgs: o.criuPath ? [`--criu=${o.criuPath}`] : [],
       spawn: ctx.spawn,
     });
   }
