@@ -14,7 +14,16 @@ import { FdStream } from "./fd_stream.ts";
 import { Canceller, POLLIN, waitFd } from "./poll.ts";
 import type { Reaper } from "./reaper.ts";
 
-/** What {@linkcode BinaryLogger.start} needs. */
+/**
+ * What {@linkcode BinaryLogger.start} needs.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const options: BinaryLoggerOptions = {
+ *   path: "/usr/bin/my-logger", args: [], requireReady: true, containerId: "web", namespace: "default",
+ * };
+ * ```
+ */
 export interface BinaryLoggerOptions {
   /** Absolute path of the logging binary. */
   path: string;

@@ -5,7 +5,14 @@
  * @module
  */
 
-/** 2^64 - 1, what containerd reports for an unlimited ("max") v2 value. */
+/**
+ * 2^64 - 1, what containerd reports for an unlimited ("max") v2 value.
+ *
+ * @example Usage
+ * ```ts ignore
+ * if (memory.usageLimit === MAX_UINT64) console.log("unlimited");
+ * ```
+ */
 export const MAX_UINT64: bigint = 0xffff_ffff_ffff_ffffn;
 
 /**

@@ -8,7 +8,14 @@
 import { close, Errno, ErrnoError, readFd, setNonBlocking, writeFd } from "./libc.ts";
 import { Canceller, POLLIN, POLLOUT, waitFd } from "./poll.ts";
 
-/** Options for {@linkcode FdStream}. */
+/**
+ * Options for {@linkcode FdStream}.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const pty = new FdStream(masterFd, "pty master", { eioIsEof: true });
+ * ```
+ */
 export interface FdStreamOptions {
   /** Treat EIO on read as end of stream (a pty master whose slave side closed). */
   eioIsEof?: boolean;

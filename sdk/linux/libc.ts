@@ -36,7 +36,14 @@ const SYMBOLS = {
   inotify_add_watch: { parameters: ["i32", "buffer", "u32"], result: "i32" },
 } as const;
 
-/** The typed libc symbol table. */
+/**
+ * The typed libc symbol table.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const symbols: Libc = libc();
+ * ```
+ */
 export type Libc = Deno.DynamicLibrary<typeof SYMBOLS>["symbols"];
 
 let lib: Deno.DynamicLibrary<typeof SYMBOLS> | undefined;
@@ -85,7 +92,14 @@ const ERRNO_NAMES: Record<number, string> = {
   111: "ECONNREFUSED",
 };
 
-/** errno values skiff branches on. */
+/**
+ * errno values skiff branches on.
+ *
+ * @example Usage
+ * ```ts ignore
+ * if (e instanceof ErrnoError && e.errno === Errno.ECHILD) return;
+ * ```
+ */
 export const Errno = {
   EPERM: 1,
   ENOENT: 2,
@@ -180,7 +194,14 @@ export function cstr(s: string): Uint8Array<ArrayBuffer> {
   return out;
 }
 
-/** `open(2)` flags used by skiff (Linux, x86_64 and aarch64 values). */
+/**
+ * `open(2)` flags used by skiff (Linux, x86_64 and aarch64 values).
+ *
+ * @example Usage
+ * ```ts ignore
+ * const fd = open("/run/x/stdout", O.RDWR | O.NONBLOCK);
+ * ```
+ */
 export const O = {
   RDONLY: 0,
   WRONLY: 1,

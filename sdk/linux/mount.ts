@@ -7,7 +7,14 @@
 import { cstr, Errno, errno, ErrnoError, libc } from "./libc.ts";
 import { normalize } from "node:path";
 
-/** One entry of `CreateTaskRequest.rootfs` (containerd's `Mount`). */
+/**
+ * One entry of `CreateTaskRequest.rootfs` (containerd's `Mount`).
+ *
+ * @example Usage
+ * ```ts ignore
+ * const m: Mount = { type: "bind", source: "/var/lib/x", options: ["rbind", "ro"] };
+ * ```
+ */
 export interface Mount {
   /** Filesystem type, e.g. `overlay`, `bind`, `ext4`. */
   type: string;

@@ -13,7 +13,16 @@ import { Canceller, POLLIN, waitFd } from "./poll.ts";
 import { CgroupNotFoundError, cgroupV1Paths, cgroupV2Path, cgroupVersion } from "./cgroup_paths.ts";
 import { readKeyValues, readOptional } from "./cgroup_files.ts";
 
-/** A running OOM watch. */
+/**
+ * A running OOM watch.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const watch: OomWatch = await watchOom(pid, onOom);
+ * watch.close();
+ * await watch.done;
+ * ```
+ */
 export interface OomWatch {
   /** Stops watching; idempotent. */
   close(): void;

@@ -11,9 +11,23 @@
 
 import { close, eventfd, libc, writeFd } from "./libc.ts";
 
-/** `poll(2)` event bits. */
+/**
+ * `poll(2)` event bit: readable.
+ *
+ * @example Usage
+ * ```ts ignore
+ * await waitFd(fd, POLLIN, canceller);
+ * ```
+ */
 export const POLLIN = 0x1;
-/** `poll(2)` event bits. */
+/**
+ * `poll(2)` event bit: writable.
+ *
+ * @example Usage
+ * ```ts ignore
+ * await waitFd(fd, POLLOUT, canceller);
+ * ```
+ */
 export const POLLOUT = 0x4;
 const POLLNVAL = 0x20;
 

@@ -14,7 +14,14 @@ import { fifoPath, parseOutputTarget } from "./stdio_uri.ts";
 import type { Pty } from "./pty.ts";
 import type { Reaper } from "./reaper.ts";
 
-/** The stdio fields of a create or exec request. Empty strings mean "none". */
+/**
+ * The stdio fields of a create or exec request. Empty strings mean "none".
+ *
+ * @example Usage
+ * ```ts ignore
+ * const spec: StdioSpec = { stdin: req.stdin, stdout: req.stdout, stderr: req.stderr, terminal: req.terminal };
+ * ```
+ */
 export interface StdioSpec {
   /** stdin FIFO path (containerd's client writes it). */
   stdin: string;
@@ -26,7 +33,14 @@ export interface StdioSpec {
   terminal: boolean;
 }
 
-/** Identifies the container, for `binary://` loggers. */
+/**
+ * Identifies the container, for `binary://` loggers.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const ctx: ProcessIoContext = { containerId: req.id, namespace, reaper };
+ * ```
+ */
 export interface ProcessIoContext {
   /** Exported to loggers as CONTAINER_ID. */
   containerId: string;
@@ -36,7 +50,14 @@ export interface ProcessIoContext {
   reaper?: Reaper;
 }
 
-/** `Deno.CommandOptions` stdio for the runtime command that starts the process. */
+/**
+ * `Deno.CommandOptions` stdio for the runtime command that starts the process.
+ *
+ * @example Usage
+ * ```ts ignore
+ * new Deno.Command("runc", { args, ...io.stdio });
+ * ```
+ */
 export interface RuntimeStdio {
   /** `"piped"` when the process reads a stdin FIFO. */
   stdin: "piped" | "null";

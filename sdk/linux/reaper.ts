@@ -15,7 +15,14 @@
 
 import { decodeWaitStatus, Errno, ErrnoError, getpid, prctl, waitpidNoHang } from "./libc.ts";
 
-/** One reaped process. */
+/**
+ * One reaped process.
+ *
+ * @example Usage
+ * ```ts ignore
+ * reaper.onExit((exit: ProcessExit) => console.log(exit.pid, exit.status, exit.exitedAt));
+ * ```
+ */
 export interface ProcessExit {
   /** The process id. */
   pid: number;
@@ -25,7 +32,14 @@ export interface ProcessExit {
   exitedAt: Date;
 }
 
-/** Options for {@linkcode Reaper.start}. */
+/**
+ * Options for {@linkcode Reaper.start}.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const reaper = Reaper.start({ subreaper: true, graceMs: 50 });
+ * ```
+ */
 export interface ReaperOptions {
   /** Become the child subreaper (`PR_SET_CHILD_SUBREAPER`); default true. */
   subreaper?: boolean;

@@ -5,7 +5,15 @@
  * @module
  */
 
-/** Where a process's output goes, decided by the scheme of `stdout` (empty scheme = FIFO). */
+/**
+ * Where a process's output goes, decided by the scheme of `stdout` (empty scheme = FIFO).
+ *
+ * @example Usage
+ * ```ts ignore
+ * const target: OutputTarget = parseOutputTarget(req.stdout, req.stderr);
+ * if (target.kind === "binary") console.log(target.path, target.args);
+ * ```
+ */
 export type OutputTarget =
   | { kind: "fifo"; stdout: string; stderr: string }
   | { kind: "file"; path: string }
