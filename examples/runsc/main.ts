@@ -26,8 +26,8 @@ export class RunscShim extends Shim<RunscOptions> {
     defaults: (): RunscOptions => ({
       binaryName: "runsc",
       root: "/run/containerd/runsc",
-      // Outside a CRI pod there is no network namespace to join, and ptrace works everywhere.
-      runscConfig: { network: "none", platform: "ptrace" },
+      // ptrace works on every kernel; `network` follows the container's spec (see below).
+      runscConfig: { platform: "ptrace" },
     }),
     fromToml: (t: Record<string, unknown>, base: RunscOptions): RunscOptions => ({
       binaryName: String(t.binary_name ?? base.binaryName),
@@ -44,13 +44,26 @@ export class RunscShim extends Shim<RunscOptions> {
 
   runtime(ctx: RuntimeContext<RunscOptions>): OciRuntimeCli {
     const o = ctx.options;
+    const network = o.runscConfig.network ?? networkMode(ctx.bundle);
     return new OciRuntimeCli({
       binary: o.binaryName,
       root: `${o.root}/${ctx.namespace}`,
       log: `${ctx.bundle}/log.json`,
-      globalArgs: Object.entries(o.runscConfig).map(([k, v]) => `--${k}=${v}`),
+      globalArgs: Object.entries({ ...o.runscConfig, network }).map(([k, v]) => `--${k}=${v}`),
       spawn: ctx.spawn,
     });
+  }
+}
+
+/** runsc's network mode for a spec: the pod's namespace, an empty one, or the host's. */
+function networkMode(bundle: string): string {
+  try {
+    const spec = JSON.parse(Deno.readTextFileSync(`${bundle}/config.json`));
+    const ns = spec.linux?.namespaces?.find((n: { type: string }) => n.type === "network");
+    // runsc's own network stack needs a prepared namespace (CRI's); it refuses the root one.
+    return !ns ? "host" : ns.path ? "sandbox" : "none";
+  } catch {
+    return "none";
   }
 }
 

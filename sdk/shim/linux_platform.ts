@@ -8,7 +8,7 @@
 import type { Reaper } from "../linux/reaper.ts";
 import { kill } from "../linux/libc.ts";
 import { ConsoleSocket } from "../linux/console.ts";
-import { ProcessIo } from "../linux/process_io.ts";
+import { ProcessIo, type ProcessIoContext } from "../linux/process_io.ts";
 import { mountAll, unmountAll } from "../linux/mount.ts";
 import { readPidFile } from "../runtime/oci_cli.ts";
 import type { ProcessIoSetup, ShimPlatform } from "./platform.ts";
@@ -29,7 +29,10 @@ export function linuxPlatform(reaper: Reaper): ShimPlatform {
     spawn: (cmd) => reaper.spawn(cmd),
     onExit: (listener) => reaper.onExit(listener),
     recentExit: (pid) => reaper.exited(pid),
-    openIo: (paths, ctx) => paths.terminal ? openTerminal(paths, ctx) : openPipes(paths, ctx),
+    openIo: (paths, ctx) =>
+      paths.terminal
+        ? openTerminal(paths, { ...ctx, reaper })
+        : openPipes(paths, { ...ctx, reaper }),
     mount: (mounts, target) => mountAll(mounts, target),
     unmount: (target) => unmountAll(target),
     // Loaded on first use: most shims never serve Stats, and start-up cost matters.
@@ -42,7 +45,7 @@ export function linuxPlatform(reaper: Reaper): ShimPlatform {
 
 async function openPipes(
   paths: { stdin: string; stdout: string; stderr: string; terminal: boolean },
-  ctx: { containerId: string; namespace: string },
+  ctx: ProcessIoContext,
 ): Promise<ProcessIoSetup> {
   const io = await ProcessIo.open(paths, ctx);
   return {
@@ -58,7 +61,7 @@ async function openPipes(
 
 async function openTerminal(
   paths: { stdin: string; stdout: string; stderr: string; terminal: boolean },
-  ctx: { containerId: string; namespace: string },
+  ctx: ProcessIoContext,
 ): Promise<ProcessIoSetup> {
   // The pty carries both output streams; stderr is unused with a terminal.
   const io = await ProcessIo.open({ ...paths, stderr: "", terminal: true }, ctx);
