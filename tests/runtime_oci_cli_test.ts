@@ -9,6 +9,7 @@ import {
   type ProcessStdio,
   readPidFile,
 } from "../sdk/runtime/oci_cli.ts";
+import { Reaper } from "../sdk/linux/reaper.ts";
 import { integrationTest } from "./_integration.ts";
 
 // ---------------------------------------------------------------------------------------------
@@ -701,6 +702,47 @@ integrationTest(
     assert.equal(err.code, Code.NotFound);
     assert.match(err.message, /container not running/);
     await cli.delete(id);
+  },
+);
+
+integrationTest(
+  "OciRuntimeCli spawning through Reaper.spawn leaves init and exec exits to the reaper",
+  { root: true, binaries: ["runc", "/bin/busybox"] },
+  async () => {
+    const id = uniqueId("skiff-reaped");
+    await using bundle = await busyboxBundle("runc", [id], ["sleep", "1000"]);
+    const reaper = Reaper.start();
+    const exits = new Map<number, number>();
+    const off = reaper.onExit((e) => exits.set(e.pid, e.status));
+    const exitOf = async (pid: number): Promise<number> => {
+      for (let i = 0; i < 500; i++) {
+        const status = exits.get(pid) ?? reaper.exited(pid)?.status;
+        if (status !== undefined) return status;
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      return assert.fail(`the reaper never saw pid ${pid} exit`);
+    };
+    try {
+      const cli = new OciRuntimeCli({
+        root: bundle.root,
+        log: `${bundle.dir}/log.json`,
+        spawn: (cmd) => reaper.spawn(cmd),
+      });
+      await cli.create(id, { bundle: bundle.dir, pidFile: `${bundle.dir}/init.pid` });
+      const initPid = await readPidFile(`${bundle.dir}/init.pid`);
+      await cli.start(id);
+      await cli.exec(id, { ...EXEC_PROCESS, args: ["sh", "-c", "exit 7"] }, {
+        pidFile: `${bundle.dir}/exec.pid`,
+        detach: true,
+      });
+      assert.equal(await exitOf(await readPidFile(`${bundle.dir}/exec.pid`)), 7);
+      await cli.kill(id, 9);
+      assert.equal(await exitOf(initPid), 128 + 9);
+      await cli.delete(id);
+    } finally {
+      off();
+      reaper.close();
+    }
   },
 );
 

@@ -11,11 +11,12 @@
  * The adapter does not branch on the binary name; it tolerates the following instead, and the
  * runsc-specific global flags come in through `globalArgs`:
  *
- * - runsc refuses to start a container outside a network namespace it manages ("cannot run
- *   with network enabled in root network namespace") unless given `--network=none` or
- *   `--network=host`. The default `runc spec` config.json needs no other change for runsc.
- *   `--platform=ptrace` is the default of that release and works here (so does `kvm` where
- *   /dev/kvm exists).
+ * - runsc refuses to start a container outside a network namespace it manages unless given
+ *   `--network=none` or `--network=host`: `create` succeeds, then `start` fails with "cannot
+ *   run with network enabled in root network namespace". The default `runc spec` config.json
+ *   needs no other change for runsc. `--platform=ptrace` is that release's default and works
+ *   on a VM; `--platform=kvm` hung in `create` with the sandbox spinning a CPU (nested KVM).
+ *   `--debug --debug-log=<dir>/` writes per-command debug files there; `--log` keeps errors.
  * - runsc writes its `--log-format json` entries without a newline between them, with `msg`
  *   before `level`; the log parser below scans concatenated JSON objects rather than lines.
  *   It also reads text-format `level=error msg="..."` lines.
