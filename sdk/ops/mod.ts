@@ -1,0 +1,85 @@
+/**
+ * Operations for skiff shims: a Prometheus metrics registry, the per-shim operations
+ * endpoint (metrics and debug state on `<ttrpc socket>.ops`, enabled with `-debug` or
+ * `SKIFF_OPS=1`), the ttrpc interceptor behind the RPC metrics and debug log lines, and the
+ * node monitor that merges every shim's metrics into one scrape.
+ *
+ * @example Scrape every skiff shim on the node
+ * ```ts ignore
+ * import { NodeMonitor } from "@skiff/shim/ops";
+ *
+ * const { shims, text } = await new NodeMonitor({ socketDirs: ["/run/containerd/s"] }).scrape();
+ * console.log(shims.length, text);
+ * ```
+ *
+ * @module
+ */
+
+export {
+  Counter,
+  DEFAULT_BUCKETS,
+  formatValue,
+  Gauge,
+  Histogram,
+  type HistogramOptions,
+  type Labels,
+  type MetricFamily,
+  type MetricOptions,
+  MetricsRegistry,
+  type MetricType,
+  parseExposition,
+  type ReadMetricOptions,
+  renderExposition,
+  type Sample,
+} from "./metrics.ts";
+export {
+  grpcCodeName,
+  rpcInterceptor,
+  type RpcInterceptorOptions,
+  type RpcObservation,
+} from "./rpc.ts";
+export {
+  liveProcesses,
+  type ShimIdentity,
+  ShimMetrics,
+  type ShimMetricsSource,
+} from "./shim_metrics.ts";
+export { createOpsApp, type OpsAppSource } from "./app.ts";
+export { type EventRecord, ShimOps, type ShimOpsOptions } from "./shim_ops.ts";
+export {
+  loadShimOps,
+  type LoadShimOpsOptions,
+  OPS_SOCKET_SUFFIX,
+  type OpsContainerView,
+  type OpsProcessView,
+  type OpsSettings,
+  opsSettings,
+  opsSocketPath,
+  type ShimOpsContext,
+  type ShimOpsHooks,
+} from "./load.ts";
+export {
+  serveUnixHttp,
+  unixGet,
+  type UnixGetOptions,
+  type UnixGetResult,
+  type UnixHttpServer,
+  type UnixHttpServerOptions,
+} from "./unix_http.ts";
+export {
+  createMonitorApp,
+  DEFAULT_OPS_SOCKET_DIR,
+  isLoopback,
+  mergeFamilies,
+  type MonitorServer,
+  NodeMonitor,
+  type NodeMonitorOptions,
+  type NodeScrape,
+  serveMonitor,
+  type ServeMonitorOptions,
+  type ShimIdentityLabels,
+  type ShimScrape,
+} from "./monitor.ts";
+export { parseMonitorArgs } from "./monitor_cli.ts";
+// Shim types the hooks above mention, so the ops API documents itself.
+export type { PublisherStats, QueuedEvent } from "../shim/events.ts";

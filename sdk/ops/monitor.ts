@@ -1,0 +1,402 @@
+/**
+ * The node monitor: finds the operations sockets of every skiff shim on the node
+ * (`<socket dir>/*.ops`), scrapes them in parallel with a per-shim deadline, and serves one
+ * merged exposition in which every series carries the shim's `namespace`, `id` and `runtime`,
+ * so a single Prometheus scrape covers the node. A shim that has gone (its socket refuses)
+ * drops out; one that hangs costs at most the deadline and is counted as an error.
+ *
+ * @module
+ */
+
+import { Hono } from "hono";
+import { EXPOSITION_CONTENT_TYPE, mountGetRoutes } from "./_routes.ts";
+import { OPS_SOCKET_SUFFIX } from "./load.ts";
+import {
+  type Counter,
+  type Gauge,
+  type MetricFamily,
+  MetricsRegistry,
+  parseExposition,
+  renderExposition,
+} from "./metrics.ts";
+import { unixGet } from "./unix_http.ts";
+
+/**
+ * containerd's shim socket directory (for root), where shims put their `.ops` sockets.
+ *
+ * @example Usage
+ * ```ts
+ * import { DEFAULT_OPS_SOCKET_DIR } from "./monitor.ts";
+ * console.assert(DEFAULT_OPS_SOCKET_DIR === "/run/containerd/s");
+ * ```
+ */
+export const DEFAULT_OPS_SOCKET_DIR = "/run/containerd/s";
+
+/** The labels the monitor adds to each shim's series, in this order. */
+const SHIM_LABELS = ["namespace", "id", "runtime"] as const;
+
+/**
+ * Options of {@linkcode NodeMonitor}.
+ *
+ * @example Usage
+ * ```ts
+ * import type { NodeMonitorOptions } from "./monitor.ts";
+ * const o: NodeMonitorOptions = { socketDirs: ["/run/containerd/s"], timeoutMs: 2000 };
+ * console.assert(o.timeoutMs === 2000);
+ * ```
+ */
+export interface NodeMonitorOptions {
+  /** Directories to look for `*.ops` sockets in. Default `[DEFAULT_OPS_SOCKET_DIR]`. */
+  socketDirs?: string[];
+  /** Per-shim deadline for one scrape. Default 2000 ms. */
+  timeoutMs?: number;
+  /** Keeps only the shims this returns true for (e.g. one namespace). */
+  filter?: (shim: ShimIdentityLabels) => boolean;
+  /** Most shims scraped at once. Default 32. */
+  concurrency?: number;
+}
+
+/**
+ * The labels that identify a shim.
+ *
+ * @example Usage
+ * ```ts
+ * import type { ShimIdentityLabels } from "./monitor.ts";
+ * const s: ShimIdentityLabels = { namespace: "k8s.io", id: "abc", runtime: "io.containerd.skiff-runc.v2" };
+ * console.assert(s.namespace === "k8s.io");
+ * ```
+ */
+export interface ShimIdentityLabels {
+  /** containerd namespace. */
+  namespace: string;
+  /** Container or sandbox id the shim was started for. */
+  id: string;
+  /** Runtime name. */
+  runtime: string;
+}
+
+/**
+ * The outcome of scraping one socket.
+ *
+ * @example Usage
+ * ```ts ignore
+ * for (const s of (await monitor.scrape()).shims) console.log(s.socket, s.status);
+ * ```
+ */
+export interface ShimScrape {
+  /** The `.ops` socket. */
+  socket: string;
+  /** `ok`; `gone` (nothing listens: the shim exited); `error` (timeout, bad answer). */
+  status: "ok" | "gone" | "error";
+  /** Who the shim is (when it answered). */
+  shim?: ShimIdentityLabels;
+  /** What went wrong (status `error`). */
+  error?: string;
+  /** Its families, relabelled (status `ok`). */
+  families?: MetricFamily[];
+}
+
+/**
+ * One scrape of the node.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const { shims, text } = await monitor.scrape();
+ * ```
+ */
+export interface NodeScrape {
+  /** Every socket found, in a stable order (ok ones by namespace and id). */
+  shims: ShimScrape[];
+  /** The merged exposition, the monitor's own metrics last. */
+  text: string;
+}
+
+function identityOf(families: MetricFamily[]): ShimIdentityLabels | undefined {
+  const info = families.find((f) => f.name === "skiff_shim_info")?.samples[0];
+  if (!info) return undefined;
+  const get = (k: string) => info.labels.find(([n]) => n === k)?.[1];
+  const namespace = get("namespace");
+  const id = get("id");
+  const runtime = get("runtime");
+  if (namespace === undefined || id === undefined || runtime === undefined) return undefined;
+  return { namespace, id, runtime };
+}
+
+function relabel(families: MetricFamily[], shim: ShimIdentityLabels): MetricFamily[] {
+  const head: [string, string][] = SHIM_LABELS.map((k) => [k, shim[k]]);
+  return families.map((f) => ({
+    ...f,
+    samples: f.samples.map((s) => ({
+      ...s,
+      // The shim's own labels keep their place; one it already has (runtime) is not repeated.
+      labels: [
+        ...head,
+        ...s.labels.filter(([k]) => !(SHIM_LABELS as readonly string[]).includes(k)),
+      ],
+    })),
+  }));
+}
+
+/**
+ * Merges families from several shims: one HELP/TYPE per name (the first seen), samples
+ * concatenated. A family whose type disagrees with the first one's is left out rather than
+ * producing an exposition Prometheus would reject.
+ *
+ * @param lists the families of each shim
+ * @returns the merged families, in order of first appearance
+ *
+ * @example Usage
+ * ```ts
+ * import { mergeFamilies } from "./monitor.ts";
+ * const f = (v: string) => [{ name: "up", help: "Up.", type: "gauge" as const, samples: [{ name: "up", labels: [], value: v }] }];
+ * console.assert(mergeFamilies([f("1"), f("0")])[0].samples.length === 2);
+ * ```
+ */
+export function mergeFamilies(lists: MetricFamily[][]): MetricFamily[] {
+  const out = new Map<string, MetricFamily>();
+  for (const list of lists) {
+    for (const f of list) {
+      const have = out.get(f.name);
+      if (!have) out.set(f.name, { ...f, samples: [...f.samples] });
+      else if (have.type === f.type) have.samples.push(...f.samples);
+    }
+  }
+  return [...out.values()];
+}
+
+async function refuses(socket: string): Promise<boolean> {
+  try {
+    const c = await Deno.connect({ transport: "unix", path: socket });
+    c.close();
+    return false;
+  } catch (e) {
+    return e instanceof Deno.errors.ConnectionRefused || e instanceof Deno.errors.NotFound;
+  }
+}
+
+/**
+ * Scrapes every skiff shim on the node.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const monitor = new NodeMonitor({ socketDirs: ["/run/containerd/s"] });
+ * console.log((await monitor.scrape()).text);
+ * ```
+ */
+export class NodeMonitor {
+  #dirs: string[];
+  #timeoutMs: number;
+  #filter: ((s: ShimIdentityLabels) => boolean) | undefined;
+  #concurrency: number;
+  #self = new MetricsRegistry();
+  #errors: Counter;
+  #shims: Gauge;
+  #duration: Gauge;
+
+  /** Creates a monitor; nothing is read until {@linkcode scrape}. */
+  constructor(opts: NodeMonitorOptions = {}) {
+    this.#dirs = opts.socketDirs ?? [DEFAULT_OPS_SOCKET_DIR];
+    this.#timeoutMs = opts.timeoutMs ?? 2_000;
+    this.#filter = opts.filter;
+    this.#concurrency = Math.max(1, opts.concurrency ?? 32);
+    this.#shims = this.#self.gauge({
+      name: "skiff_monitor_shims",
+      help: "Shim operations sockets found by the last scrape, by status (ok, gone, error).",
+      labelNames: ["status"],
+    });
+    for (const status of ["ok", "gone", "error"]) this.#shims.set({ status }, 0);
+    this.#errors = this.#self.counter({
+      name: "skiff_monitor_shim_scrape_errors_total",
+      help: "Shim scrapes that failed (timeout, refused answer, malformed exposition).",
+    });
+    this.#duration = this.#self.gauge({
+      name: "skiff_monitor_scrape_duration_seconds",
+      help: "How long the last node scrape took.",
+    });
+  }
+
+  /** The `.ops` sockets present now, sorted. Missing directories are skipped. */
+  async discover(): Promise<string[]> {
+    const found: string[] = [];
+    for (const dir of this.#dirs) {
+      try {
+        for await (const e of Deno.readDir(dir)) {
+          if (!e.isDirectory && e.name.endsWith(OPS_SOCKET_SUFFIX)) found.push(`${dir}/${e.name}`);
+        }
+      } catch (e) {
+        if (!(e instanceof Deno.errors.NotFound)) throw e;
+      }
+    }
+    return found.sort();
+  }
+
+  async #scrapeOne(socket: string): Promise<ShimScrape> {
+    try {
+      const r = await unixGet(socket, "/metrics", { timeoutMs: this.#timeoutMs });
+      if (r.status !== 200) {
+        return { socket, status: "error", error: `HTTP ${r.status}: ${r.body.trim()}` };
+      }
+      const families = parseExposition(r.body);
+      const shim = identityOf(families);
+      if (!shim) return { socket, status: "error", error: "no skiff_shim_info in the exposition" };
+      return { socket, status: "ok", shim, families: relabel(families, shim) };
+    } catch (e) {
+      if (e instanceof TypeError && await refuses(socket)) return { socket, status: "gone" };
+      const err = e as Error;
+      return {
+        socket,
+        status: "error",
+        error: err.name === "TimeoutError" ? `no answer within ${this.#timeoutMs}ms` : err.message,
+      };
+    }
+  }
+
+  /** Discovers and scrapes every shim; never throws for a shim's failure. */
+  async scrape(): Promise<NodeScrape> {
+    const started = performance.now();
+    const sockets = await this.discover();
+    const results: ShimScrape[] = new Array(sockets.length);
+    let next = 0;
+    const worker = async () => {
+      while (next < sockets.length) {
+        const i = next++;
+        results[i] = await this.#scrapeOne(sockets[i]!);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(this.#concurrency, sockets.length) }, worker));
+    const shims = results.filter((r) =>
+      r.status !== "ok" || !this.#filter || this.#filter(r.shim!)
+    );
+    shims.sort((a, b) =>
+      a.status === "ok" && b.status === "ok"
+        ? `${a.shim!.namespace}/${a.shim!.id}`.localeCompare(`${b.shim!.namespace}/${b.shim!.id}`)
+        : a.socket.localeCompare(b.socket)
+    );
+    const count = { ok: 0, gone: 0, error: 0 };
+    for (const s of shims) count[s.status]++;
+    for (const [status, n] of Object.entries(count)) this.#shims.set({ status }, n);
+    this.#errors.inc(undefined, count.error);
+    this.#duration.set(undefined, (performance.now() - started) / 1000);
+    const merged = mergeFamilies(shims.flatMap((s) => s.families ? [s.families] : []));
+    return { shims, text: renderExposition([...merged, ...this.#self.families()]) };
+  }
+}
+
+/**
+ * The monitor's HTTP API: `/metrics` (the merged exposition), `/shims` (what was found, as
+ * JSON), `/healthz`. GET only.
+ *
+ * @param monitor the monitor to serve
+ * @returns a Hono app
+ *
+ * @example Usage
+ * ```ts ignore
+ * Deno.serve({ hostname: "127.0.0.1", port: 9464 }, createMonitorApp(new NodeMonitor()).fetch);
+ * ```
+ */
+export function createMonitorApp(monitor: NodeMonitor): Hono {
+  return mountGetRoutes(new Hono(), {
+    "/metrics": async () =>
+      new Response((await monitor.scrape()).text, {
+        headers: { "content-type": EXPOSITION_CONTENT_TYPE },
+      }),
+    "/shims": async (c) => {
+      const { shims } = await monitor.scrape();
+      return c.json(shims.map(({ families: _, ...s }) => s));
+    },
+    "/healthz": (c) => c.text("ok\n"),
+  });
+}
+
+/**
+ * Options of {@linkcode serveMonitor}.
+ *
+ * @example Usage
+ * ```ts
+ * import type { ServeMonitorOptions } from "./monitor.ts";
+ * const o: ServeMonitorOptions = { hostname: "127.0.0.1", port: 9464 };
+ * console.assert(o.port === 9464);
+ * ```
+ */
+export interface ServeMonitorOptions extends NodeMonitorOptions {
+  /** Address to listen on. Default `127.0.0.1`. */
+  hostname?: string;
+  /** Port. Default 9464; 0 picks a free one. */
+  port?: number;
+  /** Allow a non-loopback address (the metrics name every container on the node). */
+  allowRemote?: boolean;
+}
+
+/**
+ * A running monitor.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const m = await serveMonitor({ port: 0 });
+ * console.log(m.url);
+ * await m.close();
+ * ```
+ */
+export interface MonitorServer {
+  /** Base URL, e.g. `http://127.0.0.1:9464`. */
+  readonly url: string;
+  /** The monitor behind it. */
+  readonly monitor: NodeMonitor;
+  /** Stops serving. */
+  close(): Promise<void>;
+}
+
+/**
+ * True for loopback addresses (`127.0.0.0/8`, `::1`, `localhost`).
+ *
+ * @param hostname a host name or IP literal
+ * @returns whether only this machine can reach it
+ *
+ * @example Usage
+ * ```ts
+ * import { isLoopback } from "./monitor.ts";
+ * console.assert(isLoopback("127.0.0.1") && isLoopback("::1") && !isLoopback("0.0.0.0"));
+ * ```
+ */
+export function isLoopback(hostname: string): boolean {
+  const h = hostname.replace(/^\[|\]$/g, "");
+  return h === "localhost" || h === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
+}
+
+/**
+ * Serves the monitor over HTTP (loopback only unless `allowRemote`).
+ *
+ * @param opts address and monitor options
+ * @returns the running server
+ * @throws {RangeError} for a non-loopback address without `allowRemote`
+ *
+ * @example Usage
+ * ```ts ignore
+ * const m = await serveMonitor({ hostname: "127.0.0.1", port: 9464 });
+ * ```
+ */
+export function serveMonitor(opts: ServeMonitorOptions = {}): Promise<MonitorServer> {
+  // A failure to bind becomes a rejection, like every other failure here.
+  try {
+    const hostname = (opts.hostname ?? "127.0.0.1").replace(/^\[|\]$/g, "");
+    if (!isLoopback(hostname) && !opts.allowRemote) {
+      throw new RangeError(
+        `refusing to listen on "${hostname}": it is not a loopback address (allow it explicitly)`,
+      );
+    }
+    const monitor = new NodeMonitor(opts);
+    const server = Deno.serve(
+      { hostname, port: opts.port ?? 9464, onListen() {} },
+      createMonitorApp(monitor).fetch,
+    );
+    const addr = server.addr as Deno.NetAddr;
+    const host = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
+    return Promise.resolve({
+      url: `http://${host}:${addr.port}`,
+      monitor,
+      close: () => server.shutdown(),
+    });
+  } catch (e) {
+    return Promise.reject(e);
+  }
+}
