@@ -95,6 +95,27 @@ Deno.test("OciRuntimeCli.create() passes global and create flags in the runc shi
   ]);
 });
 
+Deno.test("OciRuntimeCli.create() takes noPivot/noNewKeyring defaults from the constructor", async () => {
+  await using fake = await fakeRuntime();
+  const cli = fake.cli({}, { noPivot: true, noNewKeyring: true });
+  await cli.create("c1", { bundle: "/b", pidFile: "/b/p" });
+  assert.deepEqual((await fake.argv()).slice(4), [
+    ...["create", "--bundle", "/b", "--pid-file", "/b/p", "--no-pivot", "--no-new-keyring", "c1"],
+  ]);
+  // A per-call value overrides the default.
+  await cli.create("c1", { bundle: "/b", pidFile: "/b/p", noPivot: false, noNewKeyring: false });
+  assert.deepEqual((await fake.argv()).slice(4), [
+    "create",
+    "--bundle",
+    "/b",
+    "--pid-file",
+    "/b/p",
+    "c1",
+  ]);
+  await cli.restore("c1", { bundle: "/b", imagePath: "/i", pidFile: "/b/p" });
+  assert.ok((await fake.argv()).includes("--no-pivot"));
+});
+
 Deno.test("OciRuntimeCli.create() spawns through the injected spawn function", async () => {
   await using fake = await fakeRuntime();
   const spawned: Deno.Command[] = [];

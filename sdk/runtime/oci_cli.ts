@@ -586,15 +586,14 @@ export class OciRuntimeCli {
   #globalArgs: readonly string[];
   #spawn: SpawnFn;
   #env: Record<string, string>;
+  #noPivot: boolean;
+  #noNewKeyring: boolean;
 
   /**
    * Creates an adapter; nothing is spawned until a method is called.
    *
-   * @param options Binary, global flags and spawn hook.
+   * @param options Binary, global flags, create defaults and spawn hook.
    */
-  #noPivot: boolean;
-  #noNewKeyring: boolean;
-
   constructor(options: OciRuntimeCliOptions = {}) {
     this.#binary = options.binary ?? "runc";
     this.#root = options.root;
