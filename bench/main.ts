@@ -1,0 +1,48 @@
+/**
+ * `deno task bench`: every benchmark, skiff side by side with Debian's Go runc shim in the same
+ * run, printed as markdown (the tables docs/performance.md records).
+ *
+ * - ttrpc unary round trips (bench/ttrpc_bench.ts)
+ * - `ctr run --rm` wall time and shim RSS under a private containerd (bench/shim_bench.ts)
+ * - `start`/`delete` action start-up (bench/startup_bench.ts)
+ * - the cost of the operations endpoint, off vs on (bench/ops_bench.ts, when present)
+ *
+ * Benchmarks are measurements, never assertions: nothing here fails on a slow number.
+ *
+ * @module
+ */
+import { runTtrpcBench } from "./ttrpc_bench.ts";
+import { runShimBench } from "./shim_bench.ts";
+import { runStartupBench } from "./startup_bench.ts";
+
+const sections: [string, () => Promise<string>][] = [
+  ["ttrpc round trips", async () => (await runTtrpcBench()).markdown],
+  ["start/delete start-up", async () => (await runStartupBench()).markdown],
+  [
+    "ctr run and shim memory (containerd 2.1)",
+    async () => (await runShimBench({ containerd: "2.1" })).markdown,
+  ],
+  [
+    "ctr run and shim memory (containerd 1.6)",
+    async () => (await runShimBench({ containerd: "1.6" })).markdown,
+  ],
+];
+try {
+  const ops = await import("./ops_bench.ts");
+  if (typeof ops.runOpsBench === "function") {
+    sections.push(["operations endpoint cost", async () => (await ops.runOpsBench()).markdown]);
+  }
+} catch { /* not present */ }
+
+console.log(
+  `# skiff benchmarks (${new Date().toISOString()}, ${navigator.hardwareConcurrency} CPUs)\n`,
+);
+for (const [title, run] of sections) {
+  console.log(`## ${title}\n`);
+  try {
+    console.log(await run());
+  } catch (e) {
+    console.log(`(not measured: ${(e as Error).message})`);
+  }
+  console.log();
+}

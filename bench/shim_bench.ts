@@ -1,0 +1,197 @@
+/**
+ * Shim benchmark, skiff's runc example against Debian's Go containerd-shim-runc-v2 under the same
+ * private containerd in the same run:
+ *
+ * - wall time of `ctr run --rm <busybox> <id> true` (sequential runs, after a warm-up);
+ * - resident memory (VmRSS) of the shim server process(es) with 1 and with 10 running
+ *   containers, one shim per container, and with 10 containers grouped into one shim
+ *   (`io.containerd.runc.v2.group` annotation).
+ *
+ * Run: `deno run -A bench/shim_bench.ts [--containerd 2.1|1.7|1.6] [--runs 10]`. Needs root,
+ * runc and busybox-static (tests/setup/prepare.sh installs them).
+ *
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+import { containerdVersions, startContainerd } from "../sdk/testing/containerd.ts";
+import { ctrRun } from "../sdk/testing/ctr.ts";
+import { installShims } from "../sdk/testing/install.ts";
+
+/** Results for one shim. */
+export interface ShimBenchRow {
+  /** Runtime name. */
+  runtime: string;
+  /** `ctr run --rm … true` wall time, milliseconds. */
+  runMs: { p50: number; p90: number; mean: number };
+  /** Shim RSS in MiB: one container, ten containers (total), ten grouped into one shim. */
+  rssMiB: { one: number; ten: number; tenGrouped: number };
+}
+
+/** Everything one run produced. */
+export interface ShimBenchResult {
+  /** containerd version used. */
+  containerd: string;
+  /** One row per shim. */
+  rows: ShimBenchRow[];
+  /** Markdown table with skiff/Go ratios. */
+  markdown: string;
+}
+
+const NS = "skiff-bench";
+const GO = "io.containerd.runc.v2";
+const SKIFF = "io.containerd.skiff-runc.v2";
+
+function percentile(xs: number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
+}
+
+/** VmRSS (KiB) of every shim server process serving this containerd (`start` excluded). */
+async function shimRssKiB(address: string): Promise<number> {
+  let total = 0;
+  for await (const e of Deno.readDir("/proc")) {
+    if (!/^\d+$/.test(e.name)) continue;
+    try {
+      const argv = (await Deno.readTextFile(`/proc/${e.name}/cmdline`)).split("\0");
+      const i = argv.indexOf("-address");
+      if (i < 0 || argv[i + 1] !== address || argv.includes("start") || argv.includes("delete")) {
+        continue;
+      }
+      const status = await Deno.readTextFile(`/proc/${e.name}/status`);
+      total += Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
+    } catch { /* exited */ }
+  }
+  return total;
+}
+
+async function settle(): Promise<void> {
+  await new Promise((r) => setTimeout(r, 1500));
+}
+
+/** Runs the benchmark and returns its numbers. */
+export async function runShimBench(
+  opts: { containerd?: string; runs?: number } = {},
+): Promise<ShimBenchResult> {
+  const want = opts.containerd ?? "2.1";
+  const runs = opts.runs ?? 10;
+  const v = containerdVersions().find((x) => x.version.startsWith(want));
+  if (!v) throw new Error(`containerd ${want} not found; run tests/setup/prepare.sh`);
+  const prefix = await Deno.makeTempDir({ prefix: "skiff-bench-" });
+  const [runcLauncher] = await installShims({ prefix });
+  const c = await startContainerd({
+    binDir: v.binDir,
+    extraPath: [runcLauncher.slice(0, runcLauncher.lastIndexOf("/"))],
+  });
+  const rows: ShimBenchRow[] = [];
+  try {
+    const image = await c.importBusyboxImage(NS);
+    for (const runtime of [GO, SKIFF]) {
+      const tag = runtime === GO ? "go" : "sk";
+      // Warm-up: page cache, Deno's module cache, containerd's snapshot paths.
+      for (let i = 0; i < 2; i++) {
+        await ctrRun(c, { image, id: `${tag}-warm-${i}`, runtime, namespace: NS, args: ["true"] });
+      }
+      const times: number[] = [];
+      for (let i = 0; i < runs; i++) {
+        const t0 = performance.now();
+        const r = await ctrRun(c, {
+          image,
+          id: `${tag}-run-${i}`,
+          runtime,
+          namespace: NS,
+          args: ["true"],
+        });
+        times.push(performance.now() - t0);
+        if (r.code !== 0) throw new Error(`${runtime} run failed: ${r.stderr}`);
+      }
+      const detach = async (id: string, flags: string[] = []) => {
+        const r = await ctrRun(c, {
+          image,
+          id,
+          runtime,
+          namespace: NS,
+          detach: true,
+          flags,
+          args: ["sleep", "600"],
+        });
+        if (r.code !== 0) throw new Error(`${runtime} run -d failed: ${r.stderr}`);
+      };
+      const cleanup = async (ids: string[]) => {
+        for (const id of ids) {
+          await c.ctr(["task", "kill", "-s", "SIGKILL", id], { namespace: NS });
+        }
+        await new Promise((r) => setTimeout(r, 500));
+        for (const id of ids) {
+          await c.ctr(["task", "delete", "-f", id], { namespace: NS });
+          await c.ctr(["container", "delete", id], { namespace: NS });
+        }
+        await settle();
+      };
+      await detach(`${tag}-one`);
+      await settle();
+      const one = await shimRssKiB(c.address);
+      const tenIds = Array.from({ length: 10 }, (_, i) => `${tag}-ten-${i}`);
+      for (const id of tenIds.slice(1)) await detach(id);
+      await settle();
+      const ten = (await shimRssKiB(c.address)) - 0;
+      await cleanup([`${tag}-one`, ...tenIds.slice(1)]);
+      const grouped = Array.from({ length: 10 }, (_, i) => `${tag}-grp-${i}`);
+      for (const id of grouped) {
+        await detach(id, ["--annotation", `io.containerd.runc.v2.group=${tag}-group`]);
+      }
+      await settle();
+      const tenGrouped = await shimRssKiB(c.address);
+      await cleanup(grouped);
+      rows.push({
+        runtime,
+        runMs: {
+          p50: percentile(times, 50),
+          p90: percentile(times, 90),
+          mean: times.reduce((a, b) => a + b, 0) / times.length,
+        },
+        rssMiB: { one: one / 1024, ten: ten / 1024, tenGrouped: tenGrouped / 1024 },
+      });
+    }
+  } finally {
+    await c.stop();
+    await Deno.remove(prefix, { recursive: true }).catch(() => {});
+  }
+  const [go, sk] = rows;
+  const f = (n: number) => n.toFixed(1);
+  const r = (a: number, b: number) => `${(a / b).toFixed(2)}x`;
+  const markdown = [
+    `containerd ${v.version}, ${runs} sequential runs each`,
+    "",
+    "| metric | Go runc shim | skiff runc shim | skiff / Go |",
+    "| --- | ---: | ---: | ---: |",
+    `| \`ctr run --rm … true\` p50 (ms) | ${f(go.runMs.p50)} | ${f(sk.runMs.p50)} | ${
+      r(sk.runMs.p50, go.runMs.p50)
+    } |`,
+    `| \`ctr run --rm … true\` p90 (ms) | ${f(go.runMs.p90)} | ${f(sk.runMs.p90)} | ${
+      r(sk.runMs.p90, go.runMs.p90)
+    } |`,
+    `| shim RSS, 1 container (MiB) | ${f(go.rssMiB.one)} | ${f(sk.rssMiB.one)} | ${
+      r(sk.rssMiB.one, go.rssMiB.one)
+    } |`,
+    `| shim RSS, 10 containers, 10 shims (MiB) | ${f(go.rssMiB.ten)} | ${f(sk.rssMiB.ten)} | ${
+      r(sk.rssMiB.ten, go.rssMiB.ten)
+    } |`,
+    `| shim RSS, 10 containers, 1 grouped shim (MiB) | ${f(go.rssMiB.tenGrouped)} | ${
+      f(sk.rssMiB.tenGrouped)
+    } | ${r(sk.rssMiB.tenGrouped, go.rssMiB.tenGrouped)} |`,
+  ].join("\n");
+  return { containerd: v.version, rows, markdown };
+}
+
+if (import.meta.main) {
+  const { values } = parseArgs({
+    args: Deno.args,
+    options: { containerd: { type: "string" }, runs: { type: "string" } },
+  });
+  const res = await runShimBench({
+    ...(values.containerd ? { containerd: values.containerd } : {}),
+    ...(values.runs ? { runs: Number(values.runs) } : {}),
+  });
+  console.log(res.markdown);
+}
