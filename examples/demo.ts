@@ -8,6 +8,14 @@ import { ShimHarness } from "../sdk/testing/harness.ts";
 import { createBusyboxBundle, findBusybox } from "../sdk/testing/bundle.ts";
 import { installShims } from "../sdk/testing/install.ts";
 
+/** `key=value` pairs of an event, without protobuf bookkeeping. */
+function summary(message: unknown): string {
+  return Object.entries(message as Record<string, unknown>)
+    .filter(([k, v]) => !k.startsWith("$") && v !== "" && typeof v !== "object")
+    .map(([k, v]) => `${k}=${v}`)
+    .join(" ");
+}
+
 function which(bin: string): string | undefined {
   for (const dir of (Deno.env.get("PATH") ?? "").split(":")) {
     try {
@@ -69,13 +77,7 @@ try {
   console.log("--- container output ---");
   console.log((await Deno.readTextFile(out)).trimEnd());
   console.log("--- events ---");
-  for (const e of h.events) {
-    console.log(
-      `${e.topic.padEnd(20)} ${
-        JSON.stringify(e.message, (_k, v) => typeof v === "bigint" ? v.toString() : v)
-      }`,
-    );
-  }
+  for (const e of h.events) console.log(`${e.topic.padEnd(20)} ${summary(e.message)}`);
 } finally {
   await h.close();
   await cleanup();
