@@ -49,7 +49,7 @@ export {
   type TaskApiVersion,
 } from "./sdk/shim/endpoint.ts";
 export { type LogFields, Logger, type LogLevel } from "./sdk/shim/logger.ts";
-export { packAny } from "./sdk/shim/events.ts";
+export { packAny } from "./sdk/shim/any.ts";
 export {
   isNotExist,
   mapKillError,

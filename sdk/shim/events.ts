@@ -9,8 +9,11 @@
  * @module
  */
 
-import { create, type DescMessage, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
-import { type Any, AnySchema, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import type { DescMessage, MessageInitShape } from "@bufbuild/protobuf";
+import { type Any, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { packAny } from "./any.ts";
+
+export { packAny };
 import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
 import { Events } from "../../proto/gen/containerd/services/events/ttrpc/v1/events_pb.ts";
 import { createTtrpcTransport } from "../ttrpc/transport.ts";
@@ -57,27 +60,6 @@ export interface EventPublisherOptions {
   transport?: (address: string) => Transport & { close?(): Promise<void> };
   /** Called for each event once queued (for debug endpoints). */
   onQueued?: (e: QueuedEvent) => void;
-}
-
-/**
- * Packs a message into an `Any` with the bare type name containerd expects.
- *
- * @example Usage
- * ```ts
- * import { packAny } from "./events.ts";
- * import { TaskOOMSchema } from "../../proto/gen/containerd/events/task_pb.ts";
- * const any = packAny(TaskOOMSchema, { containerId: "c1" });
- * console.assert(any.typeUrl === "containerd.events.TaskOOM");
- * ```
- */
-export function packAny<Desc extends DescMessage>(
-  schema: Desc,
-  message: MessageInitShape<Desc>,
-): Any {
-  return create(AnySchema, {
-    typeUrl: schema.typeName,
-    value: toBinary(schema, create(schema, message)),
-  });
 }
 
 /**

@@ -50,7 +50,7 @@ import {
 } from "../../proto/gen/containerd/runc/v1/oci_pb.ts";
 import { Container } from "./container.ts";
 import type { EventPublisher } from "./events.ts";
-import { packAny } from "./events.ts";
+import { packAny } from "./any.ts";
 import type { Logger } from "./logger.ts";
 import { resolveOptions } from "./options.ts";
 import type { ShimPlatform } from "./platform.ts";

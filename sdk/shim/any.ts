@@ -1,0 +1,29 @@
+/**
+ * `Any` packing with the bare type names containerd expects.
+ *
+ * @module
+ */
+
+import { create, type DescMessage, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
+import { type Any, AnySchema } from "@bufbuild/protobuf/wkt";
+
+/**
+ * Packs a message into an `Any` with the bare type name containerd expects.
+ *
+ * @example Usage
+ * ```ts
+ * import { packAny } from "./any.ts";
+ * import { TaskOOMSchema } from "../../proto/gen/containerd/events/task_pb.ts";
+ * const any = packAny(TaskOOMSchema, { containerId: "c1" });
+ * console.assert(any.typeUrl === "containerd.events.TaskOOM");
+ * ```
+ */
+export function packAny<Desc extends DescMessage>(
+  schema: Desc,
+  message: MessageInitShape<Desc>,
+): Any {
+  return create(AnySchema, {
+    typeUrl: schema.typeName,
+    value: toBinary(schema, create(schema, message)),
+  });
+}
