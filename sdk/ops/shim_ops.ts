@@ -1,7 +1,9 @@
 /**
  * `ShimOps`: everything the operations endpoint needs inside one shim server — the metrics,
  * the ttrpc interceptor, a short history of published events, and the Hono endpoint served on
- * `<ttrpc socket>.ops`. {@linkcode loadShimOps} imports this module only when it is enabled.
+ * `<ttrpc socket>.ops`. {@linkcode loadShimOps} imports this module only when it is enabled,
+ * before the ttrpc server exists (the interceptor must be in place for the first call); the
+ * Hono half is imported by {@linkcode ShimOps.attach}, once the ttrpc socket serves.
  *
  * @module
  */
@@ -11,12 +13,11 @@ import type { Interceptor } from "@connectrpc/connect";
 import * as taskEvents from "../../proto/gen/containerd/events/task_pb.ts";
 import type { PublisherStats, QueuedEvent } from "../shim/events.ts";
 import type { Logger } from "../shim/logger.ts";
-import { createOpsApp } from "./app.ts";
 import { type OpsContainerView, type OpsProcessView, opsSocketPath } from "./load.ts";
 import type { ShimOpsContext, ShimOpsHooks } from "./load.ts";
 import { rpcInterceptor } from "./rpc.ts";
 import { liveProcesses, ShimMetrics } from "./shim_metrics.ts";
-import { serveUnixHttp, type UnixHttpServer } from "./unix_http.ts";
+import type { UnixHttpServer } from "./unix_http.ts";
 
 const EVENT_SCHEMAS: ReadonlyMap<string, DescMessage> = new Map(
   (Object.values(taskEvents) as unknown[])
@@ -158,6 +159,12 @@ export class ShimOps implements ShimOpsHooks {
       events: () => ctx.events(),
     });
     const path = opsSocketPath(ctx.socket);
+    // Hono and the HTTP server load here, after the ttrpc socket serves, so they never
+    // delay the moment containerd's `start` waits for.
+    const [{ createOpsApp }, { serveUnixHttp }] = await Promise.all([
+      import("./app.ts"),
+      import("./unix_http.ts"),
+    ]);
     const app = createOpsApp({
       metrics: () => this.metrics.render(),
       state: () => this.state(),
