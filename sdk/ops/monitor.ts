@@ -276,7 +276,8 @@ export class NodeMonitor {
     for (const s of shims) count[s.status]++;
     for (const [status, n] of Object.entries(count)) this.#shims.set({ status }, n);
     this.#errors.inc(undefined, count.error);
-    this.#duration.set(undefined, (performance.now() - started) / 1000);
+    // Microseconds are as fine as this measurement gets.
+    this.#duration.set(undefined, Math.round((performance.now() - started) * 1e3) / 1e6);
     const merged = mergeFamilies(shims.flatMap((s) => s.families ? [s.families] : []));
     return { shims, text: renderExposition([...merged, ...this.#self.families()]) };
   }
@@ -381,7 +382,7 @@ export function serveMonitor(opts: ServeMonitorOptions = {}): Promise<MonitorSer
     const hostname = (opts.hostname ?? "127.0.0.1").replace(/^\[|\]$/g, "");
     if (!isLoopback(hostname) && !opts.allowRemote) {
       throw new RangeError(
-        `refusing to listen on "${hostname}": it is not a loopback address (allow it explicitly)`,
+        `refusing to listen on "${hostname}": it is not a loopback address (set allowRemote, or --allow-remote, to permit it)`,
       );
     }
     const monitor = new NodeMonitor(opts);
