@@ -393,6 +393,13 @@ integrationTest(
             .map((x) => Object.fromEntries(x.labels).id),
           ["r1"],
         );
+        // The node-wide create totals still hold what the exited runsc shim counted.
+        for (const runtime of [RUNC, RUNSC]) {
+          assert.equal(
+            sum(after, "skiff_node_task_create_requests_total", { runtime, result: "ok" }),
+            1,
+          );
+        }
       } finally {
         await m.close();
       }

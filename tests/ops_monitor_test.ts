@@ -101,7 +101,7 @@ Deno.test("NodeMonitor merges shims' metrics labelled with namespace, id and run
     ]);
     // Every series from a shim carries the three labels, first and once.
     for (const f of parseExposition(text)) {
-      if (f.name.startsWith("skiff_monitor_")) continue;
+      if (f.name.startsWith("skiff_monitor_") || f.name.startsWith("skiff_node_")) continue;
       for (const s of f.samples) {
         assert.deepEqual(s.labels.slice(0, 3).map(([k]) => k), ["namespace", "id", "runtime"]);
         assert.equal(s.labels.filter(([k]) => k === "runtime").length, 1);
@@ -146,6 +146,44 @@ Deno.test("NodeMonitor merges shims' metrics labelled with namespace, id and run
     await b.close();
     await hung.close();
     await other.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("node create totals keep what exited shims counted, once, across scrapes", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "skiff-mon-" });
+  const a = await endpoint(dir, "a", { ns: "n", id: "a", rt: "io.containerd.skiff-runc.v2" });
+  const b = await endpoint(dir, "b", { ns: "n", id: "b", rt: "io.containerd.skiff-runsc.v2" });
+  try {
+    const monitor = new NodeMonitor({ socketDirs: [dir], timeoutMs: 5_000 });
+    const totals = async () =>
+      (parseExposition((await monitor.scrape()).text)
+        .find((f) => f.name === "skiff_node_task_create_requests_total")?.samples ?? [])
+        .map((x) => `${x.labels[0]![1]} ${x.labels[1]![1]} ${x.value}`);
+    // endpoint() counted one successful create in each shim before any scrape.
+    assert.deepEqual(await totals(), [
+      "io.containerd.skiff-runc.v2 ok 1",
+      "io.containerd.skiff-runsc.v2 ok 1",
+    ]);
+    // Scraping again adds nothing; new outcomes are added once.
+    a.onTaskCreate("error");
+    a.onTaskCreate("ok");
+    assert.deepEqual(await totals(), [
+      "io.containerd.skiff-runc.v2 ok 2",
+      "io.containerd.skiff-runsc.v2 ok 1",
+      "io.containerd.skiff-runc.v2 error 1",
+    ]);
+    // The runsc shim exits; its create stays in the node total.
+    await b.close();
+    b.onTaskCreate("error");
+    assert.deepEqual(await totals(), [
+      "io.containerd.skiff-runc.v2 ok 2",
+      "io.containerd.skiff-runsc.v2 ok 1",
+      "io.containerd.skiff-runc.v2 error 1",
+    ]);
+  } finally {
+    await a.close();
+    await b.close();
     await Deno.remove(dir, { recursive: true });
   }
 });

@@ -32,6 +32,16 @@ import { unixGet } from "./unix_http.ts";
  */
 export const DEFAULT_OPS_SOCKET_DIR = "/run/containerd/s";
 
+/**
+ * Shim counters the monitor also keeps node-wide, under `skiff_node_*`: a shim's counters end
+ * with the shim (and a shim's first create happens before any scrape can see a zero), while
+ * these keep every increase the monitor has seen, by runtime and result.
+ */
+const ROLLUPS: Readonly<Record<string, string>> = {
+  skiff_task_create_requests_total: "skiff_node_task_create_requests_total",
+  skiff_sandbox_create_requests_total: "skiff_node_sandbox_create_requests_total",
+};
+
 /** The labels the monitor adds to each shim's series, in this order. */
 const SHIM_LABELS = ["namespace", "id", "runtime"] as const;
 
@@ -192,6 +202,9 @@ export class NodeMonitor {
   #errors: Counter;
   #shims: Gauge;
   #duration: Gauge;
+  #rollups = new Map<string, Counter>();
+  // Last values seen per socket and series, and the shim's start time (a new one resets them).
+  #last = new Map<string, { start: string; values: Map<string, number> }>();
 
   /** Creates a monitor; nothing is read until {@linkcode scrape}. */
   constructor(opts: NodeMonitorOptions = {}) {
@@ -213,6 +226,17 @@ export class NodeMonitor {
       name: "skiff_monitor_scrape_duration_seconds",
       help: "How long the last node scrape took.",
     });
+    for (const [from, to] of Object.entries(ROLLUPS)) {
+      this.#rollups.set(
+        from,
+        this.#self.counter({
+          name: to,
+          help: `Increases of ${from} over every shim this monitor has scraped, ` +
+            "including shims that have since exited, by runtime and result.",
+          labelNames: ["runtime", "result"],
+        }),
+      );
+    }
   }
 
   /** The `.ops` sockets present now, sorted. Missing directories are skipped. */
@@ -251,6 +275,42 @@ export class NodeMonitor {
     }
   }
 
+  /** Adds what each shim's create counters gained since it was last scraped to the node's. */
+  #rollUp(shims: ShimScrape[]): void {
+    const present = new Set<string>();
+    for (const s of shims) {
+      // A shim that failed to answer this time keeps its baseline, or its next answer would
+      // be counted again in full.
+      if (s.status !== "gone") present.add(s.socket);
+      if (s.status !== "ok") continue;
+      const start = s.families!.find((f) => f.name === "process_start_time_seconds")
+        ?.samples[0]?.value ?? "";
+      let last = this.#last.get(s.socket);
+      if (!last || last.start !== start) {
+        last = { start, values: new Map() };
+        this.#last.set(s.socket, last);
+      }
+      for (const f of s.families!) {
+        const rollup = this.#rollups.get(f.name);
+        if (!rollup) continue;
+        for (const sample of f.samples) {
+          const l = Object.fromEntries(sample.labels);
+          const key = `${f.name}\0${l.runtime}\0${l.result}`;
+          const v = Number(sample.value);
+          const before = last.values.get(key) ?? 0;
+          // A counter that went down belongs to a restarted shim: all of it is new.
+          const gained = v >= before ? v - before : v;
+          last.values.set(key, v);
+          if (gained > 0 && l.runtime !== undefined && l.result !== undefined) {
+            rollup.inc({ runtime: l.runtime, result: l.result }, gained);
+          }
+        }
+      }
+    }
+    // A vanished shim's counts stay in the totals; only its baseline goes.
+    for (const socket of this.#last.keys()) if (!present.has(socket)) this.#last.delete(socket);
+  }
+
   /** Discovers and scrapes every shim; never throws for a shim's failure. */
   async scrape(): Promise<NodeScrape> {
     const started = performance.now();
@@ -278,6 +338,7 @@ export class NodeMonitor {
     this.#errors.inc(undefined, count.error);
     // Microseconds are as fine as this measurement gets.
     this.#duration.set(undefined, Math.round((performance.now() - started) * 1e3) / 1e6);
+    this.#rollUp(shims);
     const merged = mergeFamilies(shims.flatMap((s) => s.families ? [s.families] : []));
     return { shims, text: renderExposition([...merged, ...this.#self.families()]) };
   }
