@@ -44,7 +44,10 @@ async function opsOf(c: PrivateContainerd, ns: string, id: string): Promise<stri
   const address = await Deno.readTextFile(
     `${c.state}/io.containerd.runtime.v2.task/${ns}/${id}/address`,
   );
-  return opsSocketPath(address.trim());
+  const ops = opsSocketPath(address.trim());
+  // The endpoint starts right after the shim's ttrpc socket serves (what `start` waits for).
+  await eventually(() => exists(ops), `${ops} appears`);
+  return ops;
 }
 
 async function scrape(ops: string): Promise<MetricFamily[]> {

@@ -46,6 +46,13 @@ async function withShim(
       debug: opts.debug,
       env: opts.env,
     });
+    if (opts.debug ? opts.env.SKIFF_OPS !== "0" : opts.env.SKIFF_OPS === "1") {
+      // The endpoint starts right after the ttrpc socket serves, which is when start returns.
+      const ops = opsSocketPath(h.address);
+      await eventually(() => exists(ops), "ops socket appears").catch((e) => {
+        throw new Error(`${(e as Error).message}; shim log:\n${h!.log}`);
+      });
+    }
     await fn(h, launcher!);
   } finally {
     const ops = h ? opsSocketPath(h.address) : undefined;
@@ -55,7 +62,7 @@ async function withShim(
       await eventually(async () => !(await exists(ops)), "ops socket removal").catch(
         async (e) => {
           await Deno.remove(ops).catch(() => {});
-          throw e;
+          throw new Error(`${(e as Error).message}; shim log:\n${h!.log}`);
         },
       );
     }
@@ -133,15 +140,74 @@ integrationTest(
   "skiff runc shim without -debug or SKIFF_OPS has no ops socket (SKIFF_OPS=0 vetoes -debug)",
   NEEDS,
   async () => {
+    // The server logs "serving" after the endpoint would have started: only then is its
+    // absence meaningful.
+    const served = (h: ShimHarness) =>
+      eventually(() => Promise.resolve(/msg=serving/.test(h.log)), "serving log line");
     await withShim({ debug: false, env: { SKIFF_OPS: "" } }, async (h) => {
       await h.task.connect({ id: h.id });
+      await served(h);
       assert.equal(await exists(opsSocketPath(h.address)), false);
     });
     await withShim({ debug: true, env: { SKIFF_OPS: "0" } }, async (h) => {
       await assert.rejects(h.task.state({ id: "x" }), /not found/);
+      await served(h);
       assert.equal(await exists(opsSocketPath(h.address)), false);
       // The RPC debug log stays on with -debug.
       await eventually(() => Promise.resolve(/msg=rpc/.test(h.log)), "rpc log line");
+    });
+  },
+);
+
+integrationTest(
+  "skiff runc shim counts CreateSandbox outcomes and the Sandbox API calls by code",
+  NEEDS,
+  async () => {
+    let ops = "";
+    await withShim({ debug: false, env: { SKIFF_OPS: "1" } }, async (h) => {
+      ops = opsSocketPath(h.address);
+      await h.sandbox.createSandbox({ sandboxId: h.id, bundlePath: h.bundle });
+      await assert.rejects(
+        h.sandbox.createSandbox({ sandboxId: h.id, bundlePath: h.bundle }),
+        /already exists/,
+      );
+      await assert.rejects(
+        h.sandbox.createSandbox({ sandboxId: "not valid!", bundlePath: h.bundle }),
+        /invalid sandbox id/,
+      );
+      const text = (await unixGet(ops, "/metrics", { timeoutMs: 10_000 })).body;
+      const lines = text.split("\n");
+      assert.ok(
+        lines.includes(
+          'skiff_sandbox_create_requests_total{runtime="io.containerd.skiff-runc.v2",result="ok"} 1',
+        ),
+        text,
+      );
+      assert.ok(
+        lines.includes(
+          'skiff_sandbox_create_requests_total{runtime="io.containerd.skiff-runc.v2",result="error"} 2',
+        ),
+        text,
+      );
+      for (const code of ["OK", "AlreadyExists", "InvalidArgument"]) {
+        assert.ok(
+          lines.includes(
+            `skiff_ttrpc_requests_total{service="containerd.runtime.sandbox.v1.Sandbox",method="CreateSandbox",code="${code}"} 1`,
+          ),
+          `${code}:\n${text}`,
+        );
+      }
+      assert.ok(
+        lines.includes(
+          'skiff_task_create_requests_total{runtime="io.containerd.skiff-runc.v2",result="error"} 0',
+        ),
+      );
+      const state = JSON.parse((await unixGet(ops, "/debug/state", { timeoutMs: 10_000 })).body);
+      assert.equal(state.sandboxes, 1);
+      // With a sandbox, Task.Shutdown does not end the shim: ShutdownSandbox does.
+      await h.sandbox.stopSandbox({ sandboxId: h.id });
+      await h.sandbox.shutdownSandbox({ sandboxId: h.id });
+      await eventually(async () => !(await exists(ops)), "ops socket removed at ShutdownSandbox");
     });
   },
 );

@@ -51,8 +51,9 @@ async function isLive(path: string): Promise<boolean> {
 
 /**
  * Serves `handler` on a unix socket. A socket file nobody accepts on (left by a killed
- * process) is replaced; a live one, or a path that is not a socket, is an error. The mode is
- * set right after binding; the socket directory (containerd's is 0700) covers that instant.
+ * process) is replaced; a live one, or a path that is not a socket, is an error. The socket is
+ * bound in a fresh 0700 directory beside `path`, given its mode there and then renamed into
+ * place, so it is never reachable with the permissions the umask would give it.
  *
  * @param path socket path
  * @param handler the fetch handler (e.g. a Hono app's `fetch`)
@@ -85,31 +86,41 @@ export async function serveUnixHttp(
     if (await isLive(path)) {
       throw new Deno.errors.AlreadyExists(`cannot serve on "${path}": a live server listens there`);
     }
-    await Deno.remove(path).catch(() => {});
   }
   const onError = opts.onError;
-  const server = Deno.serve({
-    path,
-    onListen() {},
-    onError(e) {
-      onError?.(e);
-      return new Response("internal error\n", { status: 500 });
-    },
-  }, handler);
+  const slash = path.lastIndexOf("/");
+  const dir = slash > 0 ? path.slice(0, slash) : slash === 0 ? "/" : ".";
+  // A short name: sockaddr_un holds 108 bytes, and this path must fit as well as `path`.
+  const tmp = await Deno.makeTempDir({ dir, prefix: ".http-" });
+  let server: Deno.HttpServer | undefined;
   try {
-    await Deno.chmod(path, opts.mode ?? 0o600);
+    server = Deno.serve({
+      path: `${tmp}/s`,
+      onListen() {},
+      onError(e) {
+        onError?.(e);
+        return new Response("internal error\n", { status: 500 });
+      },
+    }, handler);
+    await Deno.chmod(`${tmp}/s`, opts.mode ?? 0o600);
+    // rename(2) also replaces a stale socket in one step.
+    await Deno.rename(`${tmp}/s`, path);
   } catch (e) {
-    await server.shutdown();
+    await server?.shutdown();
     throw e;
+  } finally {
+    await Deno.remove(tmp, { recursive: true }).catch(() => {});
   }
+  const running = server;
   let closing: Promise<void> | undefined;
   return {
     path,
     close() {
       closing ??= (async () => {
-        await server.shutdown();
-        // Deno unlinks the socket on shutdown; this covers versions that do not.
+        // Unlinked first, so nobody new connects while the graceful shutdown runs; Deno only
+        // knows the socket by the name it was bound under.
         await Deno.remove(path).catch(() => {});
+        await running.shutdown();
       })();
       return closing;
     },
