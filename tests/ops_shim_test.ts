@@ -56,18 +56,29 @@ async function withShim(
     await fn(h, launcher!);
   } finally {
     const ops = h ? opsSocketPath(h.address) : undefined;
-    await h?.close();
-    // A shim that did not exit on Shutdown is a bug the test reports, but the node stays clean.
-    if (ops && await exists(ops)) {
-      await eventually(async () => !(await exists(ops)), "ops socket removal").catch(
-        async (e) => {
-          await Deno.remove(ops).catch(() => {});
-          throw new Error(`${(e as Error).message}; shim log:\n${h!.log}`);
-        },
-      );
+    try {
+      await h?.close();
+      // A shim that did not exit on Shutdown is a bug the test reports, but the node stays clean.
+      if (ops && await exists(ops)) {
+        await eventually(async () => !(await exists(ops)), "ops socket removal").catch(
+          async (e) => {
+            // Still serving: stop the shim this test started (by its pid) before reporting.
+            const state = await unixGet(ops, "/debug/state", { timeoutMs: 2_000 }).catch(() => {});
+            const pid = state ? (JSON.parse(state.body) as { pid?: number }).pid : undefined;
+            if (pid) {
+              try {
+                Deno.kill(pid, "SIGKILL");
+              } catch { /* gone meanwhile */ }
+            }
+            await Deno.remove(ops).catch(() => {});
+            throw new Error(`${(e as Error).message}; shim log:\n${h!.log}`);
+          },
+        );
+      }
+    } finally {
+      await Deno.remove(bundle, { recursive: true }).catch(() => {});
+      await Deno.remove(prefix, { recursive: true }).catch(() => {});
     }
-    await Deno.remove(bundle, { recursive: true }).catch(() => {});
-    await Deno.remove(prefix, { recursive: true }).catch(() => {});
   }
 }
 
