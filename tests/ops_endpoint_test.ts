@@ -394,3 +394,39 @@ Deno.test("loadShimOps() loads nothing, the RPC log only, or the endpoint, as co
   const full = await loadShimOps({ ...base, flags, env: "1" });
   assert.ok(full instanceof ShimOps);
 });
+
+Deno.test("ShimOps.close() during attach() still removes the socket attach creates", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "skiff-ops-" });
+  try {
+    for (const when of ["at once", "after a tick", "after the socket appears"]) {
+      const ops = new ShimOps({
+        runtime: "rt",
+        version: "1",
+        namespace: "ns",
+        id: "x",
+        containerdAddress: "",
+        debug: false,
+        logger: new Logger(),
+      });
+      const socket = `${dir}/shim.sock`;
+      const attaching = ops.attach({
+        socket,
+        bundle: dir,
+        containers: () => new Map(),
+        sandboxes: () => 0,
+        events: () => ({ published: 0, failed: 0, queued: 0 }),
+        options: () => undefined,
+      });
+      if (when === "after a tick") await new Promise((r) => setTimeout(r, 0));
+      if (when === "after the socket appears") {
+        while (!(await exists(`${socket}.ops`))) await new Promise((r) => setTimeout(r, 1));
+      }
+      await ops.close();
+      await attaching;
+      assert.equal(await exists(`${socket}.ops`), false, when);
+      assert.deepEqual([...Deno.readDirSync(dir)], [], `${when}: no temp dirs left`);
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

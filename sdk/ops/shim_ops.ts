@@ -122,6 +122,8 @@ export class ShimOps implements ShimOpsHooks {
   #capacity: number;
   #ctx: ShimOpsContext | undefined;
   #server: UnixHttpServer | undefined;
+  #attaching: Promise<void> | undefined;
+  #closed = false;
   #started = new Date();
 
   /** Creates the metrics and hooks; nothing is served until {@linkcode attach}. */
@@ -152,26 +154,34 @@ export class ShimOps implements ShimOpsHooks {
   }
 
   /** Starts serving beside `ctx.socket`; logs (and carries on) when it cannot. */
-  async attach(ctx: ShimOpsContext): Promise<void> {
+  attach(ctx: ShimOpsContext): Promise<void> {
+    // close() waits for this: a Shutdown that arrives while the endpoint is starting must
+    // still find, and remove, the socket it creates.
+    this.#attaching ??= this.#attach(ctx);
+    return this.#attaching;
+  }
+
+  async #attach(ctx: ShimOpsContext): Promise<void> {
     this.#ctx = ctx;
     this.metrics.setSource({
       containers: () => ctx.containers().values(),
       events: () => ctx.events(),
     });
     const path = opsSocketPath(ctx.socket);
-    // Hono and the HTTP server load here, after the ttrpc socket serves, so they never
-    // delay the moment containerd's `start` waits for.
-    const [{ createOpsApp }, { serveUnixHttp }] = await Promise.all([
-      import("./app.ts"),
-      import("./unix_http.ts"),
-    ]);
-    const app = createOpsApp({
-      metrics: () => this.metrics.render(),
-      state: () => this.state(),
-      events: (limit) => this.events(limit),
-      maxEvents: this.#capacity,
-    });
     try {
+      // Hono and the HTTP server load here, after the ttrpc socket serves, so they never
+      // delay the moment containerd's `start` waits for.
+      const [{ createOpsApp }, { serveUnixHttp }] = await Promise.all([
+        import("./app.ts"),
+        import("./unix_http.ts"),
+      ]);
+      if (this.#closed) return;
+      const app = createOpsApp({
+        metrics: () => this.metrics.render(),
+        state: () => this.state(),
+        events: (limit) => this.events(limit),
+        maxEvents: this.#capacity,
+      });
       this.#server = await serveUnixHttp(path, app.fetch, {
         onError: (e) => this.#opts.logger.warn("operations endpoint error", { error: String(e) }),
       });
@@ -185,8 +195,10 @@ export class ShimOps implements ShimOpsHooks {
     }
   }
 
-  /** Stops the endpoint and removes its socket. */
+  /** Stops the endpoint (once it has started, if it is starting) and removes its socket. */
   async close(): Promise<void> {
+    this.#closed = true;
+    await this.#attaching;
     await this.#server?.close();
   }
 
