@@ -1,0 +1,782 @@
+/**
+ * The skiff runc example shim (`containerd-shim-skiff-runc-v2`) under real containerd 1.6, 1.7
+ * and 2.x, driven only through each version's own `ctr`: run, exit codes, exec, kill, pause,
+ * ps, metrics, terminals, log URIs, a containerd restart and a SIGKILLed shim server.
+ *
+ * One private containerd per version, reused by all of that version's steps; the image is
+ * imported once per version. Every step uses its own container id, so a failing step leaves
+ * the others meaningful, and the final step checks that nothing (shims, mounts, sockets) was
+ * left behind.
+ */
+import assert from "node:assert/strict";
+import { integrationTest } from "./_integration.ts";
+import {
+  containerdVersions,
+  type CtrResult,
+  type PrivateContainerd,
+  startContainerd,
+} from "../sdk/testing/containerd.ts";
+import { ctrRun, ctrRunArgs, type CtrRunOptions, shellQuote } from "../sdk/testing/ctr.ts";
+import { installShims } from "../sdk/testing/install.ts";
+
+const RUNTIME = "io.containerd.skiff-runc.v2";
+const LAUNCHER = "containerd-shim-skiff-runc-v2";
+const NEEDS = {
+  root: true,
+  binaries: ["runc", "busybox", "script", "mount", "umount", "sh"],
+};
+
+/** Generous bound for things that must happen eventually (never a timing assertion). */
+const EVENTUALLY_MS = 60_000;
+
+function uid(tag: string): string {
+  return `${tag}-${crypto.randomUUID().slice(0, 8)}`;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+/** Polls `probe` until it returns a value other than undefined; fails after a long bound. */
+async function eventually<V>(what: string, probe: () => Promise<V | undefined>): Promise<V> {
+  const until = Date.now() + EVENTUALLY_MS;
+  for (;;) {
+    const v = await probe();
+    if (v !== undefined) return v;
+    if (Date.now() > until) throw new Error(`gave up waiting for ${what}`);
+    await sleep(50);
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+    return stat[stat.lastIndexOf(")") + 2] !== "Z";
+  } catch {
+    return false;
+  }
+}
+
+function describe(r: CtrResult): string {
+  return `code ${r.code}${
+    r.timedOut ? " (timed out)" : ""
+  }\nstdout: ${r.stdout}\nstderr: ${r.stderr}`;
+}
+
+async function sha256Hex(text: string): Promise<string> {
+  const h = new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text)));
+  return Array.from(h, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** The socket a skiff shim serves a container on (no group annotation: the id is the group). */
+async function shimSocket(c: PrivateContainerd, ns: string, id: string): Promise<string> {
+  return `/run/containerd/s/${await sha256Hex(`${c.address}/${ns}/${id}`)}`;
+}
+
+function exists(path: string): boolean {
+  try {
+    Deno.lstatSync(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Runs `argv` under `script` so it has a terminal (ctr refuses `-t` without one). Like
+ * `ctrRun({ tty })`, stdin stays open until the command exits, so `script` sees no hangup.
+ */
+async function underScript(argv: string[]): Promise<CtrResult> {
+  const child = new Deno.Command("script", {
+    args: ["-q", "-e", "-c", argv.map(shellQuote).join(" "), "/dev/null"],
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const timer = setTimeout(() => child.kill("SIGKILL"), EVENTUALLY_MS);
+  try {
+    const out = await child.output();
+    const dec = new TextDecoder();
+    return {
+      code: out.code,
+      stdout: dec.decode(out.stdout),
+      stderr: dec.decode(out.stderr),
+      timedOut: out.signal === "SIGKILL",
+    };
+  } finally {
+    clearTimeout(timer);
+    await child.stdin.close().catch(() => {});
+  }
+}
+
+/**
+ * Runs ctr with its stdin on a pipe: waits until the container printed "ready", then writes
+ * `input` and closes the pipe. (ctr sends CloseIO on stdin EOF only once the task exists; an
+ * EOF that comes earlier is lost, a race in ctr itself.)
+ */
+async function ctrWithInput(
+  c: PrivateContainerd,
+  ns: string,
+  args: string[],
+  input: string,
+): Promise<CtrResult> {
+  const child = new Deno.Command(`${c.binDir}/ctr`, {
+    args: ["-a", c.address, "-n", ns, ...args],
+    env: { CONTAINERD_SNAPSHOTTER: c.snapshotter },
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    child.kill("SIGKILL");
+  }, EVENTUALLY_MS);
+  try {
+    const stderr = new Response(child.stderr).text();
+    const dec = new TextDecoder();
+    const reader = child.stdout.getReader();
+    let stdout = "";
+    let done = false;
+    while (!done && !stdout.includes("ready\n")) {
+      const r = await reader.read();
+      done = r.done;
+      if (r.value) stdout += dec.decode(r.value, { stream: true });
+    }
+    const w = child.stdin.getWriter();
+    await w.write(new TextEncoder().encode(input)).catch(() => {});
+    await w.close().catch(() => {});
+    while (!done) {
+      const r = await reader.read();
+      done = r.done;
+      if (r.value) stdout += dec.decode(r.value, { stream: true });
+    }
+    const status = await child.status;
+    return { code: status.code, stdout, stderr: await stderr, timedOut };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * `ctr events` running in the background, collecting lines. containerd restarts end a
+ * subscription, so {@linkcode EventLog.resubscribe} starts a new one; the text accumulates.
+ */
+class EventLog {
+  #c: PrivateContainerd;
+  #ns: string;
+  #child: Deno.ChildProcess | undefined;
+  #text = "";
+  #done: Promise<void> = Promise.resolve();
+
+  constructor(c: PrivateContainerd, ns: string) {
+    this.#c = c;
+    this.#ns = ns;
+    this.resubscribe();
+  }
+
+  resubscribe(): void {
+    this.#child = new Deno.Command(`${this.#c.binDir}/ctr`, {
+      args: ["-a", this.#c.address, "-n", this.#ns, "events"],
+      stdin: "null",
+      stdout: "piped",
+      stderr: "null",
+    }).spawn();
+    const dec = new TextDecoder();
+    this.#done = this.#child.stdout.pipeTo(
+      new WritableStream({ write: (chunk) => void (this.#text += dec.decode(chunk)) }),
+    ).catch(() => {});
+  }
+
+  /** Events of one container, in arrival order: topic plus the decoded event. */
+  of(containerId: string): { topic: string; event: Record<string, unknown> }[] {
+    const out: { topic: string; event: Record<string, unknown> }[] = [];
+    for (const line of this.#text.split("\n")) {
+      // "<date> <time> <zone> <namespace> <topic> <json>" (the timestamp has spaces)
+      const m = / (\/[a-z/-]+) (\{.*\})$/.exec(line);
+      if (!m) continue;
+      let event: Record<string, unknown>;
+      try {
+        event = JSON.parse(m[2]!);
+      } catch {
+        continue;
+      }
+      if (field(event, "container_id", "ContainerID") === containerId) {
+        out.push({ topic: m[1]!, event });
+      }
+    }
+    return out;
+  }
+
+  /** Waits until `containerId` has an event with `topic`; returns all its events. */
+  until(containerId: string, topic: string) {
+    return eventually(`a ${topic} event of ${containerId}`, () => {
+      const list = this.of(containerId);
+      return Promise.resolve(list.some((e) => e.topic === topic) ? list : undefined);
+    });
+  }
+
+  get text(): string {
+    return this.#text;
+  }
+
+  async stop(): Promise<void> {
+    try {
+      this.#child?.kill("SIGKILL");
+    } catch { /* exited */ }
+    await this.#child?.status;
+    await this.#done;
+  }
+}
+
+/** Reads a field of a `ctr events` JSON event whatever its spelling (snake or Go case). */
+function field(event: Record<string, unknown>, ...names: string[]): unknown {
+  for (const n of names) if (n in event) return event[n];
+  return undefined;
+}
+
+const versions = containerdVersions();
+
+for (const v of versions) {
+  integrationTest(
+    `skiff runc shim under containerd ${v.version}: ctr run, exec, kill, pause, ps, tty, logs, restart, dead shim`,
+    NEEDS,
+    async (t) => {
+      const prefix = await Deno.makeTempDir({ prefix: "skiff-shim-ctrd-" });
+      await installShims({ prefix, shims: { [LAUNCHER]: "examples/runc/main.ts" } });
+      const c = await startContainerd({
+        binDir: v.binDir,
+        runtimes: { skiff: { runtimeType: RUNTIME, binaryDir: `${prefix}/bin` } },
+      });
+      const ns = uid("skiff-shim");
+      // runc state goes to the private containerd's runc root, so stop() cleans it up.
+      const runtimeConfig = `${prefix}/runc.toml`;
+      await Deno.writeTextFile(runtimeConfig, `Root = "${c.runcRoot}"\n`);
+      const events = new EventLog(c, ns);
+      const ids: string[] = [];
+      let image = "";
+
+      const track = (id: string) => {
+        ids.push(id);
+        return id;
+      };
+      const run = (o: Omit<CtrRunOptions, "image" | "namespace" | "runtime">) => {
+        track(o.id);
+        return ctrRun(c, {
+          ...o,
+          image,
+          namespace: ns,
+          runtime: "skiff",
+          runtimeConfigPath: runtimeConfig,
+        });
+      };
+      const ctr = (args: string[]) => c.ctr(args, { namespace: ns, timeoutMs: 60_000 });
+      const ok = async (args: string[]) => {
+        const r = await ctr(args);
+        assert.equal(r.code, 0, `ctr ${args.join(" ")}: ${describe(r)}`);
+        return r;
+      };
+      /** `ctr task ls` as id → { pid, status }. */
+      const tasks = async () => {
+        const r = await ok(["tasks", "ls"]);
+        const out = new Map<string, { pid: number; status: string }>();
+        for (const line of r.stdout.split("\n").slice(1)) {
+          const [id, pid, status] = line.trim().split(/\s+/);
+          if (id && pid && status) out.set(id, { pid: Number(pid), status });
+        }
+        return out;
+      };
+      const statusOf = async (id: string) => (await tasks()).get(id)?.status;
+      const becomes = (id: string, status: string) =>
+        eventually(`task ${id} to be ${status}`, async () => {
+          const s = await statusOf(id);
+          return s === status ? s : undefined;
+        });
+      /** A detached `sleep` container, RUNNING. */
+      const sleeper = async (tag: string) => {
+        const id = uid(tag);
+        const r = await run({ id, detach: true, args: ["sleep", "600"] });
+        assert.equal(r.code, 0, describe(r));
+        await becomes(id, "RUNNING");
+        return id;
+      };
+      /**
+       * Deletes a stopped task and its container; returns the exit status `ctr task delete`
+       * reports ("task <id> exit with non-zero exit code N" on stderr, nothing for 0).
+       */
+      const remove = async (id: string) => {
+        const del = await ok(["tasks", "delete", id]);
+        await ok(["containers", "delete", id]);
+        const m = /exit with non-zero exit code (\d+)/.exec(del.stderr);
+        return m ? Number(m[1]) : 0;
+      };
+
+      try {
+        image = await c.importBusyboxImage(ns);
+
+        await t.step("ctr run --rm: the container's stdout and stderr reach ctr", async () => {
+          const id = uid("echo");
+          const r = await run({
+            id,
+            args: ["sh", "-c", "echo hello from skiff; echo to-stderr >&2"],
+          });
+          assert.equal(r.code, 0, describe(r));
+          assert.equal(r.stdout, "hello from skiff\n");
+          assert.equal(r.stderr, "to-stderr\n");
+          const seen = await events.until(id, "/tasks/delete");
+          assert.deepEqual(seen.map((e) => e.topic), [
+            "/tasks/create",
+            "/tasks/start",
+            "/tasks/exit",
+            "/tasks/delete",
+          ]);
+        });
+
+        await t.step("ctr run --rm: sh -c 'exit 3' makes ctr exit 3", async () => {
+          const r = await run({ id: uid("exit3"), args: ["sh", "-c", "exit 3"] });
+          assert.equal(r.code, 3, describe(r));
+        });
+
+        await t.step("stdin reaches the container and EOF closes it (CloseIO)", async () => {
+          const runArgs = ctrRunArgs(c, {
+            image,
+            id: track(uid("stdin")),
+            namespace: ns,
+            runtime: "skiff",
+            runtimeConfigPath: runtimeConfig,
+            args: ["sh", "-c", "echo ready; cat; echo cat-done"],
+          });
+          const r = await ctrWithInput(c, ns, runArgs, "line one\nline two\n");
+          assert.equal(r.code, 0, describe(r));
+          assert.equal(r.stdout, "ready\nline one\nline two\ncat-done\n");
+          const id = await sleeper("stdinexec");
+          const e = await ctrWithInput(c, ns, [
+            "tasks",
+            "exec",
+            "--fifo-dir",
+            c.fifoDir,
+            "--exec-id",
+            "in",
+            id,
+            "sh",
+            "-c",
+            "echo ready; wc -l",
+          ], "a\nb\nc\n");
+          assert.equal(e.code, 0, describe(e));
+          assert.equal(e.stdout.replace(/ +/g, ""), "ready\n3\n");
+          await ok(["tasks", "kill", "-s", "SIGKILL", id]);
+          await becomes(id, "STOPPED");
+          assert.equal(await remove(id), 137);
+        });
+
+        await t.step("errors: delete running, kill/exec stopped, duplicate exec id", async () => {
+          const id = await sleeper("errors");
+          const delRunning = await ctr(["tasks", "delete", id]);
+          assert.notEqual(delRunning.code, 0, describe(delRunning));
+          assert.match(delRunning.stderr, /running/, describe(delRunning));
+          await ok([
+            "tasks",
+            "exec",
+            "-d",
+            "--fifo-dir",
+            c.fifoDir,
+            "--exec-id",
+            "dup",
+            id,
+            "sleep",
+            "600",
+          ]);
+          const dup = await ctr([
+            "tasks",
+            "exec",
+            "--fifo-dir",
+            c.fifoDir,
+            "--exec-id",
+            "dup",
+            id,
+            "true",
+          ]);
+          assert.notEqual(dup.code, 0, describe(dup));
+          assert.match(dup.stderr, /already exists/, describe(dup));
+          await ok(["tasks", "kill", "-s", "SIGKILL", id]);
+          await becomes(id, "STOPPED");
+          const kill = await ctr(["tasks", "kill", "-s", "SIGKILL", id]);
+          assert.notEqual(kill.code, 0, describe(kill));
+          assert.match(kill.stderr, /not found|already finished/i, describe(kill));
+          const exec = await ctr([
+            "tasks",
+            "exec",
+            "--fifo-dir",
+            c.fifoDir,
+            "--exec-id",
+            "late",
+            id,
+            "true",
+          ]);
+          assert.notEqual(exec.code, 0, describe(exec));
+          assert.equal(await remove(id), 137);
+        });
+
+        await t.step(
+          "ctr task exec: output and exit code 5; the exec exits before init",
+          async () => {
+            const id = await sleeper("exec");
+            // The runtime options (Root from --runtime-config-path) reached runc.
+            assert.ok(
+              exists(`${c.runcRoot}/${ns}/${id}/state.json`),
+              "runc state in the runc root",
+            );
+            const e = await ctr([
+              "tasks",
+              "exec",
+              "--fifo-dir",
+              c.fifoDir,
+              "--exec-id",
+              "x2",
+              id,
+              "sh",
+              "-c",
+              "echo exec-out; echo exec-err >&2; exit 5",
+            ]);
+            assert.equal(e.code, 5, describe(e));
+            assert.equal(e.stdout, "exec-out\n");
+            assert.equal(e.stderr, "exec-err\n");
+            // The same exec id can be used again once the first one was deleted.
+            const again = await ok([
+              "tasks",
+              "exec",
+              "--fifo-dir",
+              c.fifoDir,
+              "--exec-id",
+              "x2",
+              id,
+              "echo",
+              "again",
+            ]);
+            assert.equal(again.stdout, "again\n");
+            assert.equal(await statusOf(id), "RUNNING");
+            await ok(["tasks", "kill", "-s", "SIGKILL", id]);
+            await becomes(id, "STOPPED");
+            assert.equal(await remove(id), 137);
+            const seen = await events.until(id, "/tasks/delete");
+            const topics = seen.map((e) =>
+              e.topic === "/tasks/exit" ? `/tasks/exit ${field(e.event, "id", "ID")}` : e.topic
+            );
+            assert.deepEqual(topics, [
+              "/tasks/create",
+              "/tasks/start",
+              "/tasks/exec-added",
+              "/tasks/exec-started",
+              "/tasks/exit x2",
+              "/tasks/exec-added",
+              "/tasks/exec-started",
+              "/tasks/exit x2",
+              `/tasks/exit ${id}`,
+              "/tasks/delete",
+            ]);
+            const exits = seen.filter((e) => e.topic === "/tasks/exit")
+              .map((e) => field(e.event, "exit_status", "ExitStatus") ?? 0);
+            assert.deepEqual(exits, [5, 0, 137]);
+          },
+        );
+
+        await t.step(
+          "ctr task kill -s SIGKILL: the waiting client gets exit status 137",
+          async () => {
+            const id = await sleeper("kill");
+            // attach waits for the exit (Task.Wait) and exits with the task's status.
+            const attach = ctr(["tasks", "attach", id]);
+            await ok(["tasks", "kill", "-s", "SIGKILL", id]);
+            const a = await attach;
+            assert.equal(a.code, 137, describe(a));
+            // ctr task attach deletes the task once it has its exit status.
+            assert.equal(await statusOf(id), undefined);
+            await ok(["containers", "delete", id]);
+            const exit = (await events.until(id, "/tasks/delete")).find((e) =>
+              e.topic === "/tasks/exit"
+            );
+            assert.equal(field(exit!.event, "exit_status", "ExitStatus"), 137);
+          },
+        );
+
+        await t.step("ctr task pause / resume: PAUSED (frozen cgroup), then RUNNING", async () => {
+          const id = await sleeper("pause");
+          const freezer = `/sys/fs/cgroup/freezer/${c.cgroupParent}/${ns}/${id}/freezer.state`;
+          await ok(["tasks", "pause", id]);
+          assert.equal(await statusOf(id), "PAUSED");
+          if (exists(freezer)) assert.equal((await Deno.readTextFile(freezer)).trim(), "FROZEN");
+          // A paused task cannot be deleted.
+          const del = await ctr(["tasks", "delete", id]);
+          assert.notEqual(del.code, 0, describe(del));
+          await ok(["tasks", "resume", id]);
+          assert.equal(await statusOf(id), "RUNNING");
+          if (exists(freezer)) assert.equal((await Deno.readTextFile(freezer)).trim(), "THAWED");
+          await ok(["tasks", "kill", "-s", "SIGKILL", id]);
+          await becomes(id, "STOPPED");
+          assert.equal(await remove(id), 137);
+          const topics = (await events.until(id, "/tasks/delete")).map((e) => e.topic);
+          assert.deepEqual(topics, [
+            "/tasks/create",
+            "/tasks/start",
+            "/tasks/paused",
+            "/tasks/resumed",
+            "/tasks/exit",
+            "/tasks/delete",
+          ]);
+        });
+
+        await t.step("ctr task ps: lists the init pid and a running exec", async () => {
+          const id = await sleeper("ps");
+          const initPid = (await tasks()).get(id)!.pid;
+          assert.ok(initPid > 0 && alive(initPid));
+          await ok([
+            "tasks",
+            "exec",
+            "-d",
+            "--fifo-dir",
+            c.fifoDir,
+            "--exec-id",
+            "bg",
+            id,
+            "sleep",
+            "600",
+          ]);
+          const ps = await ok(["tasks", "ps", id]);
+          const rows = ps.stdout.trim().split("\n").slice(1).map((l) => l.trim().split(/\s+/));
+          const pids = rows.map((r) => Number(r[0]));
+          assert.ok(pids.includes(initPid), ps.stdout);
+          assert.equal(rows.length, 2, ps.stdout);
+          const exec = rows.find((r) => Number(r[0]) !== initPid)!;
+          assert.match(exec.slice(1).join(" "), /bg/, "the exec's row names its exec id");
+          // Only the init is killed; the exec dies with the pid namespace, and its exit is
+          // published before the init's.
+          await ok(["tasks", "kill", "-s", "SIGKILL", id]);
+          await becomes(id, "STOPPED");
+          assert.ok(!alive(Number(exec[0])), "the exec died with the init");
+          assert.equal(await remove(id), 137);
+          const exits = (await events.until(id, "/tasks/delete"))
+            .filter((e) => e.topic === "/tasks/exit")
+            .map((e) =>
+              `${field(e.event, "id", "ID")} ${field(e.event, "exit_status", "ExitStatus")}`
+            );
+          assert.deepEqual(exits, ["bg 137", `${id} 137`]);
+        });
+
+        await t.step("ctr task metrics: cgroup v1 memory and pids statistics", async () => {
+          const id = await sleeper("metrics");
+          const m = await ok(["tasks", "metrics", id]);
+          assert.match(m.stdout, new RegExp(`^ID\\s+TIMESTAMP\\s*\\n${id}\\s`, "m"), m.stdout);
+          const usage = /memory\.usage_in_bytes\s+(\d+)/.exec(m.stdout);
+          assert.ok(usage && Number(usage[1]) > 0, m.stdout);
+          assert.match(m.stdout, /pids\.current\s+[1-9]/, m.stdout);
+          const json = await ok(["tasks", "metrics", "--format", "json", id]);
+          const doc = JSON.parse(json.stdout) as Record<string, unknown>;
+          const memory = (field(doc, "memory", "Memory") ?? {}) as Record<string, unknown>;
+          const usageJson = (field(memory, "usage", "Usage") ?? {}) as Record<string, unknown>;
+          assert.ok(Number(field(usageJson, "usage", "Usage")) > 0, json.stdout);
+          await ok(["tasks", "kill", "-s", "SIGKILL", id]);
+          await becomes(id, "STOPPED");
+          // A stopped task has no cgroup left: metrics fail cleanly.
+          const gone = await ctr(["tasks", "metrics", id]);
+          assert.notEqual(gone.code, 0, describe(gone));
+          assert.equal(await remove(id), 137);
+        });
+
+        await t.step("ctr run -t and ctr task exec -t: a /dev/pts terminal", async () => {
+          const r = await run({
+            id: uid("tty"),
+            tty: true,
+            args: ["sh", "-c", "tty; test -t 0 && echo tty-ok; exit 4"],
+          });
+          // Terminal line endings (the Go runc shim gives the same "\r\r\n" through script).
+          assert.match(r.stdout, /^\/dev\/pts\/\d+\r+\ntty-ok\r+\n/m, JSON.stringify(r));
+          assert.equal(r.code, 4, describe(r));
+
+          const id = await sleeper("ttyexec");
+          const argv = [
+            `${c.binDir}/ctr`,
+            "-a",
+            c.address,
+            "-n",
+            ns,
+            "tasks",
+            "exec",
+            "-t",
+            "--fifo-dir",
+            c.fifoDir,
+            "--exec-id",
+            "tx",
+            id,
+            "sh",
+            "-c",
+            "tty; echo exec-tty-ok; exit 6",
+          ];
+          const e = await underScript(argv);
+          assert.match(e.stdout, /^\/dev\/pts\/\d+\r+\nexec-tty-ok\r+\n/m, JSON.stringify(e));
+          assert.equal(e.code, 6, describe(e));
+          await ok(["tasks", "kill", "-s", "SIGKILL", id]);
+          await becomes(id, "STOPPED");
+          assert.equal(await remove(id), 137);
+        });
+
+        await t.step("--log-uri file://: stdout and stderr land in the file", async () => {
+          const log = `${prefix}/logs/sub/file.log`;
+          const r = await run({
+            id: uid("filelog"),
+            logUri: `file://${log}`,
+            args: ["sh", "-c", "echo to-file; echo err-to-file >&2; exit 2"],
+          });
+          assert.equal(r.code, 2, describe(r));
+          assert.equal(r.stdout, "");
+          const text = await Deno.readTextFile(log);
+          assert.deepEqual(text.split("\n").filter(Boolean).sort(), ["err-to-file", "to-file"]);
+        });
+
+        await t.step(
+          "--log-uri binary://: the logger gets stdout on fd 3, stderr on fd 4",
+          async () => {
+            const logger = `${prefix}/logger.sh`;
+            const out = `${prefix}/logs/binary.log`;
+            // containerd's binary logging protocol: fd 3 = stdout, fd 4 = stderr, and a byte
+            // (or EOF) on fd 5 says the logger is ready. URI query k=v becomes args "k v".
+            await Deno.writeTextFile(
+              logger,
+              [
+                "#!/bin/sh",
+                'test "$1" = file || exit 9',
+                'sed "s/^/out $CONTAINER_NAMESPACE\\/$CONTAINER_ID: /" <&3 >>"$2.out" &',
+                'sed "s/^/err: /" <&4 >>"$2.err" &',
+                "printf x >&5",
+                "exec 5>&-",
+                "wait",
+                'cat "$2.out" "$2.err" >"$2"',
+                "",
+              ].join("\n"),
+              { mode: 0o755 },
+            );
+            const id = uid("binlog");
+            const r = await run({
+              id,
+              logUri: `binary://${logger}?file=${out}`,
+              args: ["sh", "-c", "echo to-logger; echo err-to-logger >&2; exit 7"],
+            });
+            assert.equal(r.code, 7, describe(r));
+            assert.equal(r.stdout, "");
+            // The shim waits for the logger to exit before it answers Delete.
+            assert.equal(
+              await Deno.readTextFile(out),
+              `out ${ns}/${id}: to-logger\nerr: err-to-logger\n`,
+            );
+          },
+        );
+
+        await t.step(
+          "containerd restarts while a task runs: reconnect, state, exec, exit",
+          async () => {
+            const id = await sleeper("restart");
+            const before = await tasks();
+            const initPid = before.get(id)!.pid;
+            const shimPids = c.shims().filter((s) => s.argv.includes(id)).map((s) => s.pid);
+            assert.equal(shimPids.length, 1, "one shim server for the container");
+            await events.stop();
+            await c.restart();
+            events.resubscribe();
+            // Found again through the bundle's address file (1.x) or bootstrap.json (2.x).
+            assert.deepEqual((await tasks()).get(id), { pid: initPid, status: "RUNNING" });
+            const ps = await ok(["tasks", "ps", id]);
+            assert.match(ps.stdout, new RegExp(`^${initPid}\\s`, "m"), ps.stdout);
+            const e = await ctr([
+              "tasks",
+              "exec",
+              "--fifo-dir",
+              c.fifoDir,
+              "--exec-id",
+              "after",
+              id,
+              "sh",
+              "-c",
+              "echo after-restart; exit 8",
+            ]);
+            assert.equal(e.code, 8, describe(e));
+            assert.equal(e.stdout, "after-restart\n");
+            // Still the same shim: reconnected, not restarted.
+            assert.ok(alive(shimPids[0]!));
+            assert.deepEqual(
+              c.shims().filter((s) => s.argv.includes(id)).map((s) => s.pid),
+              shimPids,
+            );
+            const attach = ctr(["tasks", "attach", id]);
+            await ok(["tasks", "kill", "-s", "SIGKILL", id]);
+            const a = await attach;
+            assert.equal(a.code, 137, describe(a));
+            assert.equal(await statusOf(id), undefined, "ctr task attach deleted the task");
+            await ok(["containers", "delete", id]);
+            const exit = (await events.until(id, "/tasks/delete")).find((e) =>
+              e.topic === "/tasks/exit" && field(e.event, "id", "ID") === id
+            );
+            assert.equal(field(exit!.event, "exit_status", "ExitStatus"), 137);
+            await eventually(
+              "the shim to exit",
+              () => Promise.resolve(alive(shimPids[0]!) ? undefined : true),
+            );
+          },
+        );
+
+        await t.step(
+          "the shim server is SIGKILLed: containerd cleans up through `delete`",
+          async () => {
+            const id = await sleeper("deadshim");
+            const initPid = (await tasks()).get(id)!.pid;
+            const bundle = `${c.state}/io.containerd.runtime.v2.task/${ns}/${id}`;
+            const socket = await shimSocket(c, ns, id);
+            assert.ok(exists(socket), "the shim serves on its socket");
+            const servers = c.shims().filter((s) =>
+              s.argv.includes(id) && !s.argv.includes("start") && !s.argv.includes("delete")
+            );
+            assert.equal(servers.length, 1);
+            Deno.kill(servers[0]!.pid, "SIGKILL");
+            // containerd runs `<shim> delete`, which kills the container and reports 137.
+            const seen = await events.until(id, "/tasks/delete");
+            const exit = seen.find((e) => e.topic === "/tasks/exit");
+            assert.ok(exit, JSON.stringify(seen));
+            assert.equal(field(exit.event, "exit_status", "ExitStatus"), 137);
+            await eventually("the task to go away", async () => {
+              const s = await statusOf(id);
+              return s === undefined || s === "STOPPED" ? true : undefined;
+            });
+            await eventually(
+              "the container init to die",
+              () => Promise.resolve(alive(initPid) ? undefined : true),
+            );
+            const del = await ctr(["tasks", "delete", id]);
+            assert.ok(del.code === 0 || /not found/i.test(del.stderr), describe(del));
+            await ok(["containers", "delete", id]);
+            assert.deepEqual(
+              (await c.mounts()).filter((m) => m.startsWith(bundle)),
+              [],
+            );
+            assert.ok(!exists(bundle), "containerd removed the bundle");
+            assert.ok(!exists(socket), "the dead shim's socket is gone");
+            assert.ok(!exists(`${c.runcRoot}/${ns}/${id}`), "runc forgot the container");
+          },
+        );
+
+        await t.step("nothing is left: no shims, mounts, sockets or containers", async () => {
+          await eventually(
+            "every skiff shim to exit",
+            () => Promise.resolve(c.shims().length === 0 ? true : undefined),
+          );
+          assert.deepEqual(await c.mounts(), []);
+          for (const id of ids) assert.ok(!exists(await shimSocket(c, ns, id)), `socket of ${id}`);
+          assert.deepEqual([...(await tasks()).keys()], []);
+          const cs = await ok(["containers", "ls", "-q"]);
+          assert.equal(cs.stdout.trim(), "");
+        });
+      } finally {
+        await events.stop();
+        await c.stop();
+        await Deno.remove(prefix, { recursive: true }).catch(() => {});
+      }
+    },
+  );
+}
