@@ -63,7 +63,11 @@ export async function runDelete<T extends object>(
   if (flags.address) {
     const group = await groupKey(bundle, flags.id);
     const path = socketPath(shimSocketAddress(flags.address, flags.namespace, group));
-    if (!(await socketAlive(path))) await Deno.remove(path).catch(() => {});
+    if (!(await socketAlive(path))) {
+      await Deno.remove(path).catch(() => {});
+      // The operations endpoint's socket sits beside it (sdk/ops, OPS_SOCKET_SUFFIX).
+      await Deno.remove(`${path}.ops`).catch(() => {});
+    }
   }
   let pid = 0;
   try {

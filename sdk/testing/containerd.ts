@@ -721,6 +721,8 @@ export class PrivateContainerd {
     for (const key of this.#seen) {
       const hex = await sha256Hex(`${this.address}/${key}`);
       await Deno.remove(`/run/containerd/s/${hex}`).catch(() => undefined);
+      // skiff shims with the operations endpoint on also leave `<socket>.ops`.
+      await Deno.remove(`/run/containerd/s/${hex}.ops`).catch(() => undefined);
     }
     await this.#removeCgroups();
     this.#finalLog = await this.logs();
