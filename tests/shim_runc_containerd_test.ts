@@ -18,6 +18,20 @@ import {
 } from "../sdk/testing/containerd.ts";
 import { ctrRun, ctrRunArgs, type CtrRunOptions, shellQuote } from "../sdk/testing/ctr.ts";
 import { installShims } from "../sdk/testing/install.ts";
+import { create } from "@bufbuild/protobuf";
+import type { Any } from "@bufbuild/protobuf/wkt";
+import {
+  CreateTaskRequestSchema,
+  PidsRequestSchema,
+  StartRequestSchema,
+  StateRequestSchema,
+} from "../proto/gen/containerd/task/v2/shim_pb.ts";
+import { Status } from "../proto/gen/containerd/types/task/task_pb.ts";
+import { TaskService } from "../sdk/shim/task_service.ts";
+import type { ReapedExit, ShimPlatform } from "../sdk/shim/platform.ts";
+import type { ContainerRuntime } from "../sdk/shim/runtime.ts";
+import { Logger } from "../sdk/shim/logger.ts";
+import { Shim } from "../sdk/shim/shim.ts";
 
 const RUNTIME = "io.containerd.skiff-runc.v2";
 const LAUNCHER = "containerd-shim-skiff-runc-v2";
@@ -55,6 +69,11 @@ function alive(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+/** True once `pid` is gone entirely (exited and reaped by its parent), else undefined. */
+function reaped(pid: number): true | undefined {
+  return exists(`/proc/${pid}`) ? undefined : true;
 }
 
 function describe(r: CtrResult): string {
@@ -678,6 +697,18 @@ for (const v of versions) {
             const initPid = before.get(id)!.pid;
             const shimPids = c.shims().filter((s) => s.argv.includes(id)).map((s) => s.pid);
             assert.equal(shimPids.length, 1, "one shim server for the container");
+            // What containerd reconnects with: the shim's `address` file (read by 1.6 and
+            // 1.7), and the bootstrap.json containerd 2.x writes from start's answer.
+            const bundle = `${c.state}/io.containerd.runtime.v2.task/${ns}/${id}`;
+            const address = `unix://${await shimSocket(c, ns, id)}`;
+            assert.equal(await Deno.readTextFile(`${bundle}/address`), address);
+            if (c.major >= 2) {
+              assert.deepEqual(JSON.parse(await Deno.readTextFile(`${bundle}/bootstrap.json`)), {
+                version: 3,
+                address,
+                protocol: "ttrpc",
+              });
+            }
             await events.stop();
             await c.restart();
             events.resubscribe();
@@ -719,6 +750,89 @@ for (const v of versions) {
               "the shim to exit",
               () => Promise.resolve(alive(shimPids[0]!) ? undefined : true),
             );
+          },
+        );
+
+        await t.step(
+          "containerd crashes (SIGKILL): exits during the downtime are reported once it is back",
+          async () => {
+            const trigger = `${prefix}/trigger-${uid("t")}`;
+            await Deno.mkdir(trigger);
+            const waiter = track(uid("waiter"));
+            const r = await run({
+              id: waiter,
+              detach: true,
+              flags: ["--mount", `type=bind,src=${trigger},dst=/trigger,options=rbind:ro`],
+              args: ["sh", "-c", "while [ ! -e /trigger/go ]; do sleep 0.05; done; exit 3"],
+            });
+            assert.equal(r.code, 0, describe(r));
+            await becomes(waiter, "RUNNING");
+            const id = await sleeper("crash");
+            await ok([
+              "tasks",
+              "exec",
+              "-d",
+              "--fifo-dir",
+              c.fifoDir,
+              "--exec-id",
+              "bg",
+              id,
+              "sleep",
+              "600",
+            ]);
+            const before = await tasks();
+            const ps = await ok(["tasks", "ps", id]);
+            const execPid = ps.stdout.trim().split("\n").slice(1).map((l) =>
+              Number(l.trim().split(/\s+/)[0])
+            )
+              .find((p) => p !== before.get(id)!.pid)!;
+            assert.ok(execPid > 0 && alive(execPid), ps.stdout);
+
+            await events.stop();
+            Deno.kill(c.pid!, "SIGKILL");
+            await eventually(
+              "containerd to die",
+              () => Promise.resolve(c.pid === undefined ? true : undefined),
+            );
+            // While containerd is down: the waiter's init exits 3, the exec is killed.
+            await Deno.writeTextFile(`${trigger}/go`, "");
+            Deno.kill(execPid, "SIGKILL");
+            const waiterPid = before.get(waiter)!.pid;
+            // Reaped (not just dead): the shim has seen both exits before containerd is back.
+            await eventually(
+              "the shim to reap the waiter",
+              () => Promise.resolve(reaped(waiterPid)),
+            );
+            await eventually("the shim to reap the exec", () => Promise.resolve(reaped(execPid)));
+            await c.start();
+            events.resubscribe();
+
+            const after = await tasks();
+            assert.deepEqual(after.get(id), before.get(id));
+            const psAfter = await ok(["tasks", "ps", id]);
+            const rows = psAfter.stdout.trim().split("\n").slice(1);
+            assert.deepEqual(rows.map((l) => Number(l.trim().split(/\s+/)[0])), [
+              before.get(id)!.pid,
+            ]);
+            if (c.version.startsWith("1.6.")) {
+              // 1.6 reconnects to every shim it finds: the exit status is still there.
+              assert.equal(after.get(waiter)?.status, "STOPPED");
+              assert.equal(await remove(waiter), 3);
+            } else {
+              // 1.7+ ask Pids on reconnect and clean up a non-sandbox shim with none, as
+              // "leaked" (the Go runc shim gets the same treatment): Delete, then Shutdown.
+              assert.equal(after.get(waiter), undefined);
+              await ok(["containers", "delete", waiter]);
+            }
+            await eventually("the waiter's shim to exit", () =>
+              Promise.resolve(
+                c.shims().some((s) => s.argv.includes(waiter)) ? undefined : true,
+              ));
+            const waiterBundle = `${c.state}/io.containerd.runtime.v2.task/${ns}/${waiter}`;
+            assert.deepEqual((await c.mounts()).filter((m) => m.startsWith(waiterBundle)), []);
+            await ok(["tasks", "kill", "-s", "SIGKILL", id]);
+            await becomes(id, "STOPPED");
+            assert.equal(await remove(id), 137);
           },
         );
 
@@ -780,3 +894,121 @@ for (const v of versions) {
     },
   );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Regressions found by the containerd runs above, pinned down with a fake runtime and platform
+// where the real race cannot be forced through ctr.
+
+/** A platform whose exits the test delivers by hand (as the reaper would, possibly late). */
+class HandReapedPlatform implements ShimPlatform {
+  #listeners = new Set<(e: ReapedExit) => void>();
+  #next = 4000;
+  pidFiles = new Map<string, number>();
+  reap(pid: number, status: number): void {
+    for (const l of this.#listeners) l({ pid, status, exitedAt: new Date() });
+  }
+  spawn(cmd: Deno.Command) {
+    return cmd.spawn();
+  }
+  onExit(l: (e: ReapedExit) => void) {
+    this.#listeners.add(l);
+    return () => void this.#listeners.delete(l);
+  }
+  recentExit() {
+    return undefined;
+  }
+  openIo() {
+    return Promise.resolve({
+      ready: () => Promise.resolve(),
+      handle: {
+        closeStdin: () => Promise.resolve(),
+        drain: () => Promise.resolve(),
+        close: () => Promise.resolve(),
+      },
+    });
+  }
+  mount() {
+    return Promise.resolve();
+  }
+  unmount() {
+    return Promise.resolve();
+  }
+  stats(): Promise<Any> {
+    return Promise.reject(new Error("no cgroup"));
+  }
+  watchOom() {
+    return Promise.resolve({ close() {} });
+  }
+  kill() {}
+  readPidFile(path: string) {
+    return Promise.resolve(this.pidFiles.get(path)!);
+  }
+  newPid(path: string): void {
+    this.pidFiles.set(path, this.#next++);
+  }
+}
+
+/** A runtime whose `ps` reads the cgroup, like runc's: a dead process is never listed. */
+function cgroupRuntime(platform: HandReapedPlatform, inCgroup: Set<number>): ContainerRuntime {
+  const ok = () => Promise.resolve();
+  return {
+    create: (_id, o) => {
+      platform.newPid(o.pidFile);
+      inCgroup.add(platform.pidFiles.get(o.pidFile)!);
+      return ok();
+    },
+    start: ok,
+    kill: ok,
+    delete: ok,
+    exec: ok,
+    ps: () => Promise.resolve([...inCgroup]),
+    pause: ok,
+    resume: ok,
+    update: ok,
+    checkpoint: ok,
+  };
+}
+
+Deno.test("Pids lists an init that died but is not reaped yet (containerd 1.7+ would drop the shim as leaked)", async () => {
+  const bundle = await Deno.makeTempDir({ prefix: "skiff-pids-" });
+  try {
+    const platform = new HandReapedPlatform();
+    const inCgroup = new Set<number>();
+    const runtime = cgroupRuntime(platform, inCgroup);
+    class FakeShim extends Shim<{ x: number }> {
+      readonly runtimeName = "io.containerd.fake.v1";
+      readonly options = { defaults: () => ({ x: 1 }) };
+      runtime() {
+        return runtime;
+      }
+    }
+    const svc = new TaskService({
+      shim: new FakeShim(),
+      platform,
+      events: { publish() {} },
+      logger: new Logger({ level: "error" }),
+      namespace: "ns",
+      onShutdown() {},
+    });
+    try {
+      const { pid } = await svc.create(create(CreateTaskRequestSchema, { id: "c1", bundle }));
+      await svc.start(create(StartRequestSchema, { id: "c1" }));
+      const pids = async () =>
+        (await svc.pids(create(PidsRequestSchema, { id: "c1" }))).processes
+          ?.map((p) => p.pid);
+      assert.deepEqual(await pids(), [pid]);
+      // The init exits: it leaves its cgroup at once, but the shim reaps it a little later.
+      inCgroup.delete(pid!);
+      assert.equal(svc.state(create(StateRequestSchema, { id: "c1" })).status, Status.RUNNING);
+      assert.deepEqual(await pids(), [pid], "running per State, so listed by Pids");
+      platform.reap(pid!, 3);
+      await new Promise((r) => setTimeout(r, 0));
+      assert.equal(svc.state(create(StateRequestSchema, { id: "c1" })).status, Status.STOPPED);
+      assert.deepEqual(await pids(), []);
+    } finally {
+      svc.close();
+    }
+  } finally {
+    await Deno.remove(bundle, { recursive: true });
+  }
+});
