@@ -412,6 +412,13 @@ export class TaskService<T extends object> {
   async pids(r: PidsRequest): Promise<Out<"pids">> {
     const c = this.#container(r.id);
     const pids = await c.runtime.ps(c.id);
+    // A dead init leaves its cgroup before the reaper has collected it, so `runc ps` may miss
+    // an init that is still running as far as State says. containerd 1.7+ take an empty list
+    // on reconnect for a leaked shim and Delete it (FailedPrecondition: running), leaving the
+    // shim behind; so the init stays listed until its exit has been handled.
+    if (c.init.pid !== 0 && c.init.state !== "stopped" && !pids.includes(c.init.pid)) {
+      pids.unshift(c.init.pid);
+    }
     const byPid = new Map<number, string>();
     for (const p of c.execs.values()) if (p.pid) byPid.set(p.pid, p.execId);
     return {
