@@ -690,6 +690,62 @@ for (const v of versions) {
         );
 
         await t.step(
+          "grouped containers share one shim, which outlives the first one's bundle",
+          async () => {
+            const group = uid("grp");
+            const flags = ["--annotation", `io.containerd.runc.v2.group=${group}`];
+            const [g1, g2] = [track(uid("g1")), track(uid("g2"))];
+            for (const id of [g1, g2]) {
+              const r = await run({ id, detach: true, flags, args: ["sleep", "600"] });
+              assert.equal(r.code, 0, describe(r));
+              await becomes(id, "RUNNING");
+            }
+            const socket = await shimSocket(c, ns, group);
+            for (const id of [g1, g2]) {
+              const bundle = `${c.state}/io.containerd.runtime.v2.task/${ns}/${id}`;
+              assert.equal(await Deno.readTextFile(`${bundle}/address`), `unix://${socket}`);
+            }
+            const servers = c.shims().filter((s) => s.argv.includes(socket));
+            assert.equal(servers.length, 1, "one shim server for the group");
+            const exec = (execId: string) =>
+              ctr([
+                "tasks",
+                "exec",
+                "--fifo-dir",
+                c.fifoDir,
+                "--exec-id",
+                execId,
+                g2,
+                "sh",
+                "-c",
+                "echo in-g2; exit 4",
+              ]);
+            const e1 = await exec("before");
+            assert.equal(e1.code, 4, describe(e1));
+            // The shim was started in g1's bundle, which goes away with g1.
+            await ok(["tasks", "kill", "-s", "SIGKILL", g1]);
+            await becomes(g1, "STOPPED");
+            assert.equal(await remove(g1), 137);
+            assert.ok(!exists(`${c.state}/io.containerd.runtime.v2.task/${ns}/${g1}`));
+            assert.equal(await statusOf(g2), "RUNNING");
+            const e2 = await exec("after");
+            assert.equal(e2.code, 4, describe(e2));
+            assert.equal(e2.stdout, "in-g2\n");
+            const ps = await ok(["tasks", "ps", g2]);
+            assert.match(ps.stdout, new RegExp(`^${(await tasks()).get(g2)!.pid}\\s`, "m"));
+            assert.ok(alive(servers[0]!.pid), "the shim still serves g2");
+            await ok(["tasks", "kill", "-s", "SIGKILL", g2]);
+            await becomes(g2, "STOPPED");
+            assert.equal(await remove(g2), 137);
+            await eventually(
+              "the group's shim to exit",
+              () => Promise.resolve(alive(servers[0]!.pid) ? undefined : true),
+            );
+            assert.ok(!exists(socket), "the group's socket is gone");
+          },
+        );
+
+        await t.step(
           "containerd restarts while a task runs: reconnect, state, exec, exit",
           async () => {
             const id = await sleeper("restart");
