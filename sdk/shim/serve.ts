@@ -70,6 +70,10 @@ export async function serveShim<T extends object>(
   flags: ShimFlags,
 ): Promise<void> {
   const bundle = Deno.cwd();
+  // Leave the bundle: containerd removes it when that container is deleted, while a shim that
+  // serves a group of containers lives on, and Deno cannot spawn runc from a deleted cwd
+  // ("failed resolving cwd"). Everything below uses absolute paths.
+  Deno.chdir("/");
   const logger = new Logger({
     level: flags.debug ? "debug" : "info",
     fields: { runtime: shim.runtimeName, namespace: flags.namespace },
