@@ -177,6 +177,28 @@ async function ctrWithInput(
   }
 }
 
+/** Removes the (empty) cgroup dirs `/<name>` left in every cgroup v1 hierarchy. */
+async function removeCgroupDirs(name: string): Promise<void> {
+  let hierarchies: Deno.DirEntry[];
+  try {
+    hierarchies = [...Deno.readDirSync("/sys/fs/cgroup")];
+  } catch {
+    return;
+  }
+  for (const h of hierarchies) {
+    const dirs: string[] = [];
+    const walk = (d: string) => {
+      try {
+        for (const e of Deno.readDirSync(d)) if (e.isDirectory) walk(`${d}/${e.name}`);
+        dirs.push(d);
+      } catch { /* not in this hierarchy */ }
+    };
+    walk(`/sys/fs/cgroup/${h.name}/${name}`);
+    // Children first; a cgroup dir is removed with rmdir although it lists files.
+    for (const d of dirs) await Deno.remove(d).catch(() => {});
+  }
+}
+
 /**
  * `ctr events` running in the background, collecting lines. containerd restarts end a
  * subscription, so {@linkcode EventLog.resubscribe} starts a new one; the text accumulates.
@@ -273,6 +295,8 @@ for (const v of versions) {
       await Deno.writeTextFile(runtimeConfig, `Root = "${c.runcRoot}"\n`);
       const events = new EventLog(c, ns);
       const ids: string[] = [];
+      /** Group keys: their sockets are not named after a container id. */
+      const groups: string[] = [];
       let image = "";
 
       const track = (id: string) => {
@@ -346,6 +370,37 @@ for (const v of versions) {
           assert.deepEqual(seen.map((e) => e.topic), [
             "/tasks/create",
             "/tasks/start",
+            "/tasks/exit",
+            "/tasks/delete",
+          ]);
+        });
+
+        await t.step("ctr run --rm: large output arrives whole and in order", async () => {
+          const r = await run({
+            id: uid("seq"),
+            args: ["sh", "-c", "seq 1 200000; seq 1 5000 >&2"],
+          });
+          assert.equal(r.code, 0, describe(r).slice(0, 300));
+          const out = r.stdout.split("\n");
+          assert.equal(out.length, 200001);
+          assert.equal(out[0], "1");
+          assert.equal(out[199999], "200000");
+          assert.equal(r.stderr.split("\n").length, 5001);
+        });
+
+        await t.step("memory limit exceeded: /tasks/oom, then exit status 137", async () => {
+          const id = uid("oom");
+          const r = await run({
+            id,
+            flags: ["--memory-limit", String(32 << 20)],
+            args: ["sh", "-c", "tail /dev/zero"],
+          });
+          assert.equal(r.code, 137, describe(r));
+          const topics = (await events.until(id, "/tasks/delete")).map((e) => e.topic);
+          assert.deepEqual(topics, [
+            "/tasks/create",
+            "/tasks/start",
+            "/tasks/oom",
             "/tasks/exit",
             "/tasks/delete",
           ]);
@@ -515,6 +570,74 @@ for (const v of versions) {
               e.topic === "/tasks/exit"
             );
             assert.equal(field(exit!.event, "exit_status", "ExitStatus"), 137);
+          },
+        );
+
+        await t.step(
+          "ctr task kill: SIGTERM reaches a trap; --exec-id signals only the exec",
+          async () => {
+            const id = track(uid("term"));
+            const r = await run({
+              id,
+              detach: true,
+              args: ["sh", "-c", "trap 'exit 7' TERM; while :; do sleep 0.1; done"],
+            });
+            assert.equal(r.code, 0, describe(r));
+            await becomes(id, "RUNNING");
+            await ok([
+              "tasks",
+              "exec",
+              "-d",
+              "--fifo-dir",
+              c.fifoDir,
+              "--exec-id",
+              "victim",
+              id,
+              "sleep",
+              "600",
+            ]);
+            await ok(["tasks", "kill", "--exec-id", "victim", "-s", "SIGKILL", id]);
+            const exit = await eventually("the exec's exit event", () =>
+              Promise.resolve(
+                events.of(id).find((e) =>
+                  e.topic === "/tasks/exit" && field(e.event, "id", "ID") === "victim"
+                ),
+              ));
+            assert.equal(field(exit.event, "exit_status", "ExitStatus"), 137);
+            assert.equal(await statusOf(id), "RUNNING", "the init lives on");
+            await ok(["tasks", "kill", id]); // SIGTERM by default
+            await becomes(id, "STOPPED");
+            assert.equal(await remove(id), 7);
+          },
+        );
+
+        await t.step(
+          "ctr container create, then ctr task start: output and exit code",
+          async () => {
+            const id = track(uid("created"));
+            // (ctr container create has no --cgroup: this one lands in /<ns>/<id>.)
+            await ok([
+              "containers",
+              "create",
+              "--runtime",
+              RUNTIME,
+              "--runtime-config-path",
+              runtimeConfig,
+              image,
+              id,
+              // 1.6's ctr moves flags ("-c") ahead of the arguments unless after "--"; later
+              // ones would run "--" as the command.
+              ...(c.version.startsWith("1.6.") ? ["--"] : []),
+              "sh",
+              "-c",
+              "echo created-then-started; exit 6",
+            ]);
+            const r = await ctr(["tasks", "start", "--fifo-dir", c.fifoDir, id]);
+            assert.equal(r.code, 6, describe(r));
+            assert.equal(r.stdout, "created-then-started\n");
+            // ctr task start, like attach, deletes the task once it has the exit status.
+            assert.equal(await statusOf(id), undefined);
+            await ok(["containers", "delete", id]);
           },
         );
 
@@ -693,6 +816,7 @@ for (const v of versions) {
           "grouped containers share one shim, which outlives the first one's bundle",
           async () => {
             const group = uid("grp");
+            groups.push(group);
             const flags = ["--annotation", `io.containerd.runc.v2.group=${group}`];
             const [g1, g2] = [track(uid("g1")), track(uid("g2"))];
             for (const id of [g1, g2]) {
@@ -945,6 +1069,12 @@ for (const v of versions) {
       } finally {
         await events.stop();
         await c.stop();
+        await removeCgroupDirs(ns);
+        // stop() removes sockets named after containers; a group's is named after the group.
+        for (const g of groups) {
+          const socket = await shimSocket(c, ns, g);
+          for (const p of [socket, `${socket}.ops`]) await Deno.remove(p).catch(() => {});
+        }
         await Deno.remove(prefix, { recursive: true }).catch(() => {});
       }
     },
