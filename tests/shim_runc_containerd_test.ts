@@ -1,7 +1,8 @@
 /**
  * The skiff runc example shim (`containerd-shim-skiff-runc-v2`) under real containerd 1.6, 1.7
- * and 2.x, driven only through each version's own `ctr`: run, exit codes, exec, kill, pause,
- * ps, metrics, terminals, log URIs, a containerd restart and a SIGKILLed shim server.
+ * and 2.x, driven only through each version's own `ctr`: run, exit codes, stdin, exec, kill,
+ * pause, ps, metrics, OOM, terminals, log URIs, grouped containers, a containerd restart and a
+ * crash, and a SIGKILLed shim server. Event order is checked through `ctr events`.
  *
  * One private containerd per version, reused by all of that version's steps; the image is
  * imported once per version. Every step uses its own container id, so a failing step leaves
