@@ -555,21 +555,28 @@ export class PrivateContainerd {
   async ctr(args: string[], opts: CtrOptions = {}): Promise<CtrResult> {
     const global = ["-a", this.address];
     if (opts.namespace) global.push("-n", opts.namespace);
-    const ac = new AbortController();
     let timedOut = false;
+    let kill: ReturnType<typeof setTimeout> | undefined;
+    const child = new Deno.Command(`${this.binDir}/ctr`, {
+      args: [...global, ...args],
+      env: { CONTAINERD_SNAPSHOTTER: this.snapshotter, ...opts.env },
+      stdin: opts.stdin === undefined ? "null" : "piped",
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+    // `ctr run` forwards SIGTERM to the container instead of exiting: follow up with SIGKILL.
     const timer = setTimeout(() => {
       timedOut = true;
-      ac.abort();
+      try {
+        child.kill("SIGTERM");
+      } catch { /* gone */ }
+      kill = setTimeout(() => {
+        try {
+          child.kill("SIGKILL");
+        } catch { /* gone */ }
+      }, 5_000);
     }, opts.timeoutMs ?? 120_000);
     try {
-      const child = new Deno.Command(`${this.binDir}/ctr`, {
-        args: [...global, ...args],
-        env: { CONTAINERD_SNAPSHOTTER: this.snapshotter, ...opts.env },
-        stdin: opts.stdin === undefined ? "null" : "piped",
-        stdout: "piped",
-        stderr: "piped",
-        signal: ac.signal,
-      }).spawn();
       if (opts.stdin !== undefined) {
         const w = child.stdin.getWriter();
         await w.write(
@@ -586,6 +593,7 @@ export class PrivateContainerd {
       };
     } finally {
       clearTimeout(timer);
+      clearTimeout(kill);
     }
   }
 
