@@ -8,7 +8,7 @@
  */
 
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { Any } from "@bufbuild/protobuf/wkt";
 import { fromBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
@@ -705,6 +705,3 @@ function abortable<V>(p: Promise<V>, signal: AbortSignal | undefined): Promise<V
     }, reject);
   });
 }
-
-/** Converts a protobuf timestamp to a Date (re-exported for callers of state()). */
-export { timestampDate };
