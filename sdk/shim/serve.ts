@@ -116,6 +116,8 @@ export async function serveShim<T extends object>(
   };
 
   const server = new TtrpcServer({
+    // Like the Go shims: only processes of our own uid/gid (containerd) may connect.
+    requireSameUser: true,
     onError: (e) => logger.debug("ttrpc connection error", { error: String(e) }),
     interceptors: ops?.interceptors,
   });
