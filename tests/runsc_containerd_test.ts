@@ -74,6 +74,70 @@ for (const v of containerdVersions().filter((v) => /^(1\.6|2\.1)\./.test(v.versi
           assert.match(del.stderr, /exit code 137/);
           assert.equal((await c.ctr(["container", "delete", "svc"], { namespace: NS })).code, 0);
         });
+
+        await t.step(
+          "a pod's containers share one gVisor sandbox; a member's exit still arrives",
+          async () => {
+            const cri = (type: string) => [
+              "--annotation",
+              `io.kubernetes.cri.container-type=${type}`,
+              "--annotation",
+              "io.kubernetes.cri.sandbox-id=pod1",
+            ];
+            for (
+              const [id, type, args] of [
+                ["pod1", "sandbox", ["sleep", "600"]],
+                ["app1", "container", ["sh", "-c", "echo app-up; exec sleep 600"]],
+              ] as const
+            ) {
+              const r = await ctrRun(c, {
+                image,
+                id,
+                runtime: RUNSC,
+                detach: true,
+                flags: cri(type),
+                args: [...args],
+              });
+              assert.equal(r.code, 0, r.stderr);
+            }
+            // runsc names a member's state "<id>_sandbox:<sandbox id>": app1 joined pod1.
+            const state = [...Deno.readDirSync(`/run/containerd/runsc/${NS}`)].map((e) => e.name);
+            assert.ok(state.includes("app1_sandbox:pod1.state"), `runsc state: ${state}`);
+            const ls = (await c.ctr(["task", "ls"], { namespace: NS })).stdout;
+            const pidOf = (id: string) =>
+              new RegExp(`^${id}\\s+(\\d+)\\s+RUNNING`, "m").exec(ls)?.[1];
+            assert.ok(
+              pidOf("pod1") && pidOf("pod1") === pidOf("app1"),
+              `one sandbox process: ${ls}`,
+            );
+            // The member's process is not a host process: its exit comes from `runsc wait`.
+            assert.equal(
+              (await c.ctr(["task", "kill", "-s", "SIGKILL", "app1"], { namespace: NS })).code,
+              0,
+            );
+            let after = "";
+            for (let i = 0; i < 50; i++) {
+              after = (await c.ctr(["task", "ls"], { namespace: NS })).stdout;
+              if (/app1\s+\d+\s+STOPPED/.test(after)) break;
+              await new Promise((r) => setTimeout(r, 100));
+            }
+            assert.match(after, /app1\s+\d+\s+STOPPED/);
+            assert.match(after, /pod1\s+\d+\s+RUNNING/, "the sandbox outlives its member");
+            const del = await c.ctr(["task", "delete", "app1"], { namespace: NS });
+            assert.match(del.stderr, /exit code 137/);
+            await c.ctr(["task", "kill", "-s", "SIGKILL", "pod1"], { namespace: NS });
+            for (let i = 0; i < 50; i++) {
+              if (
+                /pod1\s+\d+\s+STOPPED/.test((await c.ctr(["task", "ls"], { namespace: NS })).stdout)
+              ) break;
+              await new Promise((r) => setTimeout(r, 100));
+            }
+            await c.ctr(["task", "delete", "pod1"], { namespace: NS });
+            for (const id of ["app1", "pod1"]) {
+              assert.equal((await c.ctr(["container", "delete", id], { namespace: NS })).code, 0);
+            }
+          },
+        );
       } finally {
         await c.stop();
         await Deno.remove(prefix, { recursive: true }).catch(() => {});

@@ -17,7 +17,7 @@ class FakeRuntime implements ContainerRuntime {
   constructor(private p: FakePlatform) {}
   create(id: string, o: { pidFile: string }) {
     this.calls.push(`create ${id}`);
-    this.p.pidFiles.set(o.pidFile, this.p.nextPid++);
+    this.p.pidFiles.set(o.pidFile, this.p.fixedPid ?? this.p.nextPid++);
     return Promise.resolve();
   }
   start(id: string) {
@@ -62,6 +62,7 @@ class FakePlatform implements ShimPlatform {
   nextPid = 100;
   pidFiles = new Map<string, number>();
   dieOnStart = false;
+  fixedPid: number | undefined;
   #listeners = new Set<(e: ReapedExit) => void>();
   #recent = new Map<number, ReapedExit>();
   pidOf(id: string) {
@@ -302,5 +303,36 @@ Deno.test("TaskService pauses and resumes, and rejects resume of a running task"
     await assert.rejects(svc.resume({ id: "c1" } as never), code(Code.FailedPrecondition));
     assert.deepEqual(runtime.calls.slice(-2), ["pause c1", "resume c1"]);
     assert.ok(events.includes("/tasks/paused") && events.includes("/tasks/resumed"));
+  });
+});
+
+Deno.test("TaskService takes a 'wait' runtime's exits from the runtime, and a shared pid's exit for all", async () => {
+  await withBundle(async (bundle) => {
+    const { svc, platform, runtime, exits } = setup();
+    const waits = new Map<string, PromiseWithResolvers<number>>();
+    Object.assign(runtime, {
+      initExit: "wait",
+      wait: (id: string) => {
+        const w = Promise.withResolvers<number>();
+        waits.set(id, w);
+        return w.promise;
+      },
+    });
+    // Two inits in one sandbox process: the runtime reports the same pid for both.
+    const { pid } = await svc.create(create(CreateTaskRequestSchema, { id: "pod", bundle }));
+    platform.fixedPid = pid;
+    const app = await svc.create(create(CreateTaskRequestSchema, { id: "app", bundle }));
+    assert.equal(app.pid, pid);
+    await svc.start({ id: "pod", execId: "" } as never);
+    await svc.start({ id: "app", execId: "" } as never);
+    waits.get("app")!.resolve(137); // the member exits inside the live sandbox
+    assert.equal((await svc.wait({ id: "app", execId: "" } as never)).exitStatus, 137);
+    assert.equal(svc.state({ id: "pod", execId: "" } as never).status, Status.RUNNING);
+    platform.exit(pid!, 0); // the sandbox process dies: the root container with it
+    assert.equal((await svc.wait({ id: "pod", execId: "" } as never)).exitStatus, 0);
+    waits.get("pod")!.resolve(1); // a late report from the runtime changes nothing
+    await new Promise((r) => setTimeout(r, 10));
+    assert.deepEqual(exits, ["app", "pod"], "one exit event per container");
+    assert.equal(svc.state({ id: "pod", execId: "" } as never).exitStatus, 0);
   });
 });

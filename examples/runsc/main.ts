@@ -50,6 +50,8 @@ export class RunscShim extends Shim<RunscOptions> {
       root: `${o.root}/${ctx.namespace}`,
       log: `${ctx.bundle}/log.json`,
       globalArgs: Object.entries({ ...o.runscConfig, network }).map(([k, v]) => `--${k}=${v}`),
+      // A pod's containers share one gVisor sandbox process: exits come from `runsc wait`.
+      initExit: "wait",
       spawn: ctx.spawn,
     });
   }

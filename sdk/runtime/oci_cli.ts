@@ -115,6 +115,12 @@ export interface OciRuntimeCliOptions {
   noPivot?: boolean;
   /** Default for `create`'s `noNewKeyring` (runc options `no_new_keyring`). */
   noNewKeyring?: boolean;
+  /**
+   * How a shim learns that a container's init exited: `"reap"` (default: the init is a process
+   * the shim reaps, as with runc and crun) or `"wait"` (through {@link OciRuntimeCli.wait}:
+   * gVisor's sub-containers share their sandbox's process, so there is no exit to reap).
+   */
+  initExit?: "reap" | "wait";
 }
 
 /**
@@ -588,6 +594,8 @@ export class OciRuntimeCli {
   #env: Record<string, string>;
   #noPivot: boolean;
   #noNewKeyring: boolean;
+  /** How the init's exit is observed (see {@link OciRuntimeCliOptions.initExit}). */
+  readonly initExit: "reap" | "wait";
 
   /**
    * Creates an adapter; nothing is spawned until a method is called.
@@ -604,6 +612,7 @@ export class OciRuntimeCli {
     this.#env = { ...(options.env ?? {}) };
     this.#noPivot = options.noPivot ?? false;
     this.#noNewKeyring = options.noNewKeyring ?? false;
+    this.initExit = options.initExit ?? "reap";
   }
 
   /**
@@ -663,6 +672,7 @@ export class OciRuntimeCli {
       env: this.#env,
       noPivot: this.#noPivot,
       noNewKeyring: this.#noNewKeyring,
+      initExit: this.initExit,
       ...patch,
     });
   }
@@ -947,6 +957,26 @@ export class OciRuntimeCli {
       io: options.io,
       addressesContainer: false,
     });
+  }
+
+  /**
+   * `wait ID` (runsc): blocks until the container's init exits and returns its exit status.
+   * runc and crun have no such command; use it with `initExit: "wait"` runtimes.
+   *
+   * @param id Container id.
+   * @returns The exit status (128 + signal when a signal killed it).
+   *
+   * @example Usage
+   * ```ts ignore
+   * const status = await new OciRuntimeCli({ binary: "runsc", initExit: "wait" }).wait("web");
+   * ```
+   */
+  async wait(id: string): Promise<number> {
+    const out = await this.#run("wait", id, [id]);
+    const value = this.#parseJson("wait", id, out);
+    const status = (value as { exitStatus?: unknown } | null)?.exitStatus;
+    if (typeof status !== "number") throw this.#badOutput("wait", id, out);
+    return status;
   }
 
   /**

@@ -46,6 +46,8 @@ export class Container<T = unknown> {
   rootfsMounted: boolean;
   /** Additional processes by exec id. */
   readonly execs: Map<string, ShimProcess> = new Map();
+  /** Set once the init's exit has been taken in (by the reaper or the runtime's `wait`). */
+  exitReported = false;
   /** Releases the OOM watch and other per-container resources. */
   cleanups: (() => void | Promise<void>)[] = [];
 

@@ -69,6 +69,14 @@ export interface RuntimeCheckpointOptions {
  * NotFound), otherwise errors whose message carries the runtime's own last error line.
  */
 export interface ContainerRuntime {
+  /**
+   * How the base learns that a container's init exited: `"reap"` (default: the init is a
+   * process the shim reaps) or `"wait"` (the runtime's {@link ContainerRuntime.wait} reports
+   * it, for runtimes whose init is not a host process of its own, like gVisor sub-containers).
+   */
+  readonly initExit?: "reap" | "wait";
+  /** With `initExit: "wait"`: blocks until the init exits and returns its status. */
+  wait?(id: string): Promise<number>;
   /** Creates the container (it stays in "created"). */
   create(id: string, opts: RuntimeCreateOptions): Promise<void>;
   /** Starts the container's init process. */

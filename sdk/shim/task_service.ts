@@ -325,7 +325,30 @@ export class TaskService<T extends object> {
     } finally {
       p.endStart();
     }
+    if (c.runtime.initExit === "wait") void this.#waitInit(c);
     return { pid: p.pid };
+  }
+
+  /**
+   * For runtimes whose init may not be a process the shim can reap (a gVisor pod member runs
+   * inside its sandbox's process): ask the runtime. A root container's exit may still arrive
+   * through the reaper first (its sandbox process exits); whichever comes first counts.
+   */
+  async #waitInit(c: Container<T>): Promise<void> {
+    let status: number;
+    try {
+      status = await c.runtime.wait!(c.id);
+    } catch (e) {
+      // `wait` fails when the sandbox is already gone: give the reaper a moment to report it.
+      await Promise.race([c.init.exited, new Promise((r) => setTimeout(r, 2_000))]);
+      if (c.exitReported) return;
+      this.#d.logger.error("waiting for the init failed; reporting status 255", {
+        id: c.id,
+        error: (e as Error).message,
+      });
+      status = 255;
+    }
+    await this.#initExited(c, { status, exitedAt: new Date() });
   }
 
   async #startExec(c: Container<T>, p: ShimProcess): Promise<Out<"start">> {
@@ -610,11 +633,11 @@ export class TaskService<T extends object> {
   }
 
   async #handleExit(pid: number, exit: { status: number; exitedAt: Date }): Promise<void> {
+    const inits: Container<T>[] = [];
     for (const c of this.#containers.values()) {
-      if (c.init.pid === pid && c.init.state !== "stopped") {
-        await this.#initExited(c, exit);
-        return;
-      }
+      // Several inits can share a pid (gVisor: a pod's containers run in the sandbox's
+      // process); when it exits, they all have.
+      if (c.init.pid === pid && c.init.state !== "stopped") inits.push(c);
       for (const p of c.execs.values()) {
         if (p.pid === pid && p.state !== "stopped") {
           await p.startSettled();
@@ -624,9 +647,13 @@ export class TaskService<T extends object> {
         }
       }
     }
+    await Promise.all(inits.map((c) => this.#initExited(c, exit)));
   }
 
   async #initExited(c: Container<T>, exit: { status: number; exitedAt: Date }): Promise<void> {
+    // The reaper and a runtime's `wait` may both report the same exit: the first one counts.
+    if (c.exitReported) return;
+    c.exitReported = true;
     const p = c.init;
     await p.startSettled();
     // Execs die with the init's pid namespace; if they share the host's, kill them.
