@@ -433,3 +433,19 @@ Deno.test(
     }
   },
 );
+
+Deno.test("createTtrpcTransport() rejects an already-aborted call without dialing (no stray rejection)", async () => {
+  const transport = createTtrpcTransport({ path: "/nonexistent/skiff-no-server.sock" });
+  const client = createClient(Task, transport);
+  await assert.rejects(
+    client.state({ id: "x" }, { signal: AbortSignal.abort() }),
+    (e: unknown) => ConnectError.from(e).code === Code.Canceled,
+  );
+  // A dial started and left unhandled would surface here as an uncaught error.
+  await new Promise((r) => setTimeout(r, 50));
+  await assert.rejects(
+    client.state({ id: "x" }),
+    (e: unknown) => ConnectError.from(e).code === Code.Unavailable,
+  );
+  await transport.close();
+});

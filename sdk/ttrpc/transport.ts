@@ -218,8 +218,13 @@ class TtrpcClientTransport implements TtrpcTransport {
       );
     }
     if (this.#conn?.usable) return Promise.resolve(this.#conn);
-    this.#dialing ??= this.#dial().finally(() => this.#dialing = undefined);
     if (signal.aborted) return Promise.reject(signal.reason);
+    if (!this.#dialing) {
+      this.#dialing = this.#dial().finally(() => this.#dialing = undefined);
+      // Every waiter handles the outcome below; a dial whose waiters all gave up must not
+      // surface as an unhandled rejection (Deno would end the process: the shim).
+      this.#dialing.catch(() => {});
+    }
     // One caller giving up must not cancel a dial other callers share: race only this wait.
     return new Promise((resolve, reject) => {
       const onAbort = () => reject(signal.reason);
