@@ -93,6 +93,13 @@ export async function serveShim<T extends object>(
   });
   // ---- end ops
 
+  // A shim outlives any one call: a stray rejection is a bug to log, not a reason to take every
+  // container's stdio and exit reporting down with the process.
+  globalThis.addEventListener("unhandledrejection", (e) => {
+    e.preventDefault();
+    logger.error("unhandled rejection", { error: String(e.reason?.stack ?? e.reason) });
+  });
+
   const reaper = Reaper.start();
   const platform = linuxPlatform(reaper);
   const publisher = new EventPublisher({
