@@ -60,9 +60,13 @@ export async function runDelete<T extends object>(
     logger.warn("unmount rootfs failed", { error: (e as Error).message })
   );
   // A dead server leaves its socket behind; a live one (other containers in the group) keeps it.
-  if (flags.address) {
-    const group = await groupKey(bundle, flags.id);
-    const path = socketPath(shimSocketAddress(flags.address, flags.namespace, group));
+  // `start` wrote the address it served on (with 2.3+'s socket_dir, not the default dir).
+  const written = await Deno.readTextFile(`${bundle}/address`).catch(() => "");
+  if (written.trim() || flags.address) {
+    const path = socketPath(
+      written.trim() ||
+        shimSocketAddress(flags.address, flags.namespace, await groupKey(bundle, flags.id)),
+    );
     if (!(await socketAlive(path))) {
       await Deno.remove(path).catch(() => {});
       // The operations endpoint's socket sits beside it (sdk/ops, OPS_SOCKET_SUFFIX).
