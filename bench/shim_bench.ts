@@ -17,6 +17,7 @@ import { parseArgs } from "node:util";
 import { containerdVersions, startContainerd } from "../sdk/testing/containerd.ts";
 import { ctrRun } from "../sdk/testing/ctr.ts";
 import { installShims } from "../sdk/testing/install.ts";
+import { shimSocketAddress, socketPath } from "../sdk/shim/socket_address.ts";
 
 /** Results for one shim. */
 export interface ShimBenchRow {
@@ -155,6 +156,11 @@ export async function runShimBench(
     }
   } finally {
     await c.stop();
+    // Grouped shims listen on a socket named after the group, which stop() cannot know.
+    for (const tag of ["go", "sk"]) {
+      const path = socketPath(shimSocketAddress(c.address, NS, `${tag}-group`));
+      await Deno.remove(path).catch(() => {});
+    }
     await Deno.remove(prefix, { recursive: true }).catch(() => {});
   }
   const [go, sk] = rows;
