@@ -73,3 +73,8 @@ export function integrationTest(
     },
   });
 }
+
+/** True when something (file, socket, dir, dangling link) exists at `path`. */
+export async function exists(path: string): Promise<boolean> {
+  return await Deno.lstat(path).then(() => true, () => false);
+}

@@ -5,7 +5,7 @@
  * runc shim and a skiff runsc shim into one scrape.
  */
 import assert from "node:assert/strict";
-import { integrationTest } from "./_integration.ts";
+import { exists, integrationTest } from "./_integration.ts";
 import {
   containerdVersions,
   type PrivateContainerd,
@@ -24,10 +24,6 @@ const NEEDS = { root: true, binaries: ["runc", "busybox", "mount", "umount", "sh
 
 function uid(tag: string): string {
   return `${tag}-${crypto.randomUUID().slice(0, 8)}`;
-}
-
-async function exists(path: string): Promise<boolean> {
-  return await Deno.lstat(path).then(() => true, () => false);
 }
 
 /** Polls `probe` until it returns true; fails after a generous bound (not a timing assertion). */

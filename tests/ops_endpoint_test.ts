@@ -1,3 +1,4 @@
+import { exists } from "./_integration.ts";
 import assert from "node:assert/strict";
 import { Code, ConnectError, createClient, createServiceImplSpec } from "@connectrpc/connect";
 import { Task } from "../proto/gen/containerd/task/v2/shim_pb.ts";
@@ -21,10 +22,6 @@ async function staleSocket(path: string): Promise<void> {
     args: ["-c", "import socket,sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])", path],
   }).output();
   assert.ok(out.success, new TextDecoder().decode(out.stderr));
-}
-
-async function exists(path: string): Promise<boolean> {
-  return await Deno.lstat(path).then(() => true, () => false);
 }
 
 /** A ShimOps attached to a fake shim: a real ttrpc server, real sockets, fake containers. */

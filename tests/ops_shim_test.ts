@@ -3,7 +3,7 @@
  * containerd starts it (ShimHarness: `start`, log FIFO, events server), without a containerd.
  */
 import assert from "node:assert/strict";
-import { integrationTest } from "./_integration.ts";
+import { exists, integrationTest } from "./_integration.ts";
 import { ShimHarness } from "../sdk/testing/harness.ts";
 import { installShims } from "../sdk/testing/install.ts";
 import { parseExposition } from "../sdk/ops/metrics.ts";
@@ -12,10 +12,6 @@ import { unixGet } from "../sdk/ops/unix_http.ts";
 
 const LAUNCHER = "containerd-shim-skiff-runc-v2";
 const NEEDS = { root: true, binaries: ["mkfifo"] };
-
-async function exists(path: string): Promise<boolean> {
-  return await Deno.lstat(path).then(() => true, () => false);
-}
 
 /** Polls until `cond` holds; fails after a generous bound (never a timing assertion). */
 async function eventually(cond: () => Promise<boolean>, what: string): Promise<void> {

@@ -10,7 +10,7 @@ import {
   readPidFile,
 } from "../sdk/runtime/oci_cli.ts";
 import { Reaper } from "../sdk/linux/reaper.ts";
-import { integrationTest } from "./_integration.ts";
+import { exists, integrationTest } from "./_integration.ts";
 
 // ---------------------------------------------------------------------------------------------
 // A fake runtime: records its argv, stdin and process file; its behaviour per subcommand comes
@@ -61,15 +61,6 @@ async function fakeRuntime(): Promise<Fake> {
     argv: async () => (await Deno.readTextFile(`${dir}/argv`)).split("\n").slice(0, -1),
     [Symbol.asyncDispose]: () => Deno.remove(dir, { recursive: true }),
   };
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await Deno.lstat(path);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 Deno.test("OciRuntimeCli.create() passes global and create flags in the runc shim's order", async () => {

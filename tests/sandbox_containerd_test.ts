@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { type Any, AnySchema } from "@bufbuild/protobuf/wkt";
-import { integrationTest } from "./_integration.ts";
+import { exists, integrationTest } from "./_integration.ts";
 import { containerdVersions, startContainerd } from "../sdk/testing/containerd.ts";
 import { containerdClient } from "../sdk/testing/containerd_client.ts";
 import { createBusyboxBundle, createOciSpec, mountsUnder } from "../sdk/testing/bundle.ts";
@@ -40,15 +40,6 @@ async function shimServers(id: string): Promise<number[]> {
     } catch { /* gone */ }
   }
   return pids;
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await Deno.lstat(path);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 interface Case {

@@ -40,7 +40,8 @@ class FakeRuntime implements ContainerRuntime {
     return Promise.resolve();
   }
   ps() {
-    return Promise.resolve([...this.p.pidFiles.values()]);
+    // Like runc's: reads the cgroup, so a process that left it is not listed.
+    return Promise.resolve([...this.p.pidFiles.values()].filter((p) => !this.p.outOfCgroup.has(p)));
   }
   pause(id: string) {
     this.calls.push(`pause ${id}`);
@@ -63,6 +64,7 @@ class FakePlatform implements ShimPlatform {
   pidFiles = new Map<string, number>();
   dieOnStart = false;
   fixedPid: number | undefined;
+  outOfCgroup = new Set<number>();
   #listeners = new Set<(e: ReapedExit) => void>();
   #recent = new Map<number, ReapedExit>();
   pidOf(id: string) {
@@ -334,5 +336,24 @@ Deno.test("TaskService takes a 'wait' runtime's exits from the runtime, and a sh
     await new Promise((r) => setTimeout(r, 10));
     assert.deepEqual(exits, ["app", "pod"], "one exit event per container");
     assert.equal(svc.state({ id: "pod", execId: "" } as never).exitStatus, 0);
+  });
+});
+
+Deno.test("TaskService Pids lists an init that died but is not reaped yet (containerd 1.7+ would drop the shim as leaked)", async () => {
+  await withBundle(async (bundle) => {
+    const { svc, platform } = setup();
+    const { pid } = await svc.create(create(CreateTaskRequestSchema, { id: "c1", bundle }));
+    await svc.start({ id: "c1", execId: "" } as never);
+    const pids = async () =>
+      (await svc.pids({ id: "c1" } as never)).processes?.map((p) => (p as { pid: number }).pid);
+    assert.deepEqual(await pids(), [pid]);
+    // The init exits: it leaves its cgroup at once, but the shim reaps it a little later.
+    platform.outOfCgroup.add(pid!);
+    assert.equal(svc.state({ id: "c1", execId: "" } as never).status, Status.RUNNING);
+    assert.deepEqual(await pids(), [pid], "running per State, so listed by Pids");
+    platform.exit(pid!, 3);
+    await new Promise((r) => setTimeout(r, 0));
+    assert.equal(svc.state({ id: "c1", execId: "" } as never).status, Status.STOPPED);
+    assert.deepEqual(await pids(), []);
   });
 });
