@@ -26,6 +26,7 @@ import type {
   StopSandboxRequest,
   WaitSandboxRequest,
 } from "../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts";
+import { abortable } from "./abortable.ts";
 import type { Logger } from "./logger.ts";
 import { resolveOptions } from "./options.ts";
 import type { ShimPlatform } from "./platform.ts";
@@ -232,12 +233,7 @@ export class SandboxService<T extends object> {
   /** Blocks until the sandbox has stopped. */
   async waitSandbox(r: WaitSandboxRequest, c?: HandlerContext): Promise<Out<"waitSandbox">> {
     const s = this.#get(r.sandboxId);
-    const exit = await new Promise<{ status: number; exitedAt: Date }>((resolve, reject) => {
-      c?.signal.addEventListener("abort", () => reject(ConnectError.from(c.signal.reason)), {
-        once: true,
-      });
-      s.exit.promise.then(resolve);
-    });
+    const exit = await abortable(s.exit.promise, c?.signal);
     return { exitStatus: exit.status, exitedAt: timestampFromDate(exit.exitedAt) };
   }
 

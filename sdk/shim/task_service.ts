@@ -48,6 +48,7 @@ import {
   CheckpointOptionsSchema,
   ProcessDetailsSchema,
 } from "../../proto/gen/containerd/runc/v1/oci_pb.ts";
+import { abortable } from "./abortable.ts";
 import { Container } from "./container.ts";
 import type { EventPublisher } from "./events.ts";
 import { packAny } from "./any.ts";
@@ -718,17 +719,4 @@ function decodeCheckpointOptions(any: Any) {
       Code.InvalidArgument,
     );
   }
-}
-
-function abortable<V>(p: Promise<V>, signal: AbortSignal | undefined): Promise<V> {
-  if (!signal) return p;
-  return new Promise<V>((resolve, reject) => {
-    if (signal.aborted) return reject(ConnectError.from(signal.reason ?? "aborted", Code.Canceled));
-    const onAbort = () => reject(ConnectError.from(signal.reason ?? "aborted", Code.Canceled));
-    signal.addEventListener("abort", onAbort, { once: true });
-    p.then((v) => {
-      signal.removeEventListener("abort", onAbort);
-      resolve(v);
-    }, reject);
-  });
 }

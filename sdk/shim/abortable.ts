@@ -1,0 +1,33 @@
+/**
+ * Waiting on a promise for as long as an RPC's caller still wants the answer.
+ *
+ * @module
+ */
+
+import { Code, ConnectError } from "@connectrpc/connect";
+
+/**
+ * Resolves like `p`, or rejects with Canceled (or the reason's own code) once `signal` aborts,
+ * removing its listener either way.
+ *
+ * @example Usage
+ * ```ts
+ * import { abortable } from "./abortable.ts";
+ * const ac = new AbortController();
+ * const waiting = abortable(new Promise(() => {}), ac.signal);
+ * ac.abort();
+ * await waiting.catch((e) => console.assert(e.code === 1));
+ * ```
+ */
+export function abortable<V>(p: Promise<V>, signal: AbortSignal | undefined): Promise<V> {
+  if (!signal) return p;
+  return new Promise<V>((resolve, reject) => {
+    if (signal.aborted) return reject(ConnectError.from(signal.reason ?? "aborted", Code.Canceled));
+    const onAbort = () => reject(ConnectError.from(signal.reason ?? "aborted", Code.Canceled));
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then((v) => {
+      signal.removeEventListener("abort", onAbort);
+      resolve(v);
+    }, reject);
+  });
+}
