@@ -2,10 +2,11 @@
 # Makes this machine ready for skiff's integration tests; `deno task test` runs it first.
 #
 #  1. Debian packages: containerd (1.6 on bookworm), runc, runsc, crun, busybox-static,
-#     protobuf-compiler, util-linux, bsdutils (script), iproute2, prometheus (promtool, for the
-#     docs/operations.md check). Installed with apt-get when
-#     missing (apt-get update runs only then). A policy-rc.d guard keeps apt from starting the
-#     system containerd service: the tests only ever run private containerds.
+#     protobuf-compiler, libprotobuf-dev (the google/protobuf/*.proto files proto/gen.sh imports),
+#     util-linux, bsdutils (script), iproute2, prometheus (promtool, for the docs/operations.md
+#     check). Installed with apt-get when missing (apt-get update runs only then). A policy-rc.d
+#     guard keeps apt from starting the system containerd service: the tests only ever run private
+#     containerds.
 #  2. containerd 1.7 (trixie) and 2.x (sid) unpacked into $SKIFF_CACHE by fetch_containerd.sh.
 #  3. $SKIFF_CACHE/env: SKIFF_CONTAINERD_<major>_<minor>=<bin dir> per containerd build
 #     (read by containerdVersions() in sdk/testing/containerd.ts).
@@ -31,7 +32,8 @@ is_debian=false
   is_debian=true
 
 # --- 1. packages -----------------------------------------------------------------------------
-packages=(containerd runc runsc crun busybox-static protobuf-compiler util-linux bsdutils iproute2 prometheus)
+packages=(containerd runc runsc crun busybox-static protobuf-compiler libprotobuf-dev util-linux
+  bsdutils iproute2 prometheus)
 # command → package, for machines where dpkg cannot tell us (and to catch a broken install).
 declare -A provides=(
   [containerd]=containerd [ctr]=containerd [containerd-shim-runc-v2]=containerd
