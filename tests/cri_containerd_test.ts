@@ -1,14 +1,16 @@
 /**
  * The Kubernetes path: kubelet's calls through CRI (`runtime.v1` on containerd's socket) to a
  * private containerd 1.6, 1.7 and 2.1 whose runtime handlers are containerd's Go runc shim
- * (`runc`, the reference, run first in the same test), skiff's runc example (`skiff-runc`) and,
- * where runsc runs here, skiff's runsc example (`skiff-runsc`).
+ * (`runc`, the reference, run first in the same test), skiff's runc example (`skiff-runc`) and
+ * skiff's runsc example (`skiff-runsc`, all but container output: see OUTPUT_UNCHECKED).
  *
  * Per handler, one host-network pod (no hostname, as kubelet sends it): a long-running container
  * with `ExecSync` (exit code and output), the CRI log file of a container, a container that
  * exits 7 on its own, `StopContainer` delivering SIGTERM to a container that traps it, then stop
  * and remove everything and check that no shim of this containerd serves the pod any more and no
  * mount of it remains. Every CRI call has a deadline, so a hang fails the step and never the run.
+ *
+ * The Kubernetes section of docs/containerd-config.md is checked against the same config here.
  */
 import assert from "node:assert/strict";
 import { integrationTest } from "./_integration.ts";
@@ -19,8 +21,10 @@ import {
   startContainerd,
 } from "../sdk/testing/containerd.ts";
 import { CRI_NAMESPACE, type CriClient, criClient } from "../sdk/testing/cri_client.ts";
+import { type CriHandler, criPlugins } from "../sdk/testing/cri_config.ts";
 import { installShims } from "../sdk/testing/install.ts";
-import { BUSYBOX_IMAGE_REF } from "../sdk/testing/image.ts";
+import { BUSYBOX_IMAGE_REF, PAUSE_IMAGE_REF } from "../sdk/testing/image.ts";
+import { parse as parseToml } from "smol-toml";
 import { create } from "@bufbuild/protobuf";
 import {
   type ContainerConfig,
@@ -80,28 +84,72 @@ const OUTPUT_UNCHECKED: ReadonlyMap<string, string> = new Map([[
   "runsc connects a subcontainer's stdio at `runsc start`; skiff passes it to `runsc create`",
 ]]);
 
-/** The handlers under test for one containerd, keyed by CRI handler name. */
-function handlers(c: { version: string }, runscHere: boolean): Record<string, RuntimeConfig> {
-  // 1.6's CRI passes a non-runc runtime only `TypeUrl`/`ConfigPath`; 1.7+ also the whole
-  // options table as a TOML body. Exercise the file on 1.6 and the inline table after.
-  const old = c.version.startsWith("1.6.");
+/** Where the skiff handlers keep their state and option files. */
+interface HandlerPaths {
+  /** runc's state root (`--root` is `<runcRoot>/<namespace>`). */
+  runcRoot: string;
+  /** runsc's state root. */
+  runscRoot: string;
+  /** Where 1.6's `ConfigPath` option files live. */
+  configDir: string;
+}
+
+/** The paths docs/containerd-config.md shows (skiff's defaults, /etc/containerd). */
+const DOC_PATHS: HandlerPaths = {
+  runcRoot: "/run/containerd/runc",
+  runscRoot: "/run/containerd/runsc",
+  configDir: "/etc/containerd",
+};
+
+/** A private containerd's paths for the same handlers. */
+function privatePaths(c: PrivateContainerd): HandlerPaths {
+  return { runcRoot: c.runcRoot, runscRoot: `${c.dir}/runsc`, configDir: c.dir };
+}
+
+/** The option files 1.6's handlers point at: file name → TOML. */
+function optionFiles(paths: HandlerPaths): Record<string, string> {
+  return {
+    "skiff-runc.toml": `Root = "${paths.runcRoot}"\n`,
+    "skiff-runsc.toml": `root = "${paths.runscRoot}"\n`,
+  };
+}
+
+/**
+ * The skiff handlers, as documented and as tested. 1.6's CRI sends a runtime other than
+ * `io.containerd.runc.v2` only `TypeUrl`/`ConfigPath`; 1.7+ also the whole options table as a
+ * TOML body: the file on 1.6, the inline table after.
+ */
+function skiffHandlers(version: string, paths: HandlerPaths): Record<string, CriHandler> {
+  const old = version.startsWith("1.6.");
+  return {
+    "skiff-runc": {
+      runtimeType: "io.containerd.skiff-runc.v2",
+      options: old ? { ConfigPath: `${paths.configDir}/skiff-runc.toml` } : {
+        Root: paths.runcRoot,
+      },
+    },
+    "skiff-runsc": {
+      runtimeType: "io.containerd.skiff-runsc.v2",
+      options: old ? { ConfigPath: `${paths.configDir}/skiff-runsc.toml` } : {
+        root: paths.runscRoot,
+      },
+    },
+  };
+}
+
+/** The handlers under test: the Go shim (`runc`, the reference) first, then skiff's. */
+function handlers(version: string): Record<string, RuntimeConfig> {
   const out: Record<string, RuntimeConfig> = {
     // The Go shim reads runc's own keys: keep its runc state in the instance's private root.
     "runc": {
       runtimeType: "io.containerd.runc.v2",
       options: (p: PrivateContainerd) => ({ Root: p.runcRoot }),
     },
-    "skiff-runc": {
-      runtimeType: "io.containerd.skiff-runc.v2",
-      options: (p: PrivateContainerd) =>
-        old ? { ConfigPath: `${p.dir}/skiff-runc.toml` } : { Root: p.runcRoot },
-    },
   };
-  if (runscHere) {
-    out["skiff-runsc"] = {
-      runtimeType: "io.containerd.skiff-runsc.v2",
-      options: (p: PrivateContainerd) =>
-        old ? { ConfigPath: `${p.dir}/skiff-runsc.toml` } : { root: `${p.dir}/runsc` },
+  for (const [name, h] of Object.entries(skiffHandlers(version, DOC_PATHS))) {
+    out[name] = {
+      runtimeType: h.runtimeType,
+      options: (p: PrivateContainerd) => skiffHandlers(version, privatePaths(p))[name]!.options!,
     };
   }
   return out;
@@ -109,18 +157,9 @@ function handlers(c: { version: string }, runscHere: boolean): Record<string, Ru
 
 /** Writes the ConfigPath files 1.6's handlers point at (harmless on other versions). */
 async function writeOptionFiles(c: PrivateContainerd): Promise<void> {
-  await Deno.writeTextFile(`${c.dir}/skiff-runc.toml`, `Root = "${c.runcRoot}"\n`);
-  await Deno.writeTextFile(`${c.dir}/skiff-runsc.toml`, `root = "${c.dir}/runsc"\n`);
-}
-
-/** Where runsc is installed (the skiff-runsc handler needs it). */
-function runscPresent(): boolean {
-  for (const d of (Deno.env.get("PATH") ?? "").split(":")) {
-    try {
-      if (Deno.statSync(`${d}/runsc`).isFile) return true;
-    } catch { /* not here */ }
+  for (const [name, text] of Object.entries(optionFiles(privatePaths(c)))) {
+    await Deno.writeTextFile(`${c.dir}/${name}`, text);
   }
-  return false;
 }
 
 function podConfig(c: PrivateContainerd, handler: string, uid: string): PodSandboxConfig {
@@ -399,12 +438,10 @@ async function handlerFeatures(
   }
 }
 
-const runscHere = runscPresent();
-
 for (const v of containerdVersions().filter((v) => /^(1\.6|1\.7|2\.1)\./.test(v.version))) {
   integrationTest(
     `CRI on containerd ${v.version}: a host-network pod's life on the Go runc shim and on skiff`,
-    { root: true, binaries: ["runc", "busybox", "mount", "umount"] },
+    { root: true, binaries: ["runc", "runsc", "busybox", "mount", "umount"] },
     async (t) => {
       const prefix = await Deno.makeTempDir({ prefix: "skiff-cri-" });
       let c: PrivateContainerd | undefined;
@@ -413,7 +450,7 @@ for (const v of containerdVersions().filter((v) => /^(1\.6|1\.7|2\.1)\./.test(v.
         c = await startContainerd({
           binDir: v.binDir,
           extraPath: [`${prefix}/bin`],
-          runtimes: handlers(v, runscHere),
+          runtimes: handlers(v.version),
           cri: { defaultHandler: "runc" },
         });
         await writeOptionFiles(c);
@@ -424,7 +461,7 @@ for (const v of containerdVersions().filter((v) => /^(1\.6|1\.7|2\.1)\./.test(v.
         // The pause image was imported, never pulled; pinned where CRI pins it (1.7+).
         const images = await call("ListImages", (o) => cri.images.listImages({}, o));
         assert.ok(
-          images.images.some((i) => i.repoTags.includes("localhost/skiff/pause:latest")),
+          images.images.some((i) => i.repoTags.includes(PAUSE_IMAGE_REF)),
           `pause image listed: ${JSON.stringify(images.images.map((i) => i.repoTags))}`,
         );
         await c.importBusyboxImage(CRI_NAMESPACE);
@@ -437,9 +474,9 @@ for (const v of containerdVersions().filter((v) => /^(1\.6|1\.7|2\.1)\./.test(v.
         });
 
         await t.step("Status: RuntimeReady, handlers and their features", async () => {
-          await handlerFeatures(c!, cri, Object.keys(handlers(v, runscHere)));
+          await handlerFeatures(c!, cri, Object.keys(handlers(v.version)));
         });
-        for (const handler of Object.keys(handlers(v, runscHere))) {
+        for (const handler of Object.keys(handlers(v.version))) {
           await t.step(
             `handler ${handler}: pod, ExecSync, logs, exit 7, SIGTERM, cleanup`,
             () => podScenario(c!, cri, handler),
@@ -457,4 +494,51 @@ for (const v of containerdVersions().filter((v) => /^(1\.6|1\.7|2\.1)\./.test(v.
       }
     },
   );
+}
+
+/** The body of the fenced block in `doc` whose text starts with `first`. */
+function docBlock(doc: string, lang: string, first: string): string {
+  for (const m of doc.matchAll(new RegExp("```" + lang + "\\n([\\s\\S]*?)```", "g"))) {
+    if (m[1]!.startsWith(first)) return m[1]!;
+  }
+  throw new Error(`docs/containerd-config.md has no ${lang} block starting with "${first}"`);
+}
+
+Deno.test("docs/containerd-config.md: the Kubernetes section shows the CRI tests' config", async () => {
+  const doc = await Deno.readTextFile(new URL("../docs/containerd-config.md", import.meta.url));
+  const kube = doc.slice(doc.indexOf("## Kubernetes (CRI)"));
+  assert.ok(kube.length < doc.length, "the doc has a Kubernetes (CRI) section");
+  // One block per config dialect; each must be exactly what criPlugins builds for the test's
+  // skiff handlers with the documented paths.
+  for (const [label, version] of [["1.6", "1.6.20"], ["1.7", "1.7.24"], ["2.x", "2.1.9"]]) {
+    const text = docBlock(kube, "toml", `# containerd ${label}\n`);
+    const expected = {
+      version: version.startsWith("2.") ? 3 : 2,
+      plugins: criPlugins(version, {
+        sandboxImage: PAUSE_IMAGE_REF,
+        handlers: skiffHandlers(version, DOC_PATHS),
+      }),
+    };
+    // smol-toml builds null-prototype objects; compare plain data.
+    const parsed = JSON.parse(JSON.stringify(parseToml(text)));
+    assert.deepEqual(parsed, expected, `the containerd ${label} snippet`);
+  }
+  for (const [name, text] of Object.entries(optionFiles(DOC_PATHS))) {
+    assert.ok(kube.includes(`\`/etc/containerd/${name}\`:\n\n\`\`\`toml\n${text}\`\`\``), name);
+  }
+  const rc = parseYamlish(docBlock(kube, "yaml", "apiVersion: node.k8s.io/v1\n"));
+  assert.deepEqual(rc, {
+    apiVersion: "node.k8s.io/v1",
+    kind: "RuntimeClass",
+    name: "skiff-runc",
+    handler: "skiff-runc",
+  });
+  assert.ok(Object.keys(skiffHandlers("2.1.9", DOC_PATHS)).includes(rc.handler!));
+});
+
+/** The scalar `key: value` lines of a small YAML document (nesting flattened). */
+function parseYamlish(text: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const m of text.matchAll(/^\s*([A-Za-z]+): (\S+)$/gm)) out[m[1]!] = m[2]!;
+  return out;
 }
