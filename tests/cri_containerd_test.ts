@@ -21,7 +21,7 @@ import {
   startContainerd,
 } from "../sdk/testing/containerd.ts";
 import { CRI_NAMESPACE, type CriClient, criClient } from "../sdk/testing/cri_client.ts";
-import { type CriHandler, criPlugins } from "../sdk/testing/cri_config.ts";
+import { type CriHandler, criPlugins, criRuntimePlugin } from "../sdk/testing/cri_config.ts";
 import { installShims } from "../sdk/testing/install.ts";
 import { BUSYBOX_IMAGE_REF, PAUSE_IMAGE_REF } from "../sdk/testing/image.ts";
 import { parse as parseToml } from "smol-toml";
@@ -454,6 +454,14 @@ for (const v of containerdVersions().filter((v) => /^(1\.6|1\.7|2\.1)\./.test(v.
           cri: { defaultHandler: "runc" },
         });
         await writeOptionFiles(c);
+        // CRI is on, and everything it keeps stays in the instance's dir.
+        const cfg = JSON.parse(JSON.stringify(parseToml(await Deno.readTextFile(c.configPath))));
+        assert.ok(!cfg.disabled_plugins.includes("io.containerd.grpc.v1.cri"), "CRI enabled");
+        assert.equal(
+          cfg.plugins[criRuntimePlugin(v.version)].cni.conf_dir,
+          `${c.dir}/cni/net.d`,
+          "CNI's conf dir is private",
+        );
         const cri = criClient(c.address);
         const version = await call("Version", (o) => cri.runtime.version({ version: "v1" }, o));
         assert.equal(version.runtimeName, "containerd");
