@@ -1,9 +1,12 @@
-// stdio EOF at exit, as containerd's clients rely on it: CRI (and containerd's Go client from
-// 1.7 on) read a process's stdout/stderr FIFOs to EOF before they delete the task, so the shim
-// must close its FIFO writers once the process (and whatever shares its pipes or terminal) has
-// exited. Each scenario runs with containerd's Go runc shim (the reference) and skiff's runc
-// shim in the same run, through containerd's gRPC API the way its client drives it: FIFOs
-// made and opened by the client, read to EOF, then Wait and Delete.
+// What containerd's clients rely on when a process exits, checked with containerd's Go runc
+// shim (the reference) and skiff's runc shim in the same run, through containerd's gRPC API the
+// way its client drives it:
+// - stdio EOF at exit: CRI (and containerd's Go client from 1.7 on) read a process's
+//   stdout/stderr FIFOs to EOF before they delete the task, so the shim closes its FIFO writers
+//   once the process (and whatever shares its pipes or terminal) has exited. FIFOs made and
+//   opened by the client, read to EOF, then Wait and Delete.
+// - nothing left behind: when a container's init dies, the processes of its pid namespace that
+//   were the shim's children (execs) are reaped at once; none lingers as a zombie.
 import assert from "node:assert/strict";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { integrationTest } from "./_integration.ts";
@@ -58,6 +61,51 @@ async function readAll(path: string): Promise<string> {
   }
 }
 
+/** Children of `pid` across its threads. */
+function childrenOf(pid: number): number[] {
+  const out: number[] = [];
+  try {
+    for (const task of Deno.readDirSync(`/proc/${pid}/task`)) {
+      const text = Deno.readTextFileSync(`/proc/${pid}/task/${task.name}/children`);
+      out.push(...text.split(" ").filter(Boolean).map(Number));
+    }
+  } catch { /* gone */ }
+  return out;
+}
+
+/** The state letter of `pid` ("Z": zombie), or undefined when it is gone. */
+function stateOf(pid: number): string | undefined {
+  try {
+    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+    return stat[stat.lastIndexOf(")") + 2];
+  } catch {
+    return undefined;
+  }
+}
+
+/** Pids whose command line has `arg`. */
+function withArg(arg: string): number[] {
+  const pids: number[] = [];
+  for (const e of Deno.readDirSync("/proc")) {
+    if (!/^\d+$/.test(e.name)) continue;
+    try {
+      const argv = Deno.readTextFileSync(`/proc/${e.name}/cmdline`).split("\0");
+      if (argv.includes(arg)) pids.push(Number(e.name));
+    } catch { /* gone */ }
+  }
+  return pids;
+}
+
+/** Polls `probe` (every 50 ms, up to 10 s) until it returns `count` items; returns the last. */
+async function waitFor(probe: () => number[], count: number): Promise<number[]> {
+  let got = probe();
+  for (let i = 0; i < 200 && got.length !== count; i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    got = probe();
+  }
+  return got;
+}
+
 const versions = containerdVersions().filter((v) => /^(1\.6|1\.7|2\.1)\./.test(v.version));
 const SHIMS = [
   { name: "Go runc shim", runtime: "io.containerd.runc.v2" },
@@ -66,8 +114,8 @@ const SHIMS = [
 
 for (const v of versions) {
   integrationTest(
-    `stdio reaches EOF at exit under containerd ${v.version} (Go runc shim and skiff): ` +
-      "init, exec, terminal exec, re-attached FIFOs with CloseIO",
+    `process exits under containerd ${v.version} (Go runc shim and skiff): stdio EOF for ` +
+      "init, exec, terminal exec, re-attached FIFOs with CloseIO; execs reaped when the init dies",
     {
       root: true,
       binaries: ["runc", "/bin/busybox", `${v.binDir}/containerd-shim-runc-v2`],
@@ -87,9 +135,9 @@ for (const v of versions) {
         value: toBinary(RuncOptionsSchema, create(RuncOptionsSchema, { root: c.runcRoot })),
       };
       let n = 0;
-      const newContainer = async (runtime: string, args: string[]) => {
+      const newContainer = async (runtime: string, args: string[], namespaces?: string[]) => {
         const id = `eof-${++n}`;
-        const spec = createOciSpec({ args });
+        const spec = createOciSpec({ args, ...(namespaces ? { namespaces } : {}) });
         (spec as { root: unknown }).root = { path: `${rootfs.bundle}/rootfs`, readonly: true };
         await cl.containers.create({
           container: {
@@ -232,6 +280,70 @@ for (const v of versions) {
             await within(cl.tasks.delete({ containerId: id }), 20_000, "delete");
             await cl.containers.delete({ id });
           });
+
+          await t.step(`${shim.name}: the init killed, its execs reaped at once`, async () => {
+            const id = await newContainer(shim.runtime, ["sh", "-c", "sleep 600 & sleep 600"]);
+            await cl.tasks.create({ containerId: id, options });
+            await cl.tasks.start({ containerId: id });
+            const process = {
+              args: ["sleep", "600"],
+              cwd: "/",
+              env: ["PATH=/bin:/usr/bin"],
+              user: { uid: 0, gid: 0 },
+            };
+            for (const execId of ["x1", "x2"]) {
+              await cl.tasks.exec({
+                containerId: id,
+                execId,
+                spec: { typeUrl: PROCESS_TYPE, value: enc.encode(JSON.stringify(process)) },
+              });
+              await cl.tasks.start({ containerId: id, execId });
+            }
+            const shimPids = c.shims().map((s) => s.pid);
+            await cl.tasks.kill({ containerId: id, signal: 9 });
+            const exit = await within(cl.tasks.wait({ containerId: id }), 20_000, "init exit");
+            assert.equal(exit.exitStatus, 137);
+            // Right after the exit: the shim has no zombie children, and the execs are gone.
+            const zombies = shimPids.flatMap((pid) =>
+              childrenOf(pid).filter((child) => stateOf(child) === "Z")
+            );
+            assert.deepEqual(zombies, [], `zombie children of the shim (${shimPids})`);
+            for (const execId of ["x1", "x2"]) {
+              const st = await cl.tasks.get({ containerId: id, execId });
+              assert.equal(stateOf(st.process!.pid), undefined, `exec ${execId} still exists`);
+            }
+            await within(cl.tasks.delete({ containerId: id }), 20_000, "delete");
+            await cl.containers.delete({ id });
+          });
+
+          await t.step(
+            `${shim.name}: the init of a host-pid container killed, its orphans too`,
+            async () => {
+              // No pid namespace of its own: the background sleeps outlive the init unless the
+              // shim kills them, and then become the shim's children to reap.
+              // A sleep duration no other process on the host uses tells the sleeps apart.
+              const marker = String(100_000 + Math.floor(Math.random() * 800_000));
+              const cid = await newContainer(
+                shim.runtime,
+                ["sh", "-c", `sleep ${marker} & sleep ${marker} & exec sleep 600`],
+                ["ipc", "uts", "mount"],
+              );
+              await cl.tasks.create({ containerId: cid, options });
+              await cl.tasks.start({ containerId: cid });
+              const orphans = await waitFor(() => withArg(marker), 2);
+              assert.equal(orphans.length, 2, `the container's background sleeps: ${orphans}`);
+              await cl.tasks.kill({ containerId: cid, signal: 9 });
+              const exit = await within(cl.tasks.wait({ containerId: cid }), 20_000, "init exit");
+              assert.equal(exit.exitStatus, 137);
+              const left = await waitFor(
+                () => orphans.filter((pid) => stateOf(pid) !== undefined),
+                0,
+              );
+              assert.deepEqual(left, [], "the init's orphans are killed and reaped");
+              await within(cl.tasks.delete({ containerId: cid }), 20_000, "delete");
+              await cl.containers.delete({ id: cid });
+            },
+          );
         }
       } finally {
         await c.stop();
