@@ -37,7 +37,11 @@ async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
 }
 
 /** A client's FIFO set, like containerd's `cio.NewFIFOSetInDir`. */
-async function fifoSet(dir: string, name: string, streams: ("stdin" | "stdout" | "stderr")[]) {
+function fifoSet(
+  dir: string,
+  name: string,
+  streams: ("stdin" | "stdout" | "stderr")[],
+): { stdin: string; stdout: string; stderr: string } {
   const paths = { stdin: "", stdout: "", stderr: "" };
   for (const s of streams) {
     paths[s] = `${dir}/${name}-${s}`;
