@@ -430,7 +430,8 @@ async function handlerFeatures(
   for (const n of names) {
     assert.ok(reported.has(n), `Status lists handler "${n}": ${[...reported.keys()]}`);
     const f = reported.get(n);
-    // Informational: the value comes from each shim's `-info` and the host's runc and kernel.
+    // Informational: 2.1's CRI introspects (`-info`) only runtime_type io.containerd.runc.v2,
+    // and the answer depends on the host's runc and kernel.
     console.log(
       `containerd ${c.version} handler ${n}: recursive_read_only_mounts=${f?.recursiveReadOnlyMounts}` +
         ` user_namespaces=${f?.userNamespaces}`,

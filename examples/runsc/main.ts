@@ -9,7 +9,8 @@
  *   network = "none"
  *   platform = "ptrace"
  */
-import { OciRuntimeCli, runShim, type RuntimeContext, Shim } from "../../mod.ts";
+import { ociFeaturesAny, OciRuntimeCli, runShim, type RuntimeContext, Shim } from "../../mod.ts";
+import type { Any } from "@bufbuild/protobuf/wkt";
 
 /** The runsc settings this shim honours. */
 export interface RunscOptions {
@@ -42,6 +43,11 @@ export class RunscShim extends Shim<RunscOptions> {
     }),
   };
 
+  /** `-info`'s features: the runtime's own `features` document, when it has one. */
+  override async features(o: RunscOptions): Promise<Any> {
+    return ociFeaturesAny(await new OciRuntimeCli({ binary: o.binaryName }).features());
+  }
+
   runtime(ctx: RuntimeContext<RunscOptions>): OciRuntimeCli {
     const o = ctx.options;
     const network = o.runscConfig.network ?? networkMode(ctx.bundle);
@@ -49,6 +55,8 @@ export class RunscShim extends Shim<RunscOptions> {
       binary: o.binaryName,
       root: `${o.root}/${ctx.namespace}`,
       log: `${ctx.bundle}/log.json`,
+      // The bundle is the runtime's working directory (wrappers read ./config.json).
+      cwd: ctx.bundle,
       globalArgs: Object.entries({ ...o.runscConfig, network }).map(([k, v]) => `--${k}=${v}`),
       // A pod's containers share one gVisor sandbox process: exits come from `runsc wait`.
       initExit: "wait",
