@@ -398,10 +398,11 @@ for (const v of versions) {
         });
 
         await t.step("memory limit exceeded: /tasks/oom, then exit status 137", async () => {
-          // containerd's contract: at least one /tasks/oom, every one of them between start and
-          // exit. How many depends on the kernel's memory events (the Go shim publishes one or
-          // two for this very command here), so the count is not asserted. The Go shim runs the
-          // same scenario in the same run, under the same assertion.
+          // containerd's contract: at least one /tasks/oom, every one of them after start and
+          // before delete. How many depends on the kernel's memory events (the Go shim publishes
+          // one or two for this very command here), and under load the Go shim's OOM watcher
+          // can publish after /tasks/exit (seen on 1.7.24), so neither the count nor the order
+          // against exit is asserted. The Go shim runs the same scenario under the same assertion.
           for (const shim of ["skiff", "go"] as const) {
             const id = uid(`oom-${shim}`);
             const o = {
@@ -425,12 +426,12 @@ for (const v of versions) {
             ], shim);
             const between = topics.slice(
               topics.indexOf("/tasks/start") + 1,
-              topics.indexOf("/tasks/exit"),
+              topics.indexOf("/tasks/delete"),
             );
             assert.equal(
-              between.length,
+              between.filter((topic) => topic === "/tasks/oom").length,
               ooms,
-              `${shim}: /tasks/oom outside start..exit: ${topics}`,
+              `${shim}: /tasks/oom outside start..delete: ${topics}`,
             );
           }
         });
