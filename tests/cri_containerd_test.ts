@@ -2,7 +2,7 @@
  * The Kubernetes path: kubelet's calls through CRI (`runtime.v1` on containerd's socket) to a
  * private containerd 1.6, 1.7 and 2.1 whose runtime handlers are containerd's Go runc shim
  * (`runc`, the reference, run first in the same test), skiff's runc example (`skiff-runc`) and
- * skiff's runsc example (`skiff-runsc`, all but container output: see OUTPUT_UNCHECKED).
+ * skiff's runsc example (`skiff-runsc`; CRI's containers are gVisor sub-containers there).
  *
  * Per handler, one host-network pod (no hostname, as kubelet sends it): a long-running container
  * with `ExecSync` (exit code and output), the CRI log file of a container, a container that
@@ -70,19 +70,6 @@ async function eventually<V>(
     await sleep(100);
   }
 }
-
-/**
- * Handlers whose containers' output is not checked, and why. Everything else (exit codes,
- * ExecSync's output, SIGTERM, cleanup) is.
- */
-const OUTPUT_UNCHECKED: ReadonlyMap<string, string> = new Map([[
-  "skiff-runsc",
-  // CRI's containers are runsc subcontainers (the pause container is the sandbox's root one).
-  // runsc wires a subcontainer's stdio to the `runsc start` process, but skiff hands the
-  // container's stdio to `runsc create` and runs `start` with none: the output is lost and
-  // CRI's log gets EOF as soon as `create` exits. A skiff bug, not a host limitation.
-  "runsc connects a subcontainer's stdio at `runsc start`; skiff passes it to `runsc create`",
-]]);
 
 /** Where the skiff handlers keep their state and option files. */
 interface HandlerPaths {
@@ -299,40 +286,32 @@ async function podScenario(
       cri.runtime.execSync({ containerId: svc, cmd: ["true"], timeout: 30n }, o));
     assert.equal(ok.exitCode, 0);
 
-    const checkOutput = !OUTPUT_UNCHECKED.has(handler);
-    if (!checkOutput) {
-      console.warn(`${handler}: container output NOT checked: ${OUTPUT_UNCHECKED.get(handler)}`);
-    }
     const svcStatus = (await call("ContainerStatus(svc)", (o) =>
       cri.runtime.containerStatus({ containerId: svc }, o))).status;
     assert.equal(svcStatus?.state, ContainerState.CONTAINER_RUNNING, describeStatus(svcStatus));
     const logPath = svcStatus!.logPath;
     assert.equal(logPath, `${config.logDirectory}/svc/0.log`);
-    if (checkOutput) {
-      const lines = await eventually(
-        `both lines in ${logPath}`,
-        async () => {
-          const l = await criLogLines(logPath);
-          return l.length >= 2 ? l : undefined;
-        },
-        () =>
-          `: ${Deno.readTextFileSync(logPath)}`,
-      );
-      assert.deepEqual(
-        lines.sort(),
-        [["stderr", "warn-from-svc"], ["stdout", "hello-from-svc"]],
-        `CRI log lines of ${logPath}`,
-      );
-    }
+    const lines = await eventually(
+      `both lines in ${logPath}`,
+      async () => {
+        const l = await criLogLines(logPath);
+        return l.length >= 2 ? l : undefined;
+      },
+      () =>
+        `: ${Deno.readTextFileSync(logPath)}`,
+    );
+    assert.deepEqual(
+      lines.sort(),
+      [["stderr", "warn-from-svc"], ["stdout", "hello-from-svc"]],
+      `CRI log lines of ${logPath}`,
+    );
 
     // A container that exits on its own with 7.
     const seven = await create("seven", "echo bye; exit 7");
     const s7 = await exited(cri, seven, "container exiting 7");
     assert.equal(s7.exitCode, 7, describeStatus(s7));
     assert.ok(s7.finishedAt > 0n, "finished_at is set");
-    if (checkOutput) {
-      assert.deepEqual(await criLogLines(s7.logPath), [["stdout", "bye"]]);
-    }
+    assert.deepEqual(await criLogLines(s7.logPath), [["stdout", "bye"]]);
 
     // StopContainer sends SIGTERM first: the trap writes to the log and exits 43 (a SIGKILL
     // after the grace period would be 137). The trap is set before /ready is written.
@@ -351,9 +330,7 @@ async function podScenario(
       cri.runtime.stopContainer({ containerId: term, timeout: 30n }, o));
     const st = await exited(cri, term, "container stopped with SIGTERM");
     assert.equal(st.exitCode, 43, `the TERM trap's exit code: ${describeStatus(st)}`);
-    if (checkOutput) {
-      assert.deepEqual(await criLogLines(termLog), [["stdout", "ready"], ["stdout", "got-term"]]);
-    }
+    assert.deepEqual(await criLogLines(termLog), [["stdout", "ready"], ["stdout", "got-term"]]);
 
     // Stop and remove everything, as kubelet does when the pod is deleted.
     await call("StopContainer(svc)", (o) =>

@@ -893,3 +893,21 @@ integrationTest(
     await assert.rejects(cli.delete(id), (e) => isNotExist(e));
   },
 );
+
+Deno.test("OciRuntimeCli hands the container's stdio to create, or to start with stdioAt: start", async () => {
+  await using fake = await fakeRuntime();
+  const env = { FAKE_CREATE_STDOUT: "from-create", FAKE_START_STDOUT: "from-start" };
+  for (const stdioAt of ["create", "start"] as const) {
+    const outputs: Promise<string>[] = [];
+    const io: ProcessStdio = {
+      stdio: { stdin: "null", stdout: "piped", stderr: "null" },
+      attach: (child) => outputs.push(new Response(child.stdout).text()),
+    };
+    const cli = fake.cli(env, { stdioAt });
+    await cli.create("c1", { bundle: fake.dir, pidFile: `${fake.dir}/pid`, io });
+    assert.equal(outputs.length, stdioAt === "create" ? 1 : 0, `${stdioAt}: attached at create`);
+    await cli.start("c1");
+    assert.equal(outputs.length, 1, `${stdioAt}: attached once`);
+    assert.equal(await outputs[0], `from-${stdioAt}`, stdioAt);
+  }
+});

@@ -130,6 +130,12 @@ export interface OciRuntimeCliOptions {
    * directory no longer exists (a late delete), the command runs in the caller's.
    */
   cwd?: string;
+  /**
+   * Which command hands the container process its stdio (pipes, not a terminal): `"create"`
+   * (default; runc, crun, a gVisor sandbox's root container) or `"start"` (a gVisor
+   * sub-container: `runsc start` gives the process its own stdio, and ignores `create`'s).
+   */
+  stdioAt?: "create" | "start";
 }
 
 /**
@@ -604,6 +610,9 @@ export class OciRuntimeCli {
   #noPivot: boolean;
   #noNewKeyring: boolean;
   #cwd: string | undefined;
+  #stdioAt: "create" | "start";
+  /** With `stdioAt: "start"`: the stdio `create` was given, handed to `start`. */
+  #deferredIo: ProcessStdio | undefined;
   /** How the init's exit is observed (see {@link OciRuntimeCliOptions.initExit}). */
   readonly initExit: "reap" | "wait";
 
@@ -624,6 +633,7 @@ export class OciRuntimeCli {
     this.#noNewKeyring = options.noNewKeyring ?? false;
     this.initExit = options.initExit ?? "reap";
     this.#cwd = options.cwd;
+    this.#stdioAt = options.stdioAt ?? "create";
   }
 
   /**
@@ -685,6 +695,7 @@ export class OciRuntimeCli {
       noNewKeyring: this.#noNewKeyring,
       initExit: this.initExit,
       cwd: this.#cwd,
+      stdioAt: this.#stdioAt,
       ...patch,
     });
   }
@@ -710,16 +721,19 @@ export class OciRuntimeCli {
     if (options.noPivot ?? this.#noPivot) args.push("--no-pivot");
     if (options.noNewKeyring ?? this.#noNewKeyring) args.push("--no-new-keyring");
     args.push(...(options.extraArgs ?? []), id);
+    const deferIo = this.#stdioAt === "start" && options.consoleSocket === undefined;
+    this.#deferredIo = deferIo ? options.io : undefined;
     await this.#run("create", id, args, {
       detaches: true,
-      io: options.io,
+      io: deferIo ? undefined : options.io,
       addressesContainer: false,
       cwd: this.#cwd ?? options.bundle,
     });
   }
 
   /**
-   * `start ID`: runs the user process of a created container.
+   * `start ID`: runs the user process of a created container. With `stdioAt: "start"`, the
+   * stdio given to {@link OciRuntimeCli.create} is handed to this command instead.
    *
    * @param id Container id.
    *
@@ -729,7 +743,10 @@ export class OciRuntimeCli {
    * ```
    */
   async start(id: string): Promise<void> {
-    await this.#run("start", id, [id]);
+    const io = this.#deferredIo;
+    this.#deferredIo = undefined;
+    // With deferred stdio, `start` is the command whose stdio the process keeps.
+    await this.#run("start", id, [id], io ? { io, detaches: true } : {});
   }
 
   /**
