@@ -3,9 +3,10 @@
  * private containerd in the same run:
  *
  * - wall time of `ctr run --rm <busybox> <id> true` (sequential runs, after a warm-up);
- * - resident memory (VmRSS) of the shim server process(es) with 1 and with 10 running
- *   containers, one shim per container, and with 10 containers grouped into one shim
- *   (`io.containerd.runc.v2.group` annotation).
+ * - memory of the shim server process(es) with 1 and with 10 running containers, one shim per
+ *   container, and with 10 containers grouped into one shim (`io.containerd.runc.v2.group`
+ *   annotation), from `/proc/<pid>/smaps_rollup`: PSS (each shared page split among the
+ *   processes mapping it: the node's real cost), USS (private pages only) and RSS.
  *
  * Run: `deno run -A bench/shim_bench.ts [--containerd 2.1|1.7|1.6] [--runs 10]`. Needs root,
  * runc and busybox-static (tests/setup/prepare.sh installs them).
@@ -25,8 +26,18 @@ export interface ShimBenchRow {
   runtime: string;
   /** `ctr run --rm … true` wall time, milliseconds. */
   runMs: { p50: number; p90: number; mean: number };
-  /** Shim RSS in MiB: one container, ten containers (total), ten grouped into one shim. */
-  rssMiB: { one: number; ten: number; tenGrouped: number };
+  /** Shim memory in MiB: one container, ten containers (total), ten grouped into one shim. */
+  mem: { one: ShimMemory; ten: ShimMemory; tenGrouped: ShimMemory };
+}
+
+/** Memory of a set of processes, MiB, summed over them. */
+export interface ShimMemory {
+  /** Proportional set size: shared pages divided among the processes that map them. */
+  pss: number;
+  /** Unique set size: pages no other process maps (Private_Clean + Private_Dirty). */
+  uss: number;
+  /** Resident set size: every mapped resident page, shared ones counted in full. */
+  rss: number;
 }
 
 /** Everything one run produced. */
@@ -48,9 +59,20 @@ function percentile(xs: number[], p: number): number {
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
 }
 
-/** VmRSS (KiB) of every shim server process serving this containerd (`start` excluded). */
-async function shimRssKiB(address: string): Promise<number> {
-  let total = 0;
+/** Memory of one process from `/proc/<pid>/smaps_rollup`, KiB. */
+export function parseSmapsRollup(text: string): { pss: number; uss: number; rss: number } {
+  const field = (name: string) =>
+    Number(new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(text)?.[1] ?? 0);
+  return {
+    pss: field("Pss"),
+    uss: field("Private_Clean") + field("Private_Dirty"),
+    rss: field("Rss"),
+  };
+}
+
+/** PSS/USS/RSS (MiB) of every shim server process serving this containerd (`start` excluded). */
+async function shimMemory(address: string): Promise<ShimMemory> {
+  const total = { pss: 0, uss: 0, rss: 0 };
   for await (const e of Deno.readDir("/proc")) {
     if (!/^\d+$/.test(e.name)) continue;
     try {
@@ -59,11 +81,13 @@ async function shimRssKiB(address: string): Promise<number> {
       if (i < 0 || argv[i + 1] !== address || argv.includes("start") || argv.includes("delete")) {
         continue;
       }
-      const status = await Deno.readTextFile(`/proc/${e.name}/status`);
-      total += Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
+      const m = parseSmapsRollup(await Deno.readTextFile(`/proc/${e.name}/smaps_rollup`));
+      total.pss += m.pss;
+      total.uss += m.uss;
+      total.rss += m.rss;
     } catch { /* exited */ }
   }
-  return total;
+  return { pss: total.pss / 1024, uss: total.uss / 1024, rss: total.rss / 1024 };
 }
 
 async function settle(): Promise<void> {
@@ -131,18 +155,18 @@ export async function runShimBench(
       };
       await detach(`${tag}-one`);
       await settle();
-      const one = await shimRssKiB(c.address);
+      const one = await shimMemory(c.address);
       const tenIds = Array.from({ length: 10 }, (_, i) => `${tag}-ten-${i}`);
       for (const id of tenIds.slice(1)) await detach(id);
       await settle();
-      const ten = (await shimRssKiB(c.address)) - 0;
+      const ten = await shimMemory(c.address);
       await cleanup([`${tag}-one`, ...tenIds.slice(1)]);
       const grouped = Array.from({ length: 10 }, (_, i) => `${tag}-grp-${i}`);
       for (const id of grouped) {
         await detach(id, ["--annotation", `io.containerd.runc.v2.group=${tag}-group`]);
       }
       await settle();
-      const tenGrouped = await shimRssKiB(c.address);
+      const tenGrouped = await shimMemory(c.address);
       await cleanup(grouped);
       rows.push({
         runtime,
@@ -151,7 +175,7 @@ export async function runShimBench(
           p90: percentile(times, 90),
           mean: times.reduce((a, b) => a + b, 0) / times.length,
         },
-        rssMiB: { one: one / 1024, ten: ten / 1024, tenGrouped: tenGrouped / 1024 },
+        mem: { one, ten, tenGrouped },
       });
     }
   } finally {
@@ -177,15 +201,17 @@ export async function runShimBench(
     `| \`ctr run --rm … true\` p90 (ms) | ${f(go.runMs.p90)} | ${f(sk.runMs.p90)} | ${
       r(sk.runMs.p90, go.runMs.p90)
     } |`,
-    `| shim RSS, 1 container (MiB) | ${f(go.rssMiB.one)} | ${f(sk.rssMiB.one)} | ${
-      r(sk.rssMiB.one, go.rssMiB.one)
-    } |`,
-    `| shim RSS, 10 containers, 10 shims (MiB) | ${f(go.rssMiB.ten)} | ${f(sk.rssMiB.ten)} | ${
-      r(sk.rssMiB.ten, go.rssMiB.ten)
-    } |`,
-    `| shim RSS, 10 containers, 1 grouped shim (MiB) | ${f(go.rssMiB.tenGrouped)} | ${
-      f(sk.rssMiB.tenGrouped)
-    } | ${r(sk.rssMiB.tenGrouped, go.rssMiB.tenGrouped)} |`,
+    ...([
+      ["1 container", "one"],
+      ["10 containers, 10 shims", "ten"],
+      ["10 containers, 1 grouped shim", "tenGrouped"],
+    ] as const).flatMap(([label, key]) =>
+      (["pss", "uss", "rss"] as const).map((k) =>
+        `| shim ${k.toUpperCase()}, ${label} (MiB) | ${f(go.mem[key][k])} | ${
+          f(sk.mem[key][k])
+        } | ${r(sk.mem[key][k], go.mem[key][k])} |`
+      )
+    ),
   ].join("\n");
   return { containerd: v.version, rows, markdown };
 }
