@@ -6,6 +6,11 @@
  * {@link runShim}. The base class owns bootstrap (`start`/`delete` for containerd 1.6 to
  * 2.3+), the Task API v2+v3, events, exit reaping, stdio, logging and the task-API endpoint.
  *
+ * This entry point is light on purpose: importing it loads neither protobuf-es's reflection nor
+ * Connect, so a shim's `start`, `delete`, `-v` and `-info` start fast; the server's modules are
+ * imported only when the server runs (docs/architecture.md, "What each process loads"). Helpers
+ * that need protobuf-es's reflection (`packAny`, `schemaCodec`) are in `@skiff/shim/proto`.
+ *
  * @example A runc shim
  * ```ts ignore
  * import { OciRuntimeCli, runShim, Shim, type RuntimeContext } from "@skiff/shim";
@@ -24,14 +29,16 @@
  */
 
 export { type RuntimeContext, Shim } from "./sdk/shim/shim.ts";
-export { runShim } from "./sdk/shim/run.ts";
+export { runShim } from "./sdk/shim/actions/run.ts";
 export {
   acceptedTypes,
   type EndpointFree,
+  type MessageCodec,
   type OptionsMessage,
   optionsMessage,
   type ResolvedOptions,
   resolveOptions,
+  RUNC_OPTIONS_CODEC,
   type RuntimeOptions,
 } from "./sdk/shim/options.ts";
 export type {
@@ -49,7 +56,6 @@ export {
   type TaskApiVersion,
 } from "./sdk/shim/endpoint.ts";
 export { type LogFields, Logger, type LogLevel } from "./sdk/shim/logger.ts";
-export { packAny } from "./sdk/shim/any.ts";
 export {
   isNotExist,
   mapKillError,

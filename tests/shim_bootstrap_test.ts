@@ -11,7 +11,7 @@ import {
 import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc/v1/oci_pb.ts";
 import { parseShimFlags } from "../sdk/shim/flags.ts";
 import { cleanPath, shimSocketAddress } from "../sdk/shim/socket_address.ts";
-import { formatStartAnswer, parseStartInput } from "../sdk/shim/start.ts";
+import { formatStartAnswer, parseStartInput } from "../sdk/shim/actions/start.ts";
 import { formatTaskApiEndpoint, parseTaskApiEndpoint } from "../sdk/shim/endpoint.ts";
 
 Deno.test("parseShimFlags() reads containerd's start and delete command lines", () => {

@@ -5,8 +5,8 @@ import { type Any, AnySchema } from "@bufbuild/protobuf/wkt";
 import { RuntimeInfoSchema } from "../proto/gen/containerd/types/introspection_pb.ts";
 import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc/v1/oci_pb.ts";
 import { OptionsSchema as CriOptionsSchema } from "../proto/gen/runtimeoptions/v1/api_pb.ts";
-import { runInfo } from "../sdk/shim/info.ts";
-import { optionsMessage } from "../sdk/shim/options.ts";
+import { runInfo } from "../sdk/shim/actions/info.ts";
+import { optionsMessage, RUNC_OPTIONS_CODEC } from "../sdk/shim/options.ts";
 import { Shim } from "../sdk/shim/shim.ts";
 import type { ContainerRuntime } from "../sdk/shim/runtime.ts";
 import {
@@ -28,7 +28,7 @@ class FakeShim extends Shim<Opts> {
   override readonly version = "9.8.7";
   readonly options = {
     defaults: (): Opts => ({ binary: "runc" }),
-    messages: [optionsMessage(RuncOptionsSchema, (m, base: Opts): Opts => ({
+    messages: [optionsMessage(RUNC_OPTIONS_CODEC, (m, base: Opts): Opts => ({
       binary: m.binaryName || base.binary,
     }))],
   };

@@ -8,6 +8,7 @@ import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc
 import { OptionsSchema as CriOptionsSchema } from "../proto/gen/runtimeoptions/v1/api_pb.ts";
 import { TaskOOMSchema } from "../proto/gen/containerd/events/task_pb.ts";
 import { optionsMessage, resolveOptions, type RuntimeOptions } from "../sdk/shim/options.ts";
+import { schemaCodec } from "../sdk/shim/schema_codec.ts";
 import { RuncShim } from "../examples/runc/main.ts";
 import { RunscShim } from "../examples/runsc/main.ts";
 
@@ -141,7 +142,10 @@ Deno.test("resolveOptions() decodes a runtime's own message type", () => {
   const hook: RuntimeOptions<O> = {
     defaults: () => ({ binary: "runc" }),
     messages: [
-      optionsMessage(RuncOptionsSchema, (m, b: O) => ({ binary: m.binaryName || b.binary })),
+      optionsMessage(
+        schemaCodec(RuncOptionsSchema),
+        (m, b: O) => ({ binary: m.binaryName || b.binary }),
+      ),
     ],
   };
   assert.equal(
@@ -190,7 +194,7 @@ Deno.test("regression: no runtime hook ever sees an endpoint field", () => {
   const seen: unknown[] = [];
   const hook: RuntimeOptions<{ n: number }> = {
     defaults: () => ({ n: 0 }),
-    messages: [optionsMessage(RuncOptionsSchema, (m, b: { n: number }) => {
+    messages: [optionsMessage(schemaCodec(RuncOptionsSchema), (m, b: { n: number }) => {
       seen.push(m);
       return b;
     })],

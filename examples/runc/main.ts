@@ -7,12 +7,12 @@ import {
   ociFeaturesAny,
   OciRuntimeCli,
   optionsMessage,
+  RUNC_OPTIONS_CODEC,
   runShim,
   type RuntimeContext,
   Shim,
 } from "../../mod.ts";
 import type { Any } from "@bufbuild/protobuf/wkt";
-import { RuncOptionsSchema } from "../../proto/mod.ts";
 
 /** The runc settings this shim honours. */
 export interface RuncOptions {
@@ -36,7 +36,7 @@ export class RuncShim extends Shim<RuncOptions> {
       noNewKeyring: false,
       criuPath: "",
     }),
-    messages: [optionsMessage(RuncOptionsSchema, (m, base: RuncOptions): RuncOptions => ({
+    messages: [optionsMessage(RUNC_OPTIONS_CODEC, (m, base: RuncOptions): RuncOptions => ({
       binaryName: m.binaryName || base.binaryName,
       root: m.root || base.root,
       systemdCgroup: m.systemdCgroup,

@@ -35,7 +35,9 @@
  * @module
  */
 
-import { Code, ConnectError } from "@connectrpc/connect";
+import type { ConnectError } from "@connectrpc/connect";
+// Light Connect-shaped errors: `delete` and `-info` build this runtime without loading Connect.
+import { Code, isStatusError, statusError } from "../shim/status_error.ts";
 import { type OciFeatures, parseOciFeatures } from "./oci_features.ts";
 
 /** How one stdio stream of a spawned runtime command is wired. */
@@ -466,9 +468,9 @@ const GONE_PATTERNS: readonly RegExp[] = [
  * ```
  */
 export function mapKillError(e: unknown): ConnectError {
-  if (e instanceof ConnectError) return e;
+  if (isStatusError(e)) return e;
   if (e instanceof Deno.errors.NotFound) {
-    return new ConnectError(`kill failed: process already finished: ${e.message}`, Code.NotFound);
+    return statusError(`kill failed: process already finished: ${e.message}`, Code.NotFound);
   }
   const text = e instanceof OciRuntimeError
     ? `${e.runtimeMessage}\n${e.message}`
@@ -477,19 +479,15 @@ export function mapKillError(e: unknown): ConnectError {
     : String(e);
   const message = e instanceof Error ? e.message : String(e);
   if (GONE_PATTERNS.some((p) => p.test(text))) {
-    return new ConnectError(
+    return statusError(
       `kill failed: process already finished: ${message}`,
       Code.NotFound,
-      undefined,
-      undefined,
       e,
     );
   }
-  return new ConnectError(
+  return statusError(
     `kill failed: ${message}`,
     Code.FailedPrecondition,
-    undefined,
-    undefined,
     e,
   );
 }
@@ -517,7 +515,7 @@ export function mapKillError(e: unknown): ConnectError {
  * ```
  */
 export function isNotExist(e: unknown): boolean {
-  if (e instanceof ConnectError) return e.code === Code.NotFound;
+  if (isStatusError(e)) return e.code === Code.NotFound;
   if (e instanceof OciRuntimeError) return runtimeSaysMissing(e.runtimeMessage, e.id);
   if (e instanceof Error) return /does not exist/i.test(e.message);
   return false;
@@ -802,11 +800,9 @@ export class OciRuntimeCli {
         throw e;
       }
       if (status === "stopped") {
-        throw new ConnectError(
+        throw statusError(
           `kill failed: process already finished: ${e.message}`,
           Code.NotFound,
-          undefined,
-          undefined,
           e,
         );
       }
@@ -1102,7 +1098,7 @@ export class OciRuntimeCli {
         cause === undefined ? undefined : { cause },
       );
       if ((opts.addressesContainer ?? true) && id !== undefined && isNotExist(err)) {
-        return new ConnectError(err.message, Code.NotFound, undefined, undefined, err);
+        return statusError(err.message, Code.NotFound, err);
       }
       return err;
     };

@@ -8,8 +8,7 @@
  * @module
  */
 
-import { create } from "@bufbuild/protobuf";
-import { type Any, AnySchema } from "@bufbuild/protobuf/wkt";
+import type { Any } from "@bufbuild/protobuf/wkt";
 
 /**
  * The type URL containerd registers for runtime-spec's `features.Features` (prefix
@@ -59,10 +58,12 @@ export interface OciFeatures {
  * ```
  */
 export function ociFeaturesAny(features: OciFeatures): Any {
-  return create(AnySchema, {
+  // A plain object of the generated shape: `-info` must not load protobuf-es's reflection.
+  return {
+    $typeName: "google.protobuf.Any",
     typeUrl: OCI_FEATURES_TYPE_URL,
     value: new TextEncoder().encode(JSON.stringify(features)),
-  });
+  };
 }
 
 /**

@@ -22,16 +22,14 @@
  * @module
  */
 
-import { type DescMessage, fromBinary, type MessageShape } from "@bufbuild/protobuf";
 import type { Any } from "@bufbuild/protobuf/wkt";
-import { Code, ConnectError } from "@connectrpc/connect";
 import { parse as parseToml } from "smol-toml";
-import {
-  type Options as RuncOptions,
-  OptionsSchema as RuncOptionsSchema,
-} from "../../proto/gen/containerd/runc/v1/oci_pb.ts";
-import { OptionsSchema as CriRuntimeOptionsSchema } from "../../proto/gen/runtimeoptions/v1/api_pb.ts";
+import type { Options as RuncOptions } from "../../proto/gen/containerd/runc/v1/oci_pb.ts";
+import { decodeCriRuntimeOptions, decodeRuncOptions } from "./actions/wire.ts";
 import { parseTaskApiEndpoint, type TaskApiEndpoint } from "./endpoint.ts";
+// Light errors and wire-level decoders: `-info` resolves options without Connect or
+// protobuf-es's reflection (docs/architecture.md, "What each process loads").
+import { Code, statusError } from "./status_error.ts";
 
 /** The bare type name of containerd's runc options. */
 export const RUNC_OPTIONS_TYPE = "containerd.runc.v1.Options";
@@ -53,10 +51,36 @@ export type EndpointKey =
 export type EndpointFree<T> = [Extract<keyof T, EndpointKey>] extends [never] ? T
   : { "RuntimeOptions cannot declare task-API endpoint fields": Extract<keyof T, EndpointKey> };
 
+/**
+ * How to decode one protobuf message type from its bytes. {@link RUNC_OPTIONS_CODEC} is a
+ * wire-level one; for a generated schema use `schemaCodec(schema)` from `@skiff/shim/proto`
+ * (it loads protobuf-es's reflection, so the short-lived actions then load it too).
+ */
+export interface MessageCodec<M> {
+  /** The message's full type name, matched against the `Any`'s bare type URL. */
+  readonly typeName: string;
+  /** Decodes the message; throws when the bytes are not one. */
+  decode(bytes: Uint8Array): M;
+}
+
+/**
+ * containerd's runc options (`containerd.runc.v1.Options`), decoded at the wire level.
+ *
+ * @example Usage
+ * ```ts
+ * import { RUNC_OPTIONS_CODEC } from "./options.ts";
+ * console.assert(RUNC_OPTIONS_CODEC.decode(new Uint8Array()).binaryName === "");
+ * ```
+ */
+export const RUNC_OPTIONS_CODEC: MessageCodec<RuncOptions> = {
+  typeName: "containerd.runc.v1.Options",
+  decode: decodeRuncOptions,
+};
+
 /** A protobuf message type a runtime accepts in its options, with its decoder. */
 export interface OptionsMessage<T> {
-  /** The message schema (its `typeName` is matched against the `Any`'s bare type URL). */
-  readonly schema: DescMessage;
+  /** The message's codec (its `typeName` is matched against the `Any`'s bare type URL). */
+  readonly codec: MessageCodec<unknown>;
   /** Turns a decoded message into the runtime's options, starting from `base`. */
   decode(message: unknown, base: T): T;
 }
@@ -65,17 +89,20 @@ export interface OptionsMessage<T> {
  * Declares a protobuf message type the runtime accepts, keeping the decoder typed.
  *
  * @example Usage
- * ```ts ignore
- * import { optionsMessage } from "@skiff/shim";
- * import { OptionsSchema } from "@skiff/shim/proto";
- * const runc = optionsMessage(OptionsSchema, (m, base) => ({ ...base, binary: m.binaryName }));
+ * ```ts
+ * import { optionsMessage, RUNC_OPTIONS_CODEC } from "./options.ts";
+ * const runc = optionsMessage(
+ *   RUNC_OPTIONS_CODEC,
+ *   (m, base: { binary: string }) => ({ binary: m.binaryName || base.binary }),
+ * );
+ * console.assert(runc.codec.typeName === "containerd.runc.v1.Options");
  * ```
  */
-export function optionsMessage<Desc extends DescMessage, T>(
-  schema: Desc,
-  decode: (message: MessageShape<Desc>, base: T) => T,
+export function optionsMessage<M, T>(
+  codec: MessageCodec<M>,
+  decode: (message: M, base: T) => T,
 ): OptionsMessage<T> {
-  return { schema, decode: (m, base) => decode(m as MessageShape<Desc>, base) };
+  return { codec, decode: (m, base) => decode(m as M, base) };
 }
 
 /**
@@ -152,10 +179,10 @@ export function resolveOptions<T extends object>(
   });
   if (!carrier || carrier.typeUrl === "") return keep();
   const type = bareTypeName(carrier.typeUrl);
-  const own = hook.messages?.find((m) => m.schema.typeName === type);
+  const own = hook.messages?.find((m) => m.codec.typeName === type);
 
   if (type === RUNC_OPTIONS_TYPE) {
-    const runc = decodeOrReject(RuncOptionsSchema, carrier, runtimeName);
+    const runc = decodeOrReject(RUNC_OPTIONS_CODEC, carrier, runtimeName);
     const endpoint = takeEndpoint(runc, runtimeName);
     if (isEndpointOnly(runc)) {
       if (!endpoint) return keep();
@@ -179,12 +206,12 @@ export function resolveOptions<T extends object>(
   }
 
   if (own) {
-    const msg = decodeOrReject(own.schema, carrier, runtimeName);
+    const msg = decodeOrReject(own.codec, carrier, runtimeName);
     return { options: own.decode(msg, base), fromCarrier: true, warnings: [] };
   }
 
   if (type === CRI_RUNTIME_OPTIONS_TYPE && hook.fromToml) {
-    const cri = decodeOrReject(CriRuntimeOptionsSchema, carrier, runtimeName);
+    const cri = decodeOrReject(CRI_RUNTIME_OPTIONS_CODEC, carrier, runtimeName);
     let text = new TextDecoder().decode(cri.configBody);
     let where = "config_body";
     if (text.trim() === "" && cri.configPath !== "") {
@@ -192,7 +219,7 @@ export function resolveOptions<T extends object>(
       try {
         text = Deno.readTextFileSync(cri.configPath);
       } catch (e) {
-        throw new ConnectError(
+        throw statusError(
           `runtime options ${where} for ${runtimeName}: ${(e as Error).message}`,
           Code.InvalidArgument,
         );
@@ -203,7 +230,7 @@ export function resolveOptions<T extends object>(
     try {
       table = parseToml(text) as Record<string, unknown>;
     } catch (e) {
-      throw new ConnectError(
+      throw statusError(
         `runtime options ${where} for ${runtimeName} is not valid TOML: ${(e as Error).message}`,
         Code.InvalidArgument,
       );
@@ -211,7 +238,7 @@ export function resolveOptions<T extends object>(
     return { options: hook.fromToml(table, base), fromCarrier: true, warnings: [] };
   }
 
-  throw new ConnectError(
+  throw statusError(
     `options type "${type}" is not accepted by ${runtimeName}; accepted: ${
       acceptedTypes(hook).join(", ") || "none"
     }`,
@@ -221,21 +248,22 @@ export function resolveOptions<T extends object>(
 
 /** The bare type names a hook accepts. */
 export function acceptedTypes<T extends object>(hook: RuntimeOptions<T>): string[] {
-  const names = (hook.messages ?? []).map((m) => m.schema.typeName);
+  const names = (hook.messages ?? []).map((m) => m.codec.typeName);
   if (hook.fromToml) names.push(CRI_RUNTIME_OPTIONS_TYPE);
   return names;
 }
 
-function decodeOrReject<Desc extends DescMessage>(
-  schema: Desc,
-  carrier: Any,
-  runtimeName: string,
-): MessageShape<Desc> {
+const CRI_RUNTIME_OPTIONS_CODEC = {
+  typeName: CRI_RUNTIME_OPTIONS_TYPE,
+  decode: decodeCriRuntimeOptions,
+};
+
+function decodeOrReject<M>(codec: MessageCodec<M>, carrier: Any, runtimeName: string): M {
   try {
-    return fromBinary(schema, carrier.value);
+    return codec.decode(carrier.value);
   } catch (e) {
-    throw new ConnectError(
-      `options of type "${schema.typeName}" for ${runtimeName} do not decode: ${
+    throw statusError(
+      `options of type "${codec.typeName}" for ${runtimeName} do not decode: ${
         (e as Error).message
       }`,
       Code.InvalidArgument,
@@ -256,7 +284,7 @@ function takeEndpoint(runc: RuncOptions, runtimeName: string): TaskApiEndpoint |
   try {
     return parseTaskApiEndpoint(address, version);
   } catch (e) {
-    throw new ConnectError(
+    throw statusError(
       `task API endpoint in runc options for ${runtimeName}: ${(e as Error).message}`,
       Code.InvalidArgument,
     );

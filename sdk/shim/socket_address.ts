@@ -7,7 +7,7 @@
  * @module
  */
 
-import { createHash } from "node:crypto";
+import { sha256Hex } from "./sha256.ts";
 
 /** containerd's default shim socket directory for root. */
 export const DEFAULT_SOCKET_DIR = "/run/containerd/s";
@@ -63,7 +63,7 @@ export function shimSocketAddress(
   socketDir: string = DEFAULT_SOCKET_DIR,
 ): string {
   const key = cleanPath([containerdAddress, namespace, group].filter((s) => s !== "").join("/"));
-  const digest = createHash("sha256").update(key).digest("hex");
+  const digest = sha256Hex(key);
   const path = `${cleanPath(socketDir)}/${digest}`;
   if (path.length > SOCKET_PATH_LIMIT) {
     throw new RangeError(

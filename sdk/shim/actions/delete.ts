@@ -7,14 +7,12 @@
  * @module
  */
 
-import { create, toBinary } from "@bufbuild/protobuf";
-import { timestampNow } from "@bufbuild/protobuf/wkt";
-import { DeleteResponseSchema } from "../../proto/gen/containerd/task/v2/shim_pb.ts";
-import type { ShimFlags } from "./flags.ts";
-import type { Shim } from "./shim.ts";
-import { Logger } from "./logger.ts";
+import { encodeDeleteResponse } from "./wire.ts";
+import type { ShimFlags } from "../flags.ts";
+import type { Shim } from "../shim.ts";
+import { Logger } from "../logger.ts";
 import { groupKey, socketAlive } from "./start.ts";
-import { shimSocketAddress, socketPath } from "./socket_address.ts";
+import { shimSocketAddress, socketPath } from "../socket_address.ts";
 
 /** Exit status containerd reports for a task cleaned up after its shim died (128+SIGKILL). */
 export const DEAD_SHIM_EXIT_STATUS = 137;
@@ -38,7 +36,7 @@ export async function runDelete<T extends object>(
   try {
     options = JSON.parse(await Deno.readTextFile(`${bundle}/options.json`)) as T;
   } catch { /* never created: defaults rebuild the runtime command */ }
-  const { Reaper } = await import("../linux/reaper.ts");
+  const { Reaper } = await import("../../linux/reaper.ts");
   const reaper = Reaper.start({ subreaper: false });
   try {
     const runtime = shim.runtime({
@@ -55,7 +53,7 @@ export async function runDelete<T extends object>(
   } finally {
     reaper.close();
   }
-  const { unmountAll } = await import("../linux/mount.ts");
+  const { unmountAll } = await import("../../linux/mount.ts");
   await unmountAll(`${bundle}/rootfs`).catch((e: unknown) =>
     logger.warn("unmount rootfs failed", { error: (e as Error).message })
   );
@@ -77,12 +75,5 @@ export async function runDelete<T extends object>(
   try {
     pid = Number((await Deno.readTextFile(`${bundle}/init.pid`)).trim()) || 0;
   } catch { /* never created */ }
-  return toBinary(
-    DeleteResponseSchema,
-    create(DeleteResponseSchema, {
-      pid,
-      exitStatus: DEAD_SHIM_EXIT_STATUS,
-      exitedAt: timestampNow(),
-    }),
-  );
+  return encodeDeleteResponse({ pid, exitStatus: DEAD_SHIM_EXIT_STATUS, exitedAt: new Date() });
 }

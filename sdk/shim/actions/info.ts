@@ -7,11 +7,10 @@
  * @module
  */
 
-import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import { type Any, AnySchema } from "@bufbuild/protobuf/wkt";
-import { RuntimeInfoSchema } from "../../proto/gen/containerd/types/introspection_pb.ts";
-import { resolveOptions } from "./options.ts";
-import type { Shim } from "./shim.ts";
+import type { Any } from "@bufbuild/protobuf/wkt";
+import { decodeAny, encodeRuntimeInfo } from "./wire.ts";
+import { resolveOptions } from "../options.ts";
+import type { Shim } from "../shim.ts";
 
 /**
  * Builds `-info`'s answer: the shim's name and version, the options it was given (echoed, as
@@ -35,7 +34,7 @@ export async function runInfo<T extends object>(
   let given: Any | undefined;
   if (stdin.length > 0) {
     try {
-      given = fromBinary(AnySchema, stdin);
+      given = decodeAny(stdin);
     } catch (e) {
       throw new Error(`runtime options on stdin are not a protobuf Any: ${(e as Error).message}`);
     }
@@ -48,11 +47,10 @@ export async function runInfo<T extends object>(
     // One line: a runtime without `features` may print its whole usage text.
     warn(`${shim.runtimeName} -info: no features: ${(e as Error).message.split("\n")[0]}`);
   }
-  const info = create(RuntimeInfoSchema, {
+  return encodeRuntimeInfo({
     name: shim.runtimeName,
-    version: { version: shim.version, revision: "" },
+    version: shim.version,
     ...(given && given.typeUrl !== "" ? { options: given } : {}),
     ...(features ? { features } : {}),
   });
-  return toBinary(RuntimeInfoSchema, info);
 }

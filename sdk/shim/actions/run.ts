@@ -6,8 +6,8 @@
  * @module
  */
 
-import { parseShimFlags, type ShimFlags } from "./flags.ts";
-import type { Shim } from "./shim.ts";
+import { parseShimFlags, type ShimFlags } from "../flags.ts";
+import type { Shim } from "../shim.ts";
 
 async function writeAll(w: { write(p: Uint8Array): Promise<number> }, data: Uint8Array) {
   for (let off = 0; off < data.length;) off += await w.write(data.subarray(off));
@@ -65,7 +65,7 @@ export async function runShim<T extends object>(
       await writeAll(Deno.stdout, await runDelete(shim, flags));
       Deno.exit(0);
     }
-    const { serveShim } = await import("./serve.ts");
+    const { serveShim } = await import("../serve.ts");
     await serveShim(shim, flags);
     Deno.exit(0);
   } catch (e) {

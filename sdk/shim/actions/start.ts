@@ -7,19 +7,19 @@
  * @module
  */
 
-import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import { type Any, AnySchema } from "@bufbuild/protobuf/wkt";
+import type { Any } from "@bufbuild/protobuf/wkt";
+import type { BootstrapParams } from "../../../proto/gen/containerd/runtime/bootstrap/v1/bootstrap_pb.ts";
 import {
-  type BootstrapParams,
-  BootstrapParamsSchema,
-  BootstrapResultSchema,
-} from "../../proto/gen/containerd/runtime/bootstrap/v1/bootstrap_pb.ts";
-import { OptionsSchema as RuncOptionsSchema } from "../../proto/gen/containerd/runc/v1/oci_pb.ts";
-import type { ShimFlags } from "./flags.ts";
-import { endpointJson, type TaskApiEndpoint } from "./endpoint.ts";
-import { bareTypeName, resolveOptions, RUNC_OPTIONS_TYPE } from "./options.ts";
-import type { Shim } from "./shim.ts";
-import { DEFAULT_SOCKET_DIR, shimSocketAddress, socketPath } from "./socket_address.ts";
+  decodeAny,
+  decodeBootstrapParams,
+  decodeRuncOptions,
+  encodeBootstrapResult,
+} from "./wire.ts";
+import type { ShimFlags } from "../flags.ts";
+import { endpointJson, type TaskApiEndpoint } from "../endpoint.ts";
+import { bareTypeName, resolveOptions, RUNC_OPTIONS_TYPE } from "../options.ts";
+import type { Shim } from "../shim.ts";
+import { DEFAULT_SOCKET_DIR, shimSocketAddress, socketPath } from "../socket_address.ts";
 
 /** Annotations that group containers into one shim (a pod, or an explicit group). */
 export const GROUP_ANNOTATIONS: readonly string[] = [
@@ -51,7 +51,7 @@ export interface StartInput {
 export function parseStartInput(stdin: Uint8Array, id: string, namespace: string): StartInput {
   if (stdin.length === 0) return { dialect: "legacy", carriers: [] };
   try {
-    const params = fromBinary(BootstrapParamsSchema, stdin);
+    const params = decodeBootstrapParams(stdin);
     if (params.instanceId === id && params.namespace === namespace) {
       return {
         dialect: "bootstrap",
@@ -61,7 +61,7 @@ export function parseStartInput(stdin: Uint8Array, id: string, namespace: string
     }
   } catch { /* not bootstrap params */ }
   try {
-    return { dialect: "legacy", carriers: [fromBinary(AnySchema, stdin)] };
+    return { dialect: "legacy", carriers: [decodeAny(stdin)] };
   } catch {
     // containerd 2.x ignores undecodable start options too; Create carries them again.
     return { dialect: "legacy", carriers: [] };
@@ -88,14 +88,7 @@ export function formatStartAnswer(
   daemon: [number, number] | undefined,
 ): string | Uint8Array {
   if (dialect === "bootstrap") {
-    return toBinary(
-      BootstrapResultSchema,
-      create(BootstrapResultSchema, {
-        version: ep.version,
-        address: ep.address,
-        protocol: ep.protocol,
-      }),
-    );
+    return encodeBootstrapResult(ep);
   }
   if (daemon && daemon[0] >= 2) return endpointJson(ep);
   if (ep.protocol === "ttrpc") return ep.address;
@@ -118,7 +111,7 @@ export function shimCgroupOf(carriers: readonly Any[]): string | undefined {
   for (const carrier of carriers) {
     if (bareTypeName(carrier.typeUrl) !== RUNC_OPTIONS_TYPE) continue;
     try {
-      cgroup = fromBinary(RuncOptionsSchema, carrier.value).shimCgroup || cgroup;
+      cgroup = decodeRuncOptions(carrier.value).shimCgroup || cgroup;
     } catch { /* undecodable options: Create reports them */ }
   }
   return cgroup;
@@ -244,7 +237,7 @@ async function spawnServer(
   child.unref();
   if (shimCgroup) {
     // Loaded only when asked for: most starts never touch cgroups.
-    const { joinCgroup } = await import("../linux/cgroup_join.ts");
+    const { joinCgroup } = await import("../../linux/cgroup_join.ts");
     try {
       await joinCgroup(child.pid, shimCgroup);
     } catch (e) {

@@ -1,0 +1,112 @@
+/**
+ * Connect-compatible errors without loading Connect. `@connectrpc/connect` (and through it
+ * protobuf-es's reflection) costs a short-lived action about 50 ms of start-up, yet the runtime
+ * and options code that the actions share with the server must throw errors the ttrpc server
+ * answers with a status code. Connect's `ConnectError` recognises, by shape, errors from another
+ * copy of itself (`instanceof` checks name, code, metadata, details, rawMessage and cause); the
+ * errors made here have that shape, so the server, `ConnectError.from` and `instanceof
+ * ConnectError` treat them as Connect's own.
+ *
+ * @module
+ */
+
+import type { Code as ConnectCode, ConnectError } from "@connectrpc/connect";
+
+/**
+ * gRPC status codes, the same numbers as Connect's `Code` enum.
+ *
+ * @example Usage
+ * ```ts
+ * import { Code } from "./status_error.ts";
+ * console.assert(Code.NotFound === 5);
+ * ```
+ */
+export const Code = {
+  Canceled: 1,
+  Unknown: 2,
+  InvalidArgument: 3,
+  DeadlineExceeded: 4,
+  NotFound: 5,
+  AlreadyExists: 6,
+  PermissionDenied: 7,
+  ResourceExhausted: 8,
+  FailedPrecondition: 9,
+  Aborted: 10,
+  OutOfRange: 11,
+  Unimplemented: 12,
+  Internal: 13,
+  Unavailable: 14,
+  DataLoss: 15,
+  Unauthenticated: 16,
+} as const satisfies Record<string, ConnectCode>;
+
+const NAMES = [
+  "",
+  "canceled",
+  "unknown",
+  "invalid_argument",
+  "deadline_exceeded",
+  "not_found",
+  "already_exists",
+  "permission_denied",
+  "resource_exhausted",
+  "failed_precondition",
+  "aborted",
+  "out_of_range",
+  "unimplemented",
+  "internal",
+  "unavailable",
+  "data_loss",
+  "unauthenticated",
+];
+
+class LightConnectError extends Error {
+  override name = "ConnectError";
+  readonly rawMessage: string;
+  readonly code: number;
+  readonly metadata: Headers = new Headers();
+  readonly details: unknown[] = [];
+  override readonly cause: unknown;
+  constructor(message: string, code: number, cause?: unknown) {
+    super(`[${NAMES[code] ?? code}] ${message}`);
+    this.rawMessage = message;
+    this.code = code;
+    this.cause = cause;
+  }
+}
+
+/**
+ * An error with a gRPC status code that Connect and skiff's ttrpc server take for a
+ * `ConnectError` (only `findDetails` is missing: these errors carry no details).
+ *
+ * @param message what failed, with which value
+ * @param code the status code
+ * @param cause the underlying error, if any
+ * @example Usage
+ * ```ts
+ * import { Code, statusError } from "./status_error.ts";
+ * const e = statusError(`container "c1" not found`, Code.NotFound);
+ * console.assert(e.code === Code.NotFound && e.rawMessage === `container "c1" not found`);
+ * ```
+ */
+export function statusError(message: string, code: ConnectCode, cause?: unknown): ConnectError {
+  return new LightConnectError(message, code, cause) as unknown as ConnectError;
+}
+
+/**
+ * True for a `ConnectError`, Connect's own or one made by {@link statusError} (the same shape
+ * test as Connect's `instanceof`).
+ *
+ * @example Usage
+ * ```ts
+ * import { Code, isStatusError, statusError } from "./status_error.ts";
+ * console.assert(isStatusError(statusError("x", Code.Internal)));
+ * console.assert(!isStatusError(new Error("x")));
+ * ```
+ */
+export function isStatusError(e: unknown): e is ConnectError {
+  if (!(e instanceof Error) || e.name !== "ConnectError") return false;
+  const v = e as unknown as Record<string, unknown>;
+  return typeof v.code === "number" && "metadata" in v && Array.isArray(v.details) &&
+    typeof v.rawMessage === "string" && "cause" in v;
+}

@@ -1,0 +1,128 @@
+// The short-lived actions (`start`, `delete`, `-v`, `-info`) load only what they need: the
+// module graph each one evaluates, from the example shims' entry files, is held to an explicit
+// allow-list. It fails when a change makes an action load protobuf-es's reflection, Connect, a
+// generated descriptor, Node compatibility (`node:*`) or any module not listed here; adding a
+// module to an action is then a decision made here, with its cost measured (bench/startup_bench.ts).
+import assert from "node:assert/strict";
+
+const ROOT = new URL("..", import.meta.url);
+
+/** Every module an action may evaluate, relative to the checkout (npm packages by name). */
+const SHARED = [
+  "mod.ts",
+  "sdk/shim/actions/run.ts",
+  "sdk/shim/actions/wire.ts",
+  "sdk/shim/flags.ts",
+  "sdk/shim/shim.ts",
+  "sdk/shim/options.ts",
+  "sdk/shim/endpoint.ts",
+  "sdk/shim/logger.ts",
+  "sdk/shim/status_error.ts",
+  "sdk/runtime/oci_cli.ts",
+  "sdk/runtime/oci_features.ts",
+  "npm:@bufbuild/protobuf/wire",
+  "npm:smol-toml",
+];
+const ALLOWED: Record<string, string[]> = {
+  "-v": [],
+  "-info": ["sdk/shim/actions/info.ts"],
+  start: [
+    "sdk/shim/actions/start.ts",
+    "sdk/shim/socket_address.ts",
+    "sdk/shim/sha256.ts",
+    // Only with runc options naming shim_cgroup.
+    "sdk/linux/cgroup_join.ts",
+    "sdk/linux/cgroup_paths.ts",
+  ],
+  delete: [
+    "sdk/shim/actions/delete.ts",
+    "sdk/shim/actions/start.ts",
+    "sdk/shim/socket_address.ts",
+    "sdk/shim/sha256.ts",
+    "sdk/linux/reaper.ts",
+    "sdk/linux/libc.ts",
+    "sdk/linux/proc_stat.ts",
+    "sdk/linux/mount.ts",
+  ],
+};
+/** What each action imports dynamically when it runs (run.ts's `await import`s). */
+const ACTION_MODULE: Record<string, string | undefined> = {
+  "-v": undefined,
+  "-info": "sdk/shim/actions/info.ts",
+  start: "sdk/shim/actions/start.ts",
+  delete: "sdk/shim/actions/delete.ts",
+};
+
+interface InfoModule {
+  specifier: string;
+  dependencies?: { code?: { specifier: string }; isDynamic?: boolean }[];
+}
+
+async function graph(entry: string): Promise<Map<string, InfoModule>> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["info", "--json", entry],
+    cwd: ROOT.pathname,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+  const info = JSON.parse(new TextDecoder().decode(out.stdout)) as { modules: InfoModule[] };
+  return new Map(info.modules.map((m) => [m.specifier, m]));
+}
+
+/** Names a module as the allow-list does: checkout-relative, or an npm package without version. */
+function name(specifier: string): string {
+  if (specifier.startsWith(ROOT.href)) return specifier.slice(ROOT.href.length);
+  return specifier.replace(/^(npm:(?:@[^/]+\/)?[^@/]+)@[^/]+/, "$1");
+}
+
+/**
+ * Modules evaluated from `roots`: static value imports, transitively (type-only imports are
+ * erased); `await import()` is followed only from `action`, the module that runs the action
+ * (its own lazy imports may run; another module's, e.g. start's from delete, do not).
+ */
+function evaluated(
+  modules: Map<string, InfoModule>,
+  roots: string[],
+  action?: string,
+): Set<string> {
+  const seen = new Set<string>();
+  const todo = [...roots];
+  while (todo.length > 0) {
+    const spec = todo.pop()!;
+    if (seen.has(spec)) continue;
+    seen.add(spec);
+    for (const dep of modules.get(spec)?.dependencies ?? []) {
+      const target = dep.code?.specifier;
+      if (!target) continue;
+      if (dep.isDynamic && name(spec) !== action) continue;
+      todo.push(target);
+    }
+  }
+  return new Set([...seen].map(name));
+}
+
+for (const example of ["examples/runc/main.ts", "examples/runsc/main.ts"]) {
+  Deno.test(`${example}: start, delete, -v and -info load only their allow-listed modules`, async () => {
+    const modules = await graph(example);
+    for (const [action, extra] of Object.entries(ALLOWED)) {
+      const roots = [new URL(example, ROOT).href];
+      const mod = ACTION_MODULE[action];
+      if (mod) roots.push(new URL(mod, ROOT).href);
+      const loaded = evaluated(modules, roots, mod);
+      const allowed = new Set([example, ...SHARED, ...extra]);
+      const extraneous = [...loaded].filter((m) => !allowed.has(m));
+      assert.deepEqual(extraneous, [], `${action} of ${example} loads modules not allowed`);
+      for (const m of loaded) {
+        assert.doesNotMatch(m, /^npm:@connectrpc|^npm:@bufbuild\/protobuf$|^proto\/|^node:/);
+      }
+    }
+  });
+}
+
+Deno.test("the allow-list check catches a heavy import (it is not vacuous)", async () => {
+  const modules = await graph("sdk/shim/serve.ts");
+  const loaded = evaluated(modules, [new URL("sdk/shim/serve.ts", ROOT).href]);
+  assert.ok(loaded.has("npm:@connectrpc/connect"), [...loaded].join("\n"));
+  assert.ok([...loaded].some((m) => m.startsWith("proto/gen/")));
+});
