@@ -17,7 +17,8 @@
 import { parseArgs } from "node:util";
 import { containerdVersions, startContainerd } from "../sdk/testing/containerd.ts";
 import { ctrRun } from "../sdk/testing/ctr.ts";
-import { installShims } from "../sdk/testing/install.ts";
+import { installShims, type InstallShimsOptions } from "../sdk/testing/install.ts";
+import { benchInstallOptions } from "./install_options.ts";
 import { shimSocketAddress, socketPath } from "../sdk/shim/socket_address.ts";
 
 /** Results for one shim. */
@@ -96,14 +97,14 @@ async function settle(): Promise<void> {
 
 /** Runs the benchmark and returns its numbers. */
 export async function runShimBench(
-  opts: { containerd?: string; runs?: number } = {},
+  opts: { containerd?: string; runs?: number; install?: Omit<InstallShimsOptions, "prefix"> } = {},
 ): Promise<ShimBenchResult> {
   const want = opts.containerd ?? "2.1";
   const runs = opts.runs ?? 10;
   const v = containerdVersions().find((x) => x.version.startsWith(want));
   if (!v) throw new Error(`containerd ${want} not found; run tests/setup/prepare.sh`);
   const prefix = await Deno.makeTempDir({ prefix: "skiff-bench-" });
-  const [runcLauncher] = await installShims({ prefix });
+  const [runcLauncher] = await installShims({ ...opts.install, prefix });
   const c = await startContainerd({
     binDir: v.binDir,
     extraPath: [runcLauncher.slice(0, runcLauncher.lastIndexOf("/"))],
@@ -219,11 +220,17 @@ export async function runShimBench(
 if (import.meta.main) {
   const { values } = parseArgs({
     args: Deno.args,
-    options: { containerd: { type: "string" }, runs: { type: "string" } },
+    options: {
+      containerd: { type: "string" },
+      runs: { type: "string" },
+      mode: { type: "string" },
+      "v8-flags": { type: "string" },
+    },
   });
   const res = await runShimBench({
     ...(values.containerd ? { containerd: values.containerd } : {}),
     ...(values.runs ? { runs: Number(values.runs) } : {}),
+    install: benchInstallOptions(Deno.args),
   });
   console.log(res.markdown);
 }

@@ -11,7 +11,8 @@
  */
 import { ShimHarness } from "../sdk/testing/harness.ts";
 import { createBusyboxBundle } from "../sdk/testing/bundle.ts";
-import { installShims } from "../sdk/testing/install.ts";
+import { installShims, type InstallShimsOptions } from "../sdk/testing/install.ts";
+import { benchInstallOptions } from "./install_options.ts";
 
 /** Timings in milliseconds (median of the runs). */
 export interface StartupBenchResult {
@@ -81,10 +82,12 @@ async function timeEmptyDeno(): Promise<number> {
 }
 
 /** Runs the start-up benchmark. */
-export async function runStartupBench(): Promise<StartupBenchResult> {
+export async function runStartupBench(
+  install: Omit<InstallShimsOptions, "prefix"> = {},
+): Promise<StartupBenchResult> {
   const prefix = await Deno.makeTempDir({ prefix: "skiff-startup-" });
   try {
-    const [skiff] = await installShims({ prefix });
+    const [skiff] = await installShims({ ...install, prefix });
     const go = "containerd-shim-runc-v2";
     const empty = await timeEmptyDeno();
     const v = [await timeCommand(go, ["-v"]), await timeCommand(skiff, ["-v"])];
@@ -115,4 +118,4 @@ export async function runStartupBench(): Promise<StartupBenchResult> {
   }
 }
 
-if (import.meta.main) console.log((await runStartupBench()).markdown);
+if (import.meta.main) console.log((await runStartupBench(benchInstallOptions(Deno.args))).markdown);

@@ -10,10 +10,10 @@ import { parseInstallArgs } from "../sdk/testing/install_cli.ts";
 
 const dec = new TextDecoder();
 
-Deno.test("installShims() writes executable launchers for both example shims", async () => {
+Deno.test("installShims() in source mode writes launchers that run the checkout", async () => {
   const prefix = await Deno.makeTempDir({ prefix: "skiff-install-" });
   try {
-    const paths = await installShims({ prefix });
+    const paths = await installShims({ prefix, mode: "source" });
     const root = checkoutRoot();
     assert.deepEqual(paths, [
       `${await Deno.realPath(prefix)}/bin/containerd-shim-skiff-runc-v2`,
@@ -35,7 +35,7 @@ Deno.test("installShims() writes executable launchers for both example shims", a
       assert.ok(text.includes(`DENO_DIR='${await currentDenoDir()}'\n`), text);
     }
     // Installing again replaces the launchers in place.
-    assert.deepEqual(await installShims({ prefix }), paths);
+    assert.deepEqual(await installShims({ prefix, mode: "source" }), paths);
     assert.deepEqual([...Deno.readDirSync(`${prefix}/bin`)].map((e) => e.name).sort(), [
       "containerd-shim-skiff-runc-v2",
       "containerd-shim-skiff-runsc-v2",
@@ -65,6 +65,7 @@ Deno.test("a launcher runs its entry from any cwd with args, pinned DENO_DIR and
     const [launcher] = await installShims({
       prefix,
       root,
+      mode: "source",
       shims: { "containerd-shim-probe-v1": "probe.ts" },
     });
     const out = await new Deno.Command(launcher!, {
@@ -85,6 +86,63 @@ Deno.test("a launcher runs its entry from any cwd with args, pinned DENO_DIR and
       cwd: await Deno.realPath(elsewhere),
     });
   } finally {
+    for (const d of [prefix, root, elsewhere]) await Deno.remove(d, { recursive: true });
+  }
+});
+
+Deno.test("a bundled launcher needs neither the checkout nor deno's cache, and keeps its code until reinstalled", async () => {
+  const prefix = await Deno.makeTempDir({ prefix: "skiff-install-" });
+  const root = await Deno.makeTempDir({ prefix: "skiff-install-root-" });
+  const elsewhere = await Deno.makeTempDir({ prefix: "skiff-install-cwd-" });
+  try {
+    // An npm import through the import map and a dynamic import: both must be in the bundle.
+    await Deno.writeTextFile(
+      `${root}/deno.json`,
+      JSON.stringify({ imports: { "#wire": "npm:@bufbuild/protobuf@2.17.0/wire" } }),
+    );
+    const probe = (greeting: string) =>
+      `import { BinaryWriter } from "#wire";\n` +
+      `const { lazy } = await import("./lazy.ts");\n` +
+      `console.log(JSON.stringify({ greeting: ${JSON.stringify(greeting)}, lazy, ` +
+      `bytes: new BinaryWriter().uint32(300).finish().length, args: Deno.args, ` +
+      `launcher: Deno.env.get("SKIFF_SHIM_LAUNCHER") }));\n`;
+    await Deno.writeTextFile(`${root}/probe.ts`, probe("v1"));
+    await Deno.writeTextFile(`${root}/lazy.ts`, `export const lazy = "loaded";\n`);
+    const install = () =>
+      installShims({ prefix, root, shims: { "containerd-shim-probe-v1": "probe.ts" } });
+    const [launcher] = await install();
+    const text = await Deno.readTextFile(launcher!);
+    assert.match(text, /--no-config --no-lock --cached-only '--v8-flags=[^']*' '[^']+\/probe\.js'/);
+    assert.ok(!text.includes(root), text);
+    const run = async () => {
+      const out = await new Deno.Command(launcher!, {
+        args: ["-id", "x'y", "start"],
+        cwd: elsewhere,
+        // An empty DENO_DIR elsewhere would not matter either: the launcher pins its own.
+        env: { PATH: "/usr/bin:/bin", DENO_DIR: "/nonexistent" },
+        clearEnv: true,
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+      assert.equal(out.code, 0, dec.decode(out.stderr));
+      return JSON.parse(dec.decode(out.stdout));
+    };
+    // The source changes and the project is moved away: the installed shim does not change.
+    await Deno.writeTextFile(`${root}/probe.ts`, probe("v2"));
+    await Deno.rename(root, `${root}.moved`);
+    assert.deepEqual(await run(), {
+      greeting: "v1",
+      lazy: "loaded",
+      bytes: 2,
+      args: ["-id", "x'y", "start"],
+      launcher: launcher,
+    });
+    // Installed again, it runs the new source.
+    await Deno.rename(`${root}.moved`, root);
+    await install();
+    assert.equal((await run()).greeting, "v2");
+  } finally {
+    await Deno.remove(`${root}.moved`, { recursive: true }).catch(() => {});
     for (const d of [prefix, root, elsewhere]) await Deno.remove(d, { recursive: true });
   }
 });
@@ -122,7 +180,11 @@ Deno.test("deno task install --prefix installs through the CLI", async () => {
     const text = dec.decode(out.stdout);
     assert.match(text, /installed .*\/bin\/containerd-shim-skiff-runc-v2/);
     assert.match(text, /installed .*\/bin\/containerd-shim-skiff-runsc-v2/);
-    assert.ok((await Deno.stat(`${prefix}/bin/containerd-shim-skiff-runc-v2`)).isFile);
+    const v = await new Deno.Command(`${prefix}/bin/containerd-shim-skiff-runc-v2`, {
+      args: ["-v"],
+      stdout: "piped",
+    }).output();
+    assert.match(dec.decode(v.stdout), /^io\.containerd\.skiff-runc\.v2 \(skiff\)\n/);
   } finally {
     await Deno.remove(prefix, { recursive: true });
   }

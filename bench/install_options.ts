@@ -1,0 +1,35 @@
+/**
+ * The `--mode bundle|source` and `--v8-flags a,b` arguments the benchmarks take, as
+ * `installShims` options: how the measured skiff shim is installed (bench/main.ts compares them).
+ *
+ * @module
+ */
+import { parseArgs } from "node:util";
+import type { InstallMode, InstallShimsOptions } from "../sdk/testing/install.ts";
+
+/**
+ * Parses `--mode` and `--v8-flags` (`--v8-flags=` for none); other arguments are ignored.
+ *
+ * @example Usage
+ * ```ts
+ * import { benchInstallOptions } from "./install_options.ts";
+ * console.assert(benchInstallOptions(["--mode", "source"]).mode === "source");
+ * ```
+ */
+export function benchInstallOptions(args: string[]): Omit<InstallShimsOptions, "prefix"> {
+  const { values } = parseArgs({
+    args,
+    strict: false,
+    options: { mode: { type: "string" }, "v8-flags": { type: "string" } },
+  });
+  const out: Omit<InstallShimsOptions, "prefix"> = {};
+  if (typeof values.mode === "string") {
+    if (values.mode !== "bundle" && values.mode !== "source") {
+      throw new TypeError(`--mode "${values.mode}": expected bundle or source`);
+    }
+    out.mode = values.mode as InstallMode;
+  }
+  const flags = values["v8-flags"];
+  if (typeof flags === "string") out.v8Flags = flags.split(",").filter((f) => f !== "");
+  return out;
+}
