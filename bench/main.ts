@@ -3,8 +3,10 @@
  * run, printed as markdown (the tables docs/performance.md records).
  *
  * - ttrpc unary round trips (bench/ttrpc_bench.ts)
- * - `ctr run --rm` wall time and shim RSS under a private containerd (bench/shim_bench.ts)
- * - `start`/`delete` action start-up (bench/startup_bench.ts)
+ * - `-v`/`-info`/`start`/`delete` start-up next to an empty `deno run`, with the bundled launchers
+ *   `deno task install` writes and with source launchers (bench/startup_bench.ts)
+ * - `ctr run --rm` p50/p90 and shim PSS/USS/RSS (10 one-container shims, one shim holding 10
+ *   grouped containers) under private containerd 2.1 and 1.6 (bench/shim_bench.ts)
  * - the cost of the operations endpoint, off vs on (bench/ops_bench.ts, when present)
  *
  * Benchmarks are measurements, never assertions: nothing here fails on a slow number.
@@ -17,7 +19,11 @@ import { runStartupBench } from "./startup_bench.ts";
 
 const sections: [string, () => Promise<string>][] = [
   ["ttrpc round trips", async () => (await runTtrpcBench()).markdown],
-  ["start/delete start-up", async () => (await runStartupBench()).markdown],
+  ["start-up, bundled launchers", async () => (await runStartupBench()).markdown],
+  [
+    "start-up, source launchers (SKIFF_INSTALL_MODE=source)",
+    async () => (await runStartupBench({ mode: "source" })).markdown,
+  ],
   [
     "ctr run and shim memory (containerd 2.1)",
     async () => (await runShimBench({ containerd: "2.1" })).markdown,
