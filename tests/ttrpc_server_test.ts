@@ -457,3 +457,40 @@ Deno.test("TtrpcServer answers a response too large for one frame with ResourceE
   });
   assert.equal((await task.pids({ id: "small" })).processes[0].pid, 1);
 });
+
+Deno.test("registerLazy() loads a service on its first request, once; a failed load answers Internal and is retried", async () => {
+  const sock = await tempSocket();
+  const server = new TtrpcServer();
+  let loads = 0;
+  server.registerLazy(() => {
+    loads++;
+    if (loads === 1) return Promise.reject(new Error("not yet"));
+    return Promise.resolve(createServiceImplSpec<typeof Task>(Task, {
+      state: (req) => ({ id: req.id, pid: 7 }),
+    }));
+  }, "containerd.task.v2.Task");
+  assert.deepEqual(server.serviceNames, ["containerd.task.v2.Task"]);
+  assert.equal(loads, 0);
+  await server.listen(sock.path);
+  const transport = createTtrpcTransport({ path: sock.path });
+  try {
+    const task = createClient(Task, transport);
+    await assert.rejects(
+      task.state({ id: "a" }),
+      (e: unknown) =>
+        e instanceof ConnectError && e.code === Code.Internal && /not yet/.test(e.message),
+    );
+    const [a, b] = await Promise.all([task.state({ id: "a" }), task.state({ id: "b" })]);
+    assert.deepEqual([a.id, a.pid, b.id], ["a", 7, "b"]);
+    assert.equal((await task.state({ id: "c" })).id, "c");
+    assert.equal(loads, 2);
+    assert.throws(
+      () => server.registerLazy(() => Promise.reject(new Error("x")), "containerd.task.v2.Task"),
+      (e: unknown) => e instanceof ConnectError && e.code === Code.AlreadyExists,
+    );
+  } finally {
+    await transport.close?.();
+    await server.close();
+    await sock.remove();
+  }
+});

@@ -8,8 +8,8 @@
 
 import { createServiceImplSpec } from "@connectrpc/connect";
 import { Task as TaskV2 } from "../../proto/gen/containerd/task/v2/shim_pb.ts";
-import { Sandbox } from "../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts";
-import { SandboxService } from "./sandbox_service.ts";
+import type { Sandbox } from "../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts";
+import type { SandboxService } from "./sandbox_service.ts";
 import { TtrpcServer } from "../ttrpc/server.ts";
 import { Reaper } from "../linux/reaper.ts";
 import type { ShimFlags } from "./flags.ts";
@@ -158,35 +158,41 @@ export async function serveShim<T extends object>(
       }
     },
     onShutdown: () => {
-      if (sandboxes.size === 0) setTimeout(() => void shutdown("Shutdown"), 0);
+      if ((sandboxes?.size ?? 0) === 0) setTimeout(() => void shutdown("Shutdown"), 0);
     },
-  });
-  const sandboxes: SandboxService<T> = new SandboxService<T>({
-    shim,
-    tasks,
-    platform,
-    logger,
-    namespace: flags.namespace,
-    inheritedOptions: () => inherited,
-    adoptOptions: (o) => inherited = o,
-    onCreate: ops?.onSandboxCreate,
-    onShutdown: () => setTimeout(() => void shutdown("ShutdownSandbox"), 0),
   });
   server.register(
     createServiceImplSpec<typeof TaskV2>(TaskV2, tasks.impl()),
     ...TASK_SERVICE_NAMES,
   );
-  server.register(
-    createServiceImplSpec<typeof Sandbox>(Sandbox, sandboxes.impl()),
-    "containerd.runtime.sandbox.v1.Sandbox",
-  );
+  // The Sandbox API (its service code and descriptors) is loaded on its first call: containerd
+  // 1.6/1.7 and plain `ctr run` never make one, so most shims never pay for it.
+  let sandboxes: SandboxService<T> | undefined;
+  server.registerLazy(async () => {
+    const [{ Sandbox }, { SandboxService }] = await Promise.all([
+      import("../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts"),
+      import("./sandbox_service.ts"),
+    ]);
+    sandboxes = new SandboxService<T>({
+      shim,
+      tasks,
+      platform,
+      logger,
+      namespace: flags.namespace,
+      inheritedOptions: () => inherited,
+      adoptOptions: (o) => inherited = o,
+      onCreate: ops?.onSandboxCreate,
+      onShutdown: () => setTimeout(() => void shutdown("ShutdownSandbox"), 0),
+    });
+    return createServiceImplSpec<typeof Sandbox>(Sandbox, sandboxes.impl());
+  }, "containerd.runtime.sandbox.v1.Sandbox");
 
   await server.listen(path);
   await ops?.attach({
     socket: path,
     bundle,
     containers: () => tasks.containers,
-    sandboxes: () => sandboxes.size,
+    sandboxes: () => sandboxes?.size ?? 0,
     events: () => publisher.stats,
     options: () => inherited,
   });

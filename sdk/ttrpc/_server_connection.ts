@@ -43,9 +43,14 @@ export interface ServiceEntry {
   methods: Map<string, MethodImplSpec>;
 }
 
+/** A service registered lazily: its implementation is loaded on its first request. */
+export interface LazyServiceEntry {
+  load(): Promise<ServiceEntry>;
+}
+
 /** What a connection needs from its server. */
 export interface ConnectionContext {
-  services: ReadonlyMap<string, ServiceEntry>;
+  services: ReadonlyMap<string, ServiceEntry | LazyServiceEntry>;
   interceptors: readonly Interceptor[];
   onError(err: unknown): void;
 }
@@ -218,6 +223,28 @@ export class ServerConnection {
     if (service === undefined) {
       return this.#sendStatus(id, Code.Unimplemented, `service ${req.service}`);
     }
+    if ("load" in service) {
+      void this.#loadThenRoute(id, req, service);
+      return;
+    }
+    this.#route(id, req, service);
+  }
+
+  async #loadThenRoute(id: number, req: Request, lazy: LazyServiceEntry): Promise<void> {
+    let service: ServiceEntry;
+    try {
+      service = await lazy.load();
+    } catch (err) {
+      const msg = err instanceof Error ? err.message : String(err);
+      return this.#sendStatus(id, Code.Internal, `loading service ${req.service}: ${msg}`);
+    }
+    if (this.#draining) {
+      return this.#sendStatus(id, Code.Unavailable, "ttrpc server is shutting down");
+    }
+    this.#route(id, req, service);
+  }
+
+  #route(id: number, req: Request, service: ServiceEntry): void {
     const method = service.methods.get(req.method);
     if (method === undefined) {
       return this.#sendStatus(id, Code.Unimplemented, `method ${req.method}`);

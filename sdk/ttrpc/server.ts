@@ -6,7 +6,11 @@
  */
 
 import { Code, ConnectError, type Interceptor, type ServiceImplSpec } from "@connectrpc/connect";
-import { ServerConnection, type ServiceEntry } from "./_server_connection.ts";
+import {
+  type LazyServiceEntry,
+  ServerConnection,
+  type ServiceEntry,
+} from "./_server_connection.ts";
 import { effectiveIds, PeerCredentialResolver } from "./_peer_cred.ts";
 
 /**
@@ -98,7 +102,7 @@ export interface TtrpcCloseOptions {
  * ```
  */
 export class TtrpcServer {
-  #services = new Map<string, ServiceEntry>();
+  #services = new Map<string, ServiceEntry | LazyServiceEntry>();
   #interceptors: Interceptor[];
   #onError: (error: unknown) => void;
   #requireSameUser: boolean;
@@ -149,6 +153,52 @@ export class TtrpcServer {
     // Methods are looked up by their proto name, which is what ttrpc requests carry.
     const methods = new Map(Object.values(spec.methods).map((m) => [m.method.name, m]));
     for (const name of names) this.#services.set(name, { spec, methods });
+    return this;
+  }
+
+  /**
+   * Registers a service whose implementation is loaded on its first request (e.g. with
+   * `await import`), so a server pays for a service's code and descriptors only once it is
+   * used. Requests that arrive while it loads wait for it; a load that fails answers them
+   * `Internal` and is retried on the next request.
+   *
+   * @param load resolves to the implementation, from `createServiceImplSpec(Service, impl)`
+   * @param names service names as they appear on the wire (at least one)
+   * @returns this server, for chaining
+   * @throws {ConnectError} `AlreadyExists` when a name is taken
+   * @example Usage
+   * ```ts ignore
+   * server.registerLazy(async () => {
+   *   const { Sandbox } = await import("./sandbox_pb.ts");
+   *   return createServiceImplSpec(Sandbox, impl);
+   * }, "containerd.runtime.sandbox.v1.Sandbox");
+   * ```
+   */
+  registerLazy(load: () => Promise<ServiceImplSpec>, ...names: string[]): this {
+    if (names.length === 0) throw new TypeError("registerLazy needs at least one service name");
+    for (const name of names) {
+      if (this.#services.has(name)) {
+        throw new ConnectError(`ttrpc service "${name}" is already registered`, Code.AlreadyExists);
+      }
+    }
+    let loading: Promise<ServiceEntry> | undefined;
+    const entry: LazyServiceEntry = {
+      load: () => {
+        loading ??= load().then((spec) => {
+          const loaded = {
+            spec,
+            methods: new Map(Object.values(spec.methods).map((m) => [m.method.name, m])),
+          };
+          for (const name of names) this.#services.set(name, loaded);
+          return loaded;
+        }, (e) => {
+          loading = undefined;
+          throw e;
+        });
+        return loading;
+      },
+    };
+    for (const name of names) this.#services.set(name, entry);
     return this;
   }
 
