@@ -72,4 +72,10 @@ export {
   criRuntimePlugin,
 } from "./cri_config.ts";
 export { ctrRun, type CtrRunOptions } from "./ctr.ts";
-export { installShims, type InstallShimsOptions } from "./install.ts";
+export {
+  bundleShim,
+  DEFAULT_SHIM_V8_FLAGS,
+  type InstallMode,
+  installShims,
+  type InstallShimsOptions,
+} from "./install.ts";
