@@ -34,7 +34,11 @@ async function shimServers(id: string): Promise<number[]> {
     try {
       const argv = (await Deno.readTextFile(`/proc/${e.name}/cmdline`)).split("\0");
       const i = argv.indexOf("-id");
-      if (argv.some((a) => a.includes("examples/run")) && i >= 0 && argv[i + 1] === id) {
+      // A skiff shim: run from the checkout (source launchers) or from its installed bundle.
+      const skiff = argv.some((a) =>
+        a.includes("examples/run") || a.includes("/lib/skiff/containerd-shim-skiff-")
+      );
+      if (skiff && i >= 0 && argv[i + 1] === id) {
         pids.push(Number(e.name));
       }
     } catch { /* gone */ }
