@@ -204,6 +204,27 @@ export async function unmountAll(target: string): Promise<void> {
   for (const path of unique) await unmountStack(path);
 }
 
+/**
+ * The mount points at or under `target` that `/proc/self/mountinfo` lists, deepest first; none
+ * when `target` does not exist. It reads a file only (no libc), so a caller can skip loading
+ * anything more when nothing is mounted.
+ *
+ * @example Usage
+ * ```ts ignore
+ * if ((await mountsUnder(`${bundle}/rootfs`)).length > 0) await unmountAll(`${bundle}/rootfs`);
+ * ```
+ */
+export async function mountsUnder(target: string): Promise<string[]> {
+  let real: string;
+  try {
+    real = await Deno.realPath(target);
+  } catch {
+    return [];
+  }
+  const under = (await mountPoints()).filter((p) => p === real || p.startsWith(`${real}/`));
+  return [...new Set(under)].sort((a, b) => b.length - a.length);
+}
+
 async function unmountStack(path: string): Promise<void> {
   let busy = 0;
   for (;;) {

@@ -36,27 +36,27 @@ export async function runDelete<T extends object>(
   try {
     options = JSON.parse(await Deno.readTextFile(`${bundle}/options.json`)) as T;
   } catch { /* never created: defaults rebuild the runtime command */ }
-  const { Reaper } = await import("../../linux/reaper.ts");
-  const reaper = Reaper.start({ subreaper: false });
-  try {
-    const runtime = shim.runtime({
-      id: flags.id,
-      namespace: flags.namespace,
-      bundle,
-      options,
-      spawn: (cmd) => reaper.spawn(cmd),
-      logger,
-    });
-    await runtime.delete(flags.id, { force: true }).catch((e) =>
-      logger.warn("runtime delete failed", { id: flags.id, error: (e as Error).message })
-    );
-  } finally {
-    reaper.close();
-  }
-  const { unmountAll } = await import("../../linux/mount.ts");
-  await unmountAll(`${bundle}/rootfs`).catch((e: unknown) =>
-    logger.warn("unmount rootfs failed", { error: (e as Error).message })
+  // No reaper: `delete` is no subreaper, so the runtime command it spawns is its only child and
+  // Deno reaps it (loading the reaper's FFI would cost this short-lived action ~10 ms).
+  const runtime = shim.runtime({
+    id: flags.id,
+    namespace: flags.namespace,
+    bundle,
+    options,
+    spawn: (cmd) => cmd.spawn(),
+    logger,
+  });
+  await runtime.delete(flags.id, { force: true }).catch((e) =>
+    logger.warn("runtime delete failed", { id: flags.id, error: (e as Error).message })
   );
+  // The server unmounts on a clean exit: read mountinfo first, and load libc only when a dead
+  // server left something mounted.
+  const { mountsUnder, unmountAll } = await import("../../linux/mount.ts");
+  if ((await mountsUnder(`${bundle}/rootfs`)).length > 0) {
+    await unmountAll(`${bundle}/rootfs`).catch((e: unknown) =>
+      logger.warn("unmount rootfs failed", { error: (e as Error).message })
+    );
+  }
   // A dead server leaves its socket behind; a live one (other containers in the group) keeps it.
   // `start` wrote the address it served on (with 2.3+'s socket_dir, not the default dir).
   const written = await Deno.readTextFile(`${bundle}/address`).catch(() => "");
