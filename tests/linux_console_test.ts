@@ -35,10 +35,9 @@ integrationTest(
       const pty = await deadline(master, 20_000, "the pty master");
       try {
         const pid = Number(await Deno.readTextFile(`${bundle.dir}/init.pid`));
+        // The init waits for `runc start`, so subscribing now misses nothing.
         const exited = new Promise<number>((resolve) => {
           reaper.onExit((e) => e.pid === pid && resolve(e.status));
-          const early = reaper.exited(pid);
-          if (early) resolve(early.status);
         });
         pty.resize(100, 40);
         await run(bundle.runc(["start", bundle.id], { stderr: "piped" }), "runc start");

@@ -31,6 +31,17 @@ async function readUntil(file: Deno.FsFile, text: string): Promise<string> {
   return got;
 }
 
+/** Reads `file` to end of file, which comes only once ProcessIo closed its end of the FIFO. */
+async function readToEof(file: Deno.FsFile, what: string): Promise<string> {
+  const chunks: Uint8Array[] = [];
+  const read = (async () => {
+    const buf = new Uint8Array(64 * 1024);
+    for (let n; (n = await file.read(buf)) !== null;) chunks.push(buf.slice(0, n));
+  })();
+  await deadline(read, 20_000, `EOF on ${what}`);
+  return dec.decode(new Uint8Array(chunks.flatMap((c) => [...c])));
+}
+
 Deno.test("parseOutputTarget() classifies fifo, file and binary URIs", () => {
   assert.deepEqual(parseOutputTarget("/run/a/out", "/run/a/err"), {
     kind: "fifo",
@@ -169,6 +180,45 @@ integrationTest(
 );
 
 integrationTest(
+  "ProcessIo closes stdout/stderr fifos at exit: the client reads all output, then EOF",
+  { binaries: ["sh", "head"] },
+  async () => {
+    for (const shared of [false, true]) {
+      const f = await fifos();
+      const stderrPath = shared ? f.stdout : f.stderr;
+      const io = await ProcessIo.open(
+        { stdin: "", stdout: f.stdout, stderr: stderrPath, terminal: false },
+        ctx,
+      );
+      const out = await Deno.open(f.stdout, { read: true });
+      const err = shared ? undefined : await Deno.open(f.stderr, { read: true });
+      try {
+        // More than a FIFO and a pipe hold, so EOF must wait for every byte to be copied.
+        const child = new Deno.Command("sh", {
+          args: ["-c", "head -c 1000000 /dev/zero | tr '\\0' o; echo; echo bye >&2"],
+          ...io.stdio,
+        }).spawn();
+        io.attach(child);
+        const [stdout, stderr] = await Promise.all([
+          readToEof(out, `stdout fifo (shared: ${shared})`),
+          err ? readToEof(err, "stderr fifo") : Promise.resolve(""),
+        ]);
+        assert.equal((await child.status).code, 0);
+        const all = stdout + stderr;
+        assert.equal(all.split("o").length - 1, 1_000_000);
+        assert.match(all, /bye\n/);
+        assert.equal(await io.drain(), true);
+      } finally {
+        await io.close(); // Delete: closing again is harmless
+        out.close();
+        err?.close();
+        await Deno.remove(f.dir, { recursive: true });
+      }
+    }
+  },
+);
+
+integrationTest(
   "ProcessIo with file:// appends stdout and stderr to one file",
   { binaries: ["sh"] },
   async () => {
@@ -293,9 +343,9 @@ integrationTest(
       assert.equal((await create.status).code, 0);
       await run(bundle.runc(["start", bundle.id], { stderr: "piped" }), "runc start");
       await stdin.write(enc.encode("ping\n"));
-      assert.equal(await readUntil(stdout, "\n"), "got:ping\n");
-      assert.equal(await readUntil(stderr, "\n"), "problem\n");
-      // The container exited: its pipes close and copying finishes.
+      // The container exits: its pipes close, copying finishes and the client sees EOF.
+      assert.equal(await readToEof(stdout, "container stdout"), "got:ping\n");
+      assert.equal(await readToEof(stderr, "container stderr"), "problem\n");
       assert.equal(await io.drain(20_000), true);
     } finally {
       stdin.close();
@@ -330,8 +380,12 @@ integrationTest(
       );
       io.attachPty(await deadline(master, 20_000, "pty master"));
       await run(bundle.runc(["start", bundle.id], { stderr: "piped" }), "runc start");
-      await stdin.write(enc.encode('echo "x""y"\nexit 0\n'));
-      assert.match(await readUntil(stdout, "xy\r\n"), /(^|\n)xy\r\n/);
+      // A lot of output right before the exit: all of it arrives, then EOF.
+      await stdin.write(enc.encode('echo "x""y"; head -c 300000 /dev/zero | tr "\\0" o; exit 0\n'));
+      const text = await readToEof(stdout, "terminal output");
+      assert.match(text, /(^|\n)xy\r\n/);
+      const longest = Math.max(...(text.match(/o+/g) ?? [""]).map((run) => run.length));
+      assert.equal(longest, 300000);
       assert.equal(await io.drain(20_000), true);
     } finally {
       stdin.close();

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { integrationTest } from "./_integration.ts";
 import { decodeWaitStatus, kill, libc } from "../sdk/linux/libc.ts";
 import { type ProcessExit, Reaper } from "../sdk/linux/reaper.ts";
+import { bootTicks, processStartTime, processState } from "../sdk/linux/proc_stat.ts";
 import { deadline } from "./linux_support_test.ts";
 
 const sanitize = { sanitizeOps: true, sanitizeResources: true };
@@ -19,21 +20,25 @@ async function orphan(reaper: Reaper, script: string): Promise<number> {
   return Number(new TextDecoder().decode(out.stdout).trim());
 }
 
-/** Resolves with the exit of `pid`, whether it was already reaped or not yet. */
-function exitOf(reaper: Reaper, pid: number): Promise<ProcessExit> {
-  return new Promise((resolve) => {
-    const off = reaper.onExit((e) => {
-      if (e.pid === pid) {
-        off();
-        resolve(e);
-      }
-    });
-    const early = reaper.exited(pid);
-    if (early) {
-      off();
-      resolve(early);
-    }
+/**
+ * Records every exit from now on (subscribe before starting a process: the reaper keeps no
+ * history); `of(pid)` resolves with the exit of `pid`, whether it came already or comes later.
+ */
+function recordExits(reaper: Reaper): { of(pid: number): Promise<ProcessExit> } {
+  const seen = new Map<number, ProcessExit>();
+  const waiting = new Map<number, (e: ProcessExit) => void>();
+  reaper.onExit((e) => {
+    seen.set(e.pid, e);
+    waiting.get(e.pid)?.(e);
   });
+  return {
+    of: (pid) =>
+      new Promise((resolve) => {
+        const early = seen.get(pid);
+        if (early) resolve(early);
+        else waiting.set(pid, resolve);
+      }),
+  };
 }
 
 Deno.test("decodeWaitStatus() maps exit codes and signals to containerd's status", () => {
@@ -50,12 +55,16 @@ integrationTest(
   async () => {
     const reaper = Reaper.start();
     try {
-      const pid = await orphan(reaper, "sleep 0.2; exit 7");
-      const exit = await deadline(exitOf(reaper, pid), 20_000, `exit of orphan ${pid}`);
+      const exits = recordExits(reaper);
+      const pid = await orphan(reaper, "sleep 0.5; exit 7");
+      const startTime = processStartTime(pid);
+      const exit = await deadline(exits.of(pid), 20_000, `exit of orphan ${pid}`);
       assert.equal(exit.pid, pid);
       assert.equal(exit.status, 7);
       assert.ok(exit.exitedAt instanceof Date);
-      assert.deepEqual(reaper.exited(pid), exit);
+      // The start time read from the zombie is the process's own: with the pid, its identity.
+      assert.ok(startTime !== undefined && startTime <= bootTicks());
+      assert.equal(exit.startTime, startTime);
     } finally {
       reaper.close();
     }
@@ -69,8 +78,9 @@ integrationTest(
   async () => {
     const reaper = Reaper.start();
     try {
+      const exits = recordExits(reaper);
       const pid = await orphan(reaper, "exec sleep 30");
-      const exit = exitOf(reaper, pid);
+      const exit = exits.of(pid);
       kill(pid, 9);
       assert.equal((await deadline(exit, 20_000, `exit of orphan ${pid}`)).status, 137);
     } finally {
@@ -128,10 +138,11 @@ integrationTest(
   async () => {
     const reaper = Reaper.start();
     try {
+      const recorded = recordExits(reaper);
       const orphans = await Promise.all(
         Array.from({ length: 6 }, (_, i) => orphan(reaper, `sleep 0.0${i}; exit ${20 + i}`)),
       );
-      const orphanExits = Promise.all(orphans.map((pid) => exitOf(reaper, pid)));
+      const orphanExits = Promise.all(orphans.map((pid) => recorded.of(pid)));
       const spawned = Array.from({ length: 16 }, async (_, i) => {
         const child = reaper.spawn(
           new Deno.Command("sh", { args: ["-c", `exit ${i}`], stdout: "null", stderr: "null" }),
@@ -149,6 +160,31 @@ integrationTest(
       assert.deepEqual(await Promise.all(unregistered), codes);
       const exits = await deadline(orphanExits, 20_000, "orphan exits");
       assert.deepEqual(exits.map((e) => e.status), orphans.map((_, i) => 20 + i));
+    } finally {
+      reaper.close();
+    }
+  },
+  sanitize,
+);
+
+integrationTest(
+  "Reaper reaps an orphan on the first sweep that sees it a zombie (no grace period)",
+  { binaries: ["sh", "sleep"] },
+  async () => {
+    const reaper = Reaper.start();
+    try {
+      const exits = recordExits(reaper);
+      const pids = await Promise.all(
+        Array.from({ length: 4 }, () => orphan(reaper, "exec sleep 30")),
+      );
+      const all = Promise.all(pids.map((pid) => exits.of(pid)));
+      for (const pid of pids) kill(pid, 9);
+      // No await until after the sweep: no SIGCHLD handler or timer runs in between.
+      waitZombiesSync(pids);
+      reaper.sweep();
+      assert.deepEqual(pids.map((pid) => processState(pid)), pids.map(() => undefined));
+      const statuses = (await deadline(all, 20_000, "orphan exits")).map((e) => e.status);
+      assert.deepEqual(statuses, pids.map(() => 137));
     } finally {
       reaper.close();
     }

@@ -728,7 +728,7 @@ integrationTest(
     const off = reaper.onExit((e) => exits.set(e.pid, e.status));
     const exitOf = async (pid: number): Promise<number> => {
       for (let i = 0; i < 500; i++) {
-        const status = exits.get(pid) ?? reaper.exited(pid)?.status;
+        const status = exits.get(pid);
         if (status !== undefined) return status;
         await new Promise((r) => setTimeout(r, 20));
       }

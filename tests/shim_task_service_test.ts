@@ -17,7 +17,9 @@ class FakeRuntime implements ContainerRuntime {
   constructor(private p: FakePlatform) {}
   create(id: string, o: { pidFile: string }) {
     this.calls.push(`create ${id}`);
-    this.p.pidFiles.set(o.pidFile, this.p.fixedPid ?? this.p.nextPid++);
+    const pid = this.p.spawned(this.p.fixedPid ?? this.p.nextPid++);
+    this.p.pidFiles.set(o.pidFile, pid);
+    this.p.duringStart?.(pid);
     return Promise.resolve();
   }
   start(id: string) {
@@ -36,7 +38,9 @@ class FakeRuntime implements ContainerRuntime {
   }
   exec(id: string, _p: unknown, o: { pidFile: string }) {
     this.calls.push(`exec ${id}`);
-    this.p.pidFiles.set(o.pidFile, this.p.nextPid++);
+    const pid = this.p.spawned(this.p.execPids.shift() ?? this.p.nextPid++);
+    this.p.pidFiles.set(o.pidFile, pid);
+    this.p.duringStart?.(pid);
     return Promise.resolve();
   }
   ps() {
@@ -65,15 +69,31 @@ class FakePlatform implements ShimPlatform {
   dieOnStart = false;
   fixedPid: number | undefined;
   outOfCgroup = new Set<number>();
+  /** Pids handed to the next execs, in order (recycled pids); then nextPid. */
+  execPids: number[] = [];
+  /** Runs inside the runtime's create/exec, once the new process has its pid. */
+  duringStart: ((pid: number) => void) | undefined;
+  /** Clock ticks since boot; every new process starts one tick later than the last. */
+  ticks = 1000;
+  /** Start times of live processes, as /proc would tell. */
+  starts = new Map<number, number>();
+  startTimeOf?: (pid: number) => number | undefined = (pid) => this.starts.get(pid);
+  bootTicks?: () => number = () => this.ticks;
   #listeners = new Set<(e: ReapedExit) => void>();
-  #recent = new Map<number, ReapedExit>();
   pidOf(id: string) {
     void id; // one container per test
     return [...this.pidFiles.entries()].find(([f]) => f.endsWith("/init.pid"))![1];
   }
-  exit(pid: number, status: number) {
-    const e = { pid, status, exitedAt: new Date() };
-    this.#recent.set(pid, e);
+  /** A new process got `pid` (a live pid is the same process: a gVisor sandbox's, shared). */
+  spawned(pid: number): number {
+    if (!this.starts.has(pid)) this.starts.set(pid, ++this.ticks);
+    return pid;
+  }
+  /** Reaps `pid`: by default the live process that has it; `startTime` names another. */
+  exit(pid: number, status: number, startTime = this.starts.get(pid)) {
+    if (startTime === this.starts.get(pid)) this.starts.delete(pid);
+    const e: ReapedExit = { pid, status, exitedAt: new Date() };
+    if (startTime !== undefined && this.startTimeOf) e.startTime = startTime;
     for (const l of this.#listeners) l(e);
   }
   spawn(cmd: Deno.Command) {
@@ -82,9 +102,6 @@ class FakePlatform implements ShimPlatform {
   onExit(l: (e: ReapedExit) => void) {
     this.#listeners.add(l);
     return () => this.#listeners.delete(l);
-  }
-  recentExit(pid: number) {
-    return this.#recent.get(pid);
   }
   openIo() {
     return Promise.resolve({
@@ -355,5 +372,107 @@ Deno.test("TaskService Pids lists an init that died but is not reaped yet (conta
     await new Promise((r) => setTimeout(r, 0));
     assert.equal(svc.state({ id: "c1", execId: "" } as never).status, Status.STOPPED);
     assert.deepEqual(await pids(), []);
+  });
+});
+
+/** Resolves with `p`'s value, or "pending" when it has not settled after a few turns. */
+async function settledOrPending<V>(p: Promise<V>): Promise<V | "pending"> {
+  const pending = new Promise<"pending">((r) => setTimeout(() => r("pending"), 20));
+  return await Promise.race([p, pending]);
+}
+
+for (const startTimes of [true, false]) {
+  const variant = startTimes ? "with start times" : "by pid alone (no start times)";
+  const setupVariant = () => {
+    const s = setup();
+    if (!startTimes) {
+      s.platform.startTimeOf = undefined;
+      s.platform.bootTicks = undefined;
+    }
+    return s;
+  };
+
+  Deno.test(`TaskService never gives an exec the exit of an earlier process with its pid (${variant})`, async () => {
+    await withBundle(async (bundle) => {
+      const { svc, platform } = setupVariant();
+      await svc.create(create(CreateTaskRequestSchema, { id: "c1", bundle }));
+      await svc.start({ id: "c1", execId: "" } as never);
+      // exec 1279 gets pid 4242, exits 29 and is deleted; pids wrap; exec 1313 gets 4242 again.
+      platform.execPids = [4242, 4242];
+      svc.exec({ id: "c1", execId: "e1279", spec } as never);
+      await svc.start({ id: "c1", execId: "e1279" } as never);
+      platform.exit(4242, 29);
+      assert.equal((await svc.wait({ id: "c1", execId: "e1279" } as never)).exitStatus, 29);
+      await svc.delete({ id: "c1", execId: "e1279" } as never);
+      svc.exec({ id: "c1", execId: "e1313", spec } as never);
+      const { pid } = await svc.start({ id: "c1", execId: "e1313" } as never);
+      assert.equal(pid, 4242);
+      const wait = svc.wait({ id: "c1", execId: "e1313" } as never);
+      assert.equal(await settledOrPending(wait), "pending", "the new exec is still running");
+      assert.equal(svc.state({ id: "c1", execId: "e1313" } as never).status, Status.RUNNING);
+      platform.exit(4242, 63);
+      assert.equal((await wait).exitStatus, 63);
+    });
+  });
+
+  Deno.test(`TaskService gives an exec that exits before its pid is known its own exit (${variant})`, async () => {
+    await withBundle(async (bundle) => {
+      const { svc, platform, events } = setupVariant();
+      await svc.create(create(CreateTaskRequestSchema, { id: "c1", bundle }));
+      await svc.start({ id: "c1", execId: "" } as never);
+      svc.exec({ id: "c1", execId: "fast", spec } as never);
+      platform.duringStart = (pid) => platform.exit(pid, 71); // reaped before the pid file is read
+      await svc.start({ id: "c1", execId: "fast" } as never);
+      platform.duringStart = undefined;
+      assert.equal((await svc.wait({ id: "c1", execId: "fast" } as never)).exitStatus, 71);
+      await new Promise((r) => setTimeout(r, 0));
+      assert.deepEqual(events.slice(-2), ["/tasks/exec-started", "/tasks/exit"]);
+    });
+  });
+
+  Deno.test(`TaskService gives an init that exits during create its own exit, after /tasks/create (${variant})`, async () => {
+    await withBundle(async (bundle) => {
+      const { svc, platform, events } = setupVariant();
+      platform.duringStart = (pid) => platform.exit(pid, 7);
+      await svc.create(create(CreateTaskRequestSchema, { id: "c1", bundle }));
+      platform.duringStart = undefined;
+      assert.equal((await svc.wait({ id: "c1", execId: "" } as never)).exitStatus, 7);
+      await new Promise((r) => setTimeout(r, 0));
+      assert.deepEqual(events, ["/tasks/create", "/tasks/exit"]);
+    });
+  });
+}
+
+Deno.test("TaskService does not take the exit of a pid's earlier holder reaped while the new process starts", async () => {
+  await withBundle(async (bundle) => {
+    const { svc, platform } = setup();
+    await svc.create(create(CreateTaskRequestSchema, { id: "c1", bundle }));
+    await svc.start({ id: "c1", execId: "" } as never);
+    // An orphan that had pid 5151 since tick 3 is reaped inside the exec's start window, and the
+    // exec then gets 5151: the orphan's exit is not the exec's.
+    platform.execPids = [5151];
+    platform.duringStart = (pid) => platform.exit(pid, 99, 3);
+    svc.exec({ id: "c1", execId: "e1", spec } as never);
+    await svc.start({ id: "c1", execId: "e1" } as never);
+    platform.duringStart = undefined;
+    const wait = svc.wait({ id: "c1", execId: "e1" } as never);
+    assert.equal(await settledOrPending(wait), "pending");
+    platform.exit(5151, 5);
+    assert.equal((await wait).exitStatus, 5);
+  });
+});
+
+Deno.test("TaskService routes an exit with a known pid but another start time away from that process", async () => {
+  await withBundle(async (bundle) => {
+    const { svc, platform } = setup();
+    await svc.create(create(CreateTaskRequestSchema, { id: "c1", bundle }));
+    await svc.start({ id: "c1", execId: "" } as never);
+    svc.exec({ id: "c1", execId: "e1", spec } as never);
+    const { pid } = await svc.start({ id: "c1", execId: "e1" } as never);
+    const wait = svc.wait({ id: "c1", execId: "e1" } as never);
+    platform.exit(pid!, 42, 1); // a process that had this pid long ago
+    assert.equal(await settledOrPending(wait), "pending");
+    platform.exit(pid!, 0);
+    assert.equal((await wait).exitStatus, 0);
   });
 });

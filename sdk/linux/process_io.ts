@@ -84,6 +84,11 @@ interface Sink {
  * - `file:///path`: parent directories created, appended to, stdout and stderr both go there.
  * - `binary://` / `binary-v2://`: see {@linkcode BinaryLogger}.
  *
+ * When every copy into an output target has reached end of stream (the process and everything
+ * sharing its pipes or terminal exited), that target is closed at once, as the Go runc shim does:
+ * a client reading a stdout/stderr FIFO sees EOF at exit, not at Delete. CRI and containerd's
+ * client wait for that EOF before they delete the task.
+ *
  * All waiting happens in cancellable polls, so {@linkcode ProcessIo.close} always finishes.
  *
  * @example Usage
@@ -111,6 +116,8 @@ export class ProcessIo {
   #copies: Promise<void>[] = [];
   #outputCopies: Promise<void>[] = [];
   #readers: ReadableStreamDefaultReader<Uint8Array>[] = [];
+  /** Output copies still writing into each sink; a sink is closed when its count reaches 0. */
+  #writers = new Map<Sink, number>();
   #pty: Pty | undefined;
   #attached = false;
   #closed: Promise<void> | undefined;
@@ -331,15 +338,23 @@ export class ProcessIo {
     }
   }
 
-  /** Copies `source` into `sink`; after a sink error keeps draining so the process never blocks. */
+  /**
+   * Copies `source` into `sink`; after a sink error keeps draining so the process never blocks.
+   * At end of stream the sink is released, and closed once no other copy writes into it.
+   */
   async #copyOut(source: ReadableStream<Uint8Array>, sink: Sink | undefined): Promise<void> {
     const reader = source.getReader();
     this.#readers.push(reader);
+    if (sink) this.#writers.set(sink, (this.#writers.get(sink) ?? 0) + 1);
     let broken = sink === undefined;
+    let eof = false;
     try {
       for (;;) {
         const { done, value } = await reader.read();
-        if (done) return;
+        if (done) {
+          eof = true;
+          break;
+        }
         if (broken) continue;
         try {
           await sink!.write(value);
@@ -352,6 +367,15 @@ export class ProcessIo {
     } finally {
       reader.releaseLock();
     }
+    if (eof && sink && !this.#closed) await this.#release(sink);
+  }
+
+  /** One writer of `sink` is done; the last one closes it (the FIFO's reader then sees EOF). */
+  async #release(sink: Sink): Promise<void> {
+    const left = (this.#writers.get(sink) ?? 1) - 1;
+    this.#writers.set(sink, left);
+    if (left > 0) return;
+    await sink.close().catch(() => {});
   }
 }
 

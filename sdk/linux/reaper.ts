@@ -4,16 +4,21 @@
  * A shim must reap the container init after `runc create` exits (it is re-parented to the
  * shim) and any daemon that double-forks, but Deno reaps the children it spawned itself with
  * `waitpid(pid)` on a pidfd; a `waitpid(-1)` loop would steal those and make
- * `Deno.ChildProcess.status` reject with ECHILD. So this reaper never waits on `-1`: on SIGCHLD,
- * on a slow periodic sweep and shortly after seeing a zombie, it lists its children from
- * `/proc/self/task/<tid>/children` and reaps, one pid at a time with `WNOHANG`, only zombies that
- * are neither registered through {@linkcode Reaper.spawn} nor held by a Deno pidfd, and only once
- * they stayed unreaped for a short grace period.
+ * `Deno.ChildProcess.status` reject with ECHILD. So this reaper never waits on `-1`: on SIGCHLD
+ * and on a slow periodic sweep it lists its children from `/proc/self/task/<tid>/children` and
+ * reaps, one pid at a time with `WNOHANG`, the zombies that are neither registered through
+ * {@linkcode Reaper.spawn} nor held by a Deno pidfd. Those are orphans (or container processes):
+ * they are reaped at once, as the Go shim does, so none lingers after its container's exit.
+ *
+ * The reaper keeps no history. A pid is not an identity: once reaped, the kernel hands it to the
+ * next process, so an exit is only ever delivered live, to listeners subscribed before it was
+ * reaped, together with the process's start time (its identity for as long as the machine runs).
  *
  * @module
  */
 
 import { decodeWaitStatus, Errno, ErrnoError, getpid, prctl, waitpidNoHang } from "./libc.ts";
+import { processStartTime, processState } from "./proc_stat.ts";
 
 /**
  * One reaped process.
@@ -26,6 +31,12 @@ import { decodeWaitStatus, Errno, ErrnoError, getpid, prctl, waitpidNoHang } fro
 export interface ProcessExit {
   /** The process id. */
   pid: number;
+  /**
+   * When the process started, in clock ticks since boot (read from the zombie before reaping
+   * it); with `pid` it names one process, where `pid` alone may name several over time.
+   * Undefined only when `/proc` could not tell.
+   */
+  startTime?: number;
   /** The exit code, or 128 + signal number when a signal killed the process. */
   status: number;
   /** When the reaper collected the exit. */
@@ -37,22 +48,22 @@ export interface ProcessExit {
  *
  * @example Usage
  * ```ts ignore
- * const reaper = Reaper.start({ subreaper: true, graceMs: 50 });
+ * const reaper = Reaper.start({ subreaper: true });
  * ```
  */
 export interface ReaperOptions {
   /** Become the child subreaper (`PR_SET_CHILD_SUBREAPER`); default true. */
   subreaper?: boolean;
-  /** How long an unregistered zombie must stay unreaped before the reaper takes it; 50 ms. */
+  /**
+   * How long an unregistered zombie stays unreaped before the reaper takes it; 0 (at once).
+   * Deno's children are told apart by registration and pidfd, not by this delay.
+   */
   graceMs?: number;
   /** Safety-net sweep interval, in case a SIGCHLD was coalesced away; 1000 ms. */
   sweepIntervalMs?: number;
-  /** How long {@linkcode Reaper.exited} remembers an exit; 5 minutes. */
-  keepExitsMs?: number;
 }
 
 const PR_SET_CHILD_SUBREAPER = 36;
-const MAX_KEPT_EXITS = 4096;
 
 /**
  * Reaps exited children of the shim process and fans their exits out to listeners.
@@ -65,11 +76,12 @@ const MAX_KEPT_EXITS = 4096;
  * @example Usage
  * ```ts ignore
  * const reaper = Reaper.start();
- * const off = reaper.onExit((e) => console.log(`pid ${e.pid} exited with ${e.status}`));
+ * // Subscribe before starting the process: its exit may come before its pid is known.
+ * const exits: ProcessExit[] = [];
+ * const off = reaper.onExit((e) => exits.push(e));
  * const runc = reaper.spawn(new Deno.Command("runc", { args: ["create", "--bundle", b, id] }));
  * await runc.status;
  * const initPid = Number(await Deno.readTextFile(`${b}/init.pid`));
- * const already = reaper.exited(initPid); // the init may have died before we looked
  * off();
  * reaper.close();
  * ```
@@ -79,7 +91,6 @@ export class Reaper {
   #listeners = new Set<(exit: ProcessExit) => void>();
   #denoChildren = new Set<number>();
   #zombieSince = new Map<number, number>();
-  #exits = new Map<number, ProcessExit>();
   #onSignal = (): void => this.#schedule(0);
   #interval: ReturnType<typeof setInterval>;
   #timer: ReturnType<typeof setTimeout> | undefined;
@@ -102,16 +113,16 @@ export class Reaper {
   static start(options: ReaperOptions = {}): Reaper {
     return new Reaper({
       subreaper: options.subreaper ?? true,
-      graceMs: options.graceMs ?? 50,
+      graceMs: options.graceMs ?? 0,
       sweepIntervalMs: options.sweepIntervalMs ?? 1000,
-      keepExitsMs: options.keepExitsMs ?? 5 * 60_000,
     });
   }
 
   /**
    * Calls `listener` for every exit reaped from now on. Returns a function that unsubscribes.
-   * Subscribe before starting the process whose exit you need, and check
-   * {@linkcode Reaper.exited} for a pid learnt later.
+   * Subscribe before starting the process whose exit you need: an exit reaped before the
+   * subscription is gone for good, and one with the same pid from before the process started
+   * belongs to another process (compare {@linkcode ProcessExit.startTime}).
    *
    * @param listener called synchronously from the sweep; exceptions are logged and ignored
    */
@@ -140,15 +151,6 @@ export class Reaper {
     return child;
   }
 
-  /**
-   * The exit of `pid` if the reaper collected it within the last `keepExitsMs`.
-   *
-   * @param pid the process id
-   */
-  exited(pid: number): ProcessExit | undefined {
-    return this.#exits.get(pid);
-  }
-
   /** Stops reaping, drops the subreaper flag it set and forgets all listeners. */
   close(): void {
     if (this.#closed) return;
@@ -171,8 +173,8 @@ export class Reaper {
   }
 
   /**
-   * Looks for exited children now rather than at the next SIGCHLD or periodic sweep. Zombies
-   * that are not provably orphans are still left alone until their grace period has passed.
+   * Looks for exited children now rather than at the next SIGCHLD or periodic sweep, and reaps
+   * those that are not Deno's (after `graceMs`, when set).
    */
   sweep(): void {
     if (this.#closed) return;
@@ -188,7 +190,9 @@ export class Reaper {
       pidfdPids ??= pidsWithPidfd();
       if (pidfdPids.has(pid)) continue;
       const since = this.#zombieSince.get(pid);
-      if (since === undefined || now - since < this.#options.graceMs) {
+      if (
+        this.#options.graceMs > 0 && (since === undefined || now - since < this.#options.graceMs)
+      ) {
         if (since === undefined) this.#zombieSince.set(pid, now);
         waiting = true;
         continue;
@@ -197,10 +201,11 @@ export class Reaper {
       this.#reap(pid);
     }
     if (waiting) this.#schedule(this.#options.graceMs);
-    this.#expire(now);
   }
 
   #reap(pid: number): void {
+    // Only we reap this zombie, so its /proc entry (and pid) stays its own until waitpid.
+    const startTime = processStartTime(pid);
     let raw: number | null;
     try {
       raw = waitpidNoHang(pid);
@@ -210,23 +215,18 @@ export class Reaper {
       throw e;
     }
     if (raw === null) return;
-    const exit: ProcessExit = { pid, status: decodeWaitStatus(raw), exitedAt: new Date() };
-    this.#exits.delete(pid);
-    this.#exits.set(pid, exit);
+    const exit: ProcessExit = {
+      pid,
+      ...(startTime !== undefined ? { startTime } : {}),
+      status: decodeWaitStatus(raw),
+      exitedAt: new Date(),
+    };
     for (const listener of [...this.#listeners]) {
       try {
         listener(exit);
       } catch (e) {
         console.error(`reaper: exit listener for pid ${pid} threw:`, e);
       }
-    }
-  }
-
-  #expire(now: number): void {
-    for (const [pid, exit] of this.#exits) {
-      const old = now - exit.exitedAt.getTime() > this.#options.keepExitsMs;
-      if (!old && this.#exits.size <= MAX_KEPT_EXITS) break;
-      this.#exits.delete(pid);
     }
   }
 }
@@ -253,17 +253,6 @@ function listChildren(): number[] {
     }
   }
   return pids;
-}
-
-/** The one-letter state of `pid` from /proc/<pid>/stat, or undefined when it is gone. */
-function processState(pid: number): string | undefined {
-  try {
-    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
-    // comm may contain spaces and parentheses: the state follows the last ")".
-    return stat[stat.lastIndexOf(")") + 2];
-  } catch {
-    return undefined;
-  }
 }
 
 /** Pids for which this process holds a pidfd: Deno's own children awaiting their reap. */

@@ -7,6 +7,7 @@
 
 import type { Reaper } from "../linux/reaper.ts";
 import { kill } from "../linux/libc.ts";
+import { bootTicks, processStartTime } from "../linux/proc_stat.ts";
 import { ConsoleSocket } from "../linux/console.ts";
 import { ProcessIo, type ProcessIoContext } from "../linux/process_io.ts";
 import { mountAll, unmountAll } from "../linux/mount.ts";
@@ -28,7 +29,8 @@ export function linuxPlatform(reaper: Reaper): ShimPlatform {
   return {
     spawn: (cmd) => reaper.spawn(cmd),
     onExit: (listener) => reaper.onExit(listener),
-    recentExit: (pid) => reaper.exited(pid),
+    startTimeOf: (pid) => processStartTime(pid),
+    bootTicks: () => bootTicks(),
     openIo: (paths, ctx) =>
       paths.terminal
         ? openTerminal(paths, { ...ctx, reaper })

@@ -14,6 +14,8 @@ import type { RuntimeStdio } from "./runtime.ts";
 export interface ReapedExit extends ProcessExitInfo {
   /** The pid that exited. */
   pid: number;
+  /** The process's start time in clock ticks since boot, when known (tells reused pids apart). */
+  startTime?: number;
 }
 
 /** The I/O of one process while it is being created. */
@@ -32,10 +34,18 @@ export interface ProcessIoSetup {
 export interface ShimPlatform {
   /** Spawns a command without letting the reaper steal its exit. */
   spawn(cmd: Deno.Command): Deno.ChildProcess;
-  /** Subscribes to reaped exits of re-parented processes (container inits, execs). */
+  /**
+   * Subscribes to reaped exits of re-parented processes (container inits, execs). Exits are
+   * only ever delivered live: the platform keeps no history a reused pid could be matched to.
+   */
   onExit(listener: (exit: ReapedExit) => void): () => void;
-  /** An exit reaped before anyone asked for that pid, if any. */
-  recentExit(pid: number): ReapedExit | undefined;
+  /**
+   * The start time of a live or zombie process in clock ticks since boot, undefined when it is
+   * gone. Optional: without it, exits are matched by pid within the start window only.
+   */
+  startTimeOf?(pid: number): number | undefined;
+  /** Clock ticks since boot now, on the clock of {@linkcode ShimPlatform.startTimeOf}. */
+  bootTicks?(): number;
   /** Prepares a process's stdio. */
   openIo(
     paths: ProcessStdioPaths,

@@ -65,6 +65,8 @@ export class ShimProcess {
   readonly spec: unknown;
   /** The process id once known, else 0. */
   pid = 0;
+  /** The process's start time in clock ticks since boot, when it could be read with the pid. */
+  startTime: number | undefined;
   /** I/O plumbing, once set up. */
   io: ProcessIoHandle | undefined;
   #state: ProcessState = "created";

@@ -54,8 +54,9 @@ import type { EventPublisher } from "./events.ts";
 import { packAny } from "./any.ts";
 import type { Logger } from "./logger.ts";
 import { resolveOptions } from "./options.ts";
-import type { ShimPlatform } from "./platform.ts";
-import { ShimProcess } from "./process.ts";
+import type { ReapedExit, ShimPlatform } from "./platform.ts";
+import { type ProcessExitInfo, ShimProcess } from "./process.ts";
+import { ExitWindow, isExitOf } from "./exit_window.ts";
 import type { Shim } from "./shim.ts";
 import type { TaskApiEndpoint } from "./endpoint.ts";
 
@@ -111,12 +112,16 @@ export interface TaskServiceDeps<T extends object> {
 export class TaskService<T extends object> {
   #d: TaskServiceDeps<T>;
   #containers = new Map<string, Container<T>>();
+  /** Processes being started whose pid is not known yet; see {@link ExitWindow}. */
+  #windows = new Set<ExitWindow>();
+  /** Execs whose exit has been claimed (their exit event may still be on its way). */
+  #claimed = new WeakSet<ShimProcess>();
   #unsubscribe: () => void;
 
   /** Creates the service and subscribes to exits. */
   constructor(deps: TaskServiceDeps<T>) {
     this.#d = deps;
-    this.#unsubscribe = deps.platform.onExit((e) => void this.#handleExit(e.pid, e));
+    this.#unsubscribe = deps.platform.onExit((e) => this.#onExit(e));
   }
 
   /** Containers currently served. */
@@ -242,6 +247,8 @@ export class TaskService<T extends object> {
     let mounted = false;
     const rootfs = `${bundle}/rootfs`;
     const undo: (() => Promise<void>)[] = [];
+    // Open before the runtime starts the init: it may exit before its pid is known.
+    const window = this.#openWindow();
     try {
       if (r.rootfs.length > 0) {
         await Deno.mkdir(rootfs, { recursive: true, mode: 0o711 });
@@ -261,11 +268,23 @@ export class TaskService<T extends object> {
       undo.push(() => runtime.delete(r.id, { force: true }).catch(() => {}));
       await io.ready();
       init.setPid(await platform.readPidFile(`${bundle}/init.pid`));
+      init.startTime = platform.startTimeOf?.(init.pid);
     } catch (e) {
+      this.#windows.delete(window);
       for (const u of undo.reverse()) await u().catch(() => {});
       throw e;
     }
 
+    // The OOM watch comes first: until the container is listed, the init's exit waits in the
+    // window, so /tasks/create is always published before /tasks/exit.
+    let oomWatch: { close(): void } | undefined;
+    try {
+      oomWatch = await platform.watchOom(init.pid, () => {
+        this.#d.events.publish("/tasks/oom", TaskOOMSchema, { containerId: r.id });
+      });
+    } catch (e) {
+      clog.debug("oom watch unavailable", { error: (e as Error).message });
+    }
     const container = new Container<T>({
       id: r.id,
       namespace,
@@ -275,15 +294,8 @@ export class TaskService<T extends object> {
       options: resolved.options,
       rootfsMounted: mounted,
     });
+    if (oomWatch) container.cleanups.push(() => oomWatch.close());
     this.#containers.set(r.id, container);
-    try {
-      const watch = await platform.watchOom(init.pid, () => {
-        this.#d.events.publish("/tasks/oom", TaskOOMSchema, { containerId: r.id });
-      });
-      container.cleanups.push(() => watch.close());
-    } catch (e) {
-      clog.debug("oom watch unavailable", { error: (e as Error).message });
-    }
     this.#d.events.publish("/tasks/create", TaskCreateSchema, {
       containerId: r.id,
       bundle,
@@ -292,9 +304,11 @@ export class TaskService<T extends object> {
       checkpoint: r.checkpoint,
       pid: init.pid,
     });
-    // The init may already have died (reaped before we knew its pid).
-    const early = platform.recentExit(init.pid);
-    if (early) void this.#handleExit(init.pid, early);
+    // The init may already have died (reaped before we knew its pid): only an exit from inside
+    // the window can be its own.
+    this.#windows.delete(window);
+    const early = window.take(init.pid, init.startTime);
+    if (early) void this.#initExited(container, early);
     clog.info("created", { pid: init.pid });
     return { pid: init.pid };
   }
@@ -356,6 +370,7 @@ export class TaskService<T extends object> {
     const { platform } = this.#d;
     const pidFile = `${c.bundle}/${p.execId}.pid`;
     p.beginStart();
+    const window = this.#openWindow();
     try {
       const io = await platform.openIo(p.stdio, { containerId: c.id, namespace: c.namespace });
       p.io = io.handle;
@@ -371,17 +386,24 @@ export class TaskService<T extends object> {
         p.io = undefined;
         throw e;
       }
-      p.markStarted(await platform.readPidFile(pidFile));
+      const pid = await platform.readPidFile(pidFile);
+      p.startTime = platform.startTimeOf?.(pid);
+      p.markStarted(pid);
       this.#d.events.publish("/tasks/exec-started", TaskExecStartedSchema, {
         containerId: c.id,
         execId: p.execId,
         pid: p.pid,
       });
     } finally {
+      this.#windows.delete(window);
       p.endStart();
     }
-    const early = platform.recentExit(p.pid);
-    if (early) void this.#handleExit(p.pid, early);
+    // From markStarted on, exits reach the exec directly; one from before is in the window.
+    const early = window.take(p.pid, p.startTime);
+    if (early) {
+      this.#claimed.add(p);
+      void this.#execExited(c, p, early);
+    }
     return { pid: p.pid };
   }
 
@@ -633,25 +655,51 @@ export class TaskService<T extends object> {
     return {};
   }
 
-  async #handleExit(pid: number, exit: { status: number; exitedAt: Date }): Promise<void> {
+  /** Clock ticks when a process is about to be started; exits from then on may be its own. */
+  #openWindow(): ExitWindow {
+    const window = new ExitWindow(this.#d.platform.bootTicks?.());
+    this.#windows.add(window);
+    return window;
+  }
+
+  /**
+   * Routes a reaped exit: to the known process it belongs to, else to every process being
+   * started whose pid is not known yet. Synchronous, so no exit can slip between the two.
+   */
+  #onExit(exit: ReapedExit): void {
+    if (this.#deliver(exit)) return;
+    for (const window of this.#windows) window.add(exit);
+  }
+
+  /** Hands `exit` to the live processes it is the exit of; false when there are none. */
+  #deliver(exit: ReapedExit): boolean {
     const inits: Container<T>[] = [];
     for (const c of this.#containers.values()) {
       // Several inits can share a pid (gVisor: a pod's containers run in the sandbox's
       // process); when it exits, they all have.
-      if (c.init.pid === pid && c.init.state !== "stopped") inits.push(c);
+      const init = c.init;
+      if (init.pid !== 0 && !c.exitReported && isExitOf(exit, init.pid, init.startTime)) {
+        inits.push(c);
+      }
       for (const p of c.execs.values()) {
-        if (p.pid === pid && p.state !== "stopped") {
-          await p.startSettled();
-          p.markExited(exit);
-          this.#publishExit(c, p);
-          return;
-        }
+        if (p.pid === 0 || p.state === "stopped" || this.#claimed.has(p)) continue;
+        if (!isExitOf(exit, p.pid, p.startTime)) continue;
+        this.#claimed.add(p);
+        void this.#execExited(c, p, exit);
+        return true;
       }
     }
-    await Promise.all(inits.map((c) => this.#initExited(c, exit)));
+    for (const c of inits) void this.#initExited(c, exit);
+    return inits.length > 0;
   }
 
-  async #initExited(c: Container<T>, exit: { status: number; exitedAt: Date }): Promise<void> {
+  async #execExited(c: Container<T>, p: ShimProcess, exit: ReapedExit): Promise<void> {
+    await p.startSettled();
+    p.markExited(exit);
+    this.#publishExit(c, p);
+  }
+
+  async #initExited(c: Container<T>, exit: ProcessExitInfo): Promise<void> {
     // The reaper and a runtime's `wait` may both report the same exit: the first one counts.
     if (c.exitReported) return;
     c.exitReported = true;

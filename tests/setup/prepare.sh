@@ -3,8 +3,8 @@
 #
 #  1. Debian packages: containerd (1.6 on bookworm), runc, runsc, crun, busybox-static,
 #     protobuf-compiler, util-linux, bsdutils (script), iproute2, prometheus (promtool, for the
-#     docs/operations.md check). Installed with apt-get when
-#     missing (apt-get update runs only then). A policy-rc.d guard keeps apt from starting the
+#     docs/operations.md check), criu (runc checkpoint; where criu cannot dump, the test checks
+#     the error). Installed with apt-get when missing (apt-get update runs only then). A policy-rc.d guard keeps apt from starting the
 #     system containerd service: the tests only ever run private containerds.
 #  2. containerd 1.7 (trixie) and 2.x (sid) unpacked into $SKIFF_CACHE by fetch_containerd.sh.
 #  3. $SKIFF_CACHE/env: SKIFF_CONTAINERD_<major>_<minor>=<bin dir> per containerd build
@@ -31,13 +31,13 @@ is_debian=false
   is_debian=true
 
 # --- 1. packages -----------------------------------------------------------------------------
-packages=(containerd runc runsc crun busybox-static protobuf-compiler util-linux bsdutils iproute2 prometheus)
+packages=(containerd runc runsc crun busybox-static protobuf-compiler util-linux bsdutils iproute2 prometheus criu)
 # command → package, for machines where dpkg cannot tell us (and to catch a broken install).
 declare -A provides=(
   [containerd]=containerd [ctr]=containerd [containerd-shim-runc-v2]=containerd
   [runc]=runc [runsc]=runsc [crun]=crun [busybox]=busybox-static [protoc]=protobuf-compiler
   [unshare]=util-linux [nsenter]=util-linux [mountpoint]=util-linux [script]=bsdutils
-  [ip]=iproute2 [promtool]=prometheus
+  [ip]=iproute2 [promtool]=prometheus [criu]=criu
 )
 find_cmd() { PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin" command -v "$1" >/dev/null; }
 

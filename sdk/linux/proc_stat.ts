@@ -1,0 +1,75 @@
+/**
+ * Process identity from `/proc`: a pid alone is not an identity (the kernel reuses pids once a
+ * process has been reaped), but a pid with its start time is, for as long as the machine runs.
+ *
+ * @module
+ */
+
+/**
+ * Clock ticks per second of the start times in `/proc/<pid>/stat` (`USER_HZ`). The kernel fixes
+ * it at 100 for every userspace ABI Linux has (`sysconf(_SC_CLK_TCK)`).
+ */
+export const CLOCK_TICKS_PER_SECOND = 100;
+
+/**
+ * Fields of `/proc/<pid>/stat` after the command name, which may itself hold spaces and
+ * parentheses: field 3 (state) is at index 0, field 22 (starttime) at index 19.
+ */
+function statFields(pid: number): string[] | undefined {
+  let stat: string;
+  try {
+    stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+  } catch {
+    return undefined;
+  }
+  return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+}
+
+/**
+ * The one-letter state of `pid` ("R", "S", "Z" for a zombie, ...), or undefined when there is
+ * no such process.
+ *
+ * @param pid the process id
+ * @example Usage
+ * ```ts
+ * import { processState } from "./proc_stat.ts";
+ * console.assert(processState(Deno.pid) !== "Z");
+ * ```
+ */
+export function processState(pid: number): string | undefined {
+  return statFields(pid)?.[0];
+}
+
+/**
+ * When `pid` started, in clock ticks since boot (field 22 of `/proc/<pid>/stat`), or undefined
+ * when there is no such process. A zombie still has it: read it before reaping.
+ *
+ * @param pid the process id
+ * @example Usage
+ * ```ts
+ * import { processStartTime } from "./proc_stat.ts";
+ * console.assert(processStartTime(Deno.pid)! > 0);
+ * ```
+ */
+export function processStartTime(pid: number): number | undefined {
+  const field = statFields(pid)?.[19];
+  const ticks = Number(field);
+  return field !== undefined && Number.isSafeInteger(ticks) ? ticks : undefined;
+}
+
+/**
+ * Clock ticks since boot now, on the clock process start times use (`/proc/uptime`, boot time
+ * in hundredths of a second). Every process started from now on has a start time at least this.
+ *
+ * @example Usage
+ * ```ts
+ * import { bootTicks, processStartTime } from "./proc_stat.ts";
+ * console.assert(processStartTime(Deno.pid)! <= bootTicks());
+ * ```
+ */
+export function bootTicks(): number {
+  const [seconds] = Deno.readTextFileSync("/proc/uptime").split(" ");
+  // "12345.67": parse the digits, not a float, so no rounding moves it past a start time.
+  const [whole, frac = "0"] = seconds.split(".");
+  return Number(whole) * CLOCK_TICKS_PER_SECOND + Number(frac.padEnd(2, "0").slice(0, 2));
+}
