@@ -88,15 +88,18 @@ export async function containerProcess(
  * Runs `count` execs with distinct exit codes (`sh -c 'exit N'`), `inFlight` at once, each
  * one Exec, Start, Wait, Delete; stdio empty.
  *
- * @param client containerd client, bound to the container's namespace
+ * @param client containerd client bound to the container's namespace, or a getter of the
+ *   current one
  * @param opts container, count, concurrency, bounds
  * @returns one outcome per exec that was started, in index order
  */
 export async function runExecBurst(
-  client: ContainerdClient,
+  client: ContainerdClient | (() => ContainerdClient),
   opts: ExecBurstOptions,
 ): Promise<ExecOutcome[]> {
-  const base = await containerProcess(client, opts.containerId);
+  // A getter lets the burst move to a new connection after a containerd restart.
+  const cl = typeof client === "function" ? client : () => client;
+  const base = await containerProcess(cl(), opts.containerId);
   const codeOf = opts.codeOf ?? ((i: number) => i % 250);
   const timeoutMs = opts.rpcTimeoutMs ?? 30_000;
   const prefix = opts.prefix ?? "x";
@@ -112,7 +115,7 @@ export async function runExecBurst(
     const ids = { containerId: opts.containerId, execId };
     const process = { ...base, terminal: false, args: ["sh", "-c", `exit ${expected}`] };
     try {
-      await client.tasks.exec({
+      await cl().tasks.exec({
         ...ids,
         stdin: "",
         stdout: "",
@@ -120,10 +123,10 @@ export async function runExecBurst(
         terminal: false,
         spec: { typeUrl: PROCESS_TYPE_URL, value: enc.encode(JSON.stringify(process)) },
       }, { timeoutMs });
-      o.pid = (await client.tasks.start(ids, { timeoutMs })).pid;
-      o.waited = (await client.tasks.wait(ids, { timeoutMs })).exitStatus;
+      o.pid = (await cl().tasks.start(ids, { timeoutMs })).pid;
+      o.waited = (await cl().tasks.wait(ids, { timeoutMs })).exitStatus;
       o.waitedAt = Date.now();
-      o.deleted = (await client.tasks.deleteProcess(ids, { timeoutMs })).exitStatus;
+      o.deleted = (await cl().tasks.deleteProcess(ids, { timeoutMs })).exitStatus;
     } catch (e) {
       o.error = e instanceof Error ? e.message : String(e);
     }
