@@ -105,6 +105,8 @@ export async function startBed(binDir: string, opts: { only?: "skiff" } = {}): P
           namespace: ns,
           runtime: shim.runtime,
           detach: true,
+          // No FIFOs: ctr -d exits at once and would leave its client-side FIFOs behind.
+          flags: ["--null-io"],
           args,
           ...(shim.runtimeConfigPath ? { runtimeConfigPath: shim.runtimeConfigPath } : {}),
           timeoutMs: 60_000,

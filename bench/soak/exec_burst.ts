@@ -31,6 +31,8 @@ export interface ExecOutcome {
   deleted?: number;
   /** Why the exec has no trustworthy status (an RPC failed or timed out). */
   error?: string;
+  /** When Start was called (ms since the epoch): the process cannot have exited before. */
+  startAt?: number;
   /** When Wait returned (ms since the epoch). */
   waitedAt?: number;
 }
@@ -58,6 +60,10 @@ export interface ExecBurstOptions {
   rpcTimeoutMs?: number;
   /** Exec id prefix. Default `x`. */
   prefix?: string;
+  /** While this returns true, keep starting execs past `count` (still within `maxMs`). */
+  keepGoing?: () => boolean;
+  /** Pause after a failed exec before the next (ms), so an outage does not burn the count. */
+  backoffMs?: number;
   /** Called with each outcome as it completes. */
   onOutcome?: (o: ExecOutcome) => void;
 }
@@ -123,6 +129,7 @@ export async function runExecBurst(
         terminal: false,
         spec: { typeUrl: PROCESS_TYPE_URL, value: enc.encode(JSON.stringify(process)) },
       }, { timeoutMs });
+      o.startAt = Date.now();
       o.pid = (await cl().tasks.start(ids, { timeoutMs })).pid;
       o.waited = (await cl().tasks.wait(ids, { timeoutMs })).exitStatus;
       o.waitedAt = Date.now();
@@ -134,10 +141,13 @@ export async function runExecBurst(
   };
 
   const worker = async () => {
-    while (next < opts.count && Date.now() < stopAt) {
+    while ((next < opts.count || opts.keepGoing?.()) && Date.now() < stopAt) {
       const o = await one(next++);
       outcomes.push(o);
       opts.onOutcome?.(o);
+      if (o.error !== undefined && opts.backoffMs) {
+        await new Promise((r) => setTimeout(r, opts.backoffMs));
+      }
     }
   };
   await Promise.all(Array.from({ length: opts.inFlight ?? 8 }, worker));

@@ -17,7 +17,7 @@ import { shimsIn } from "./procs.ts";
 
 /** Leftovers of one namespace. */
 export interface Leaks {
-  /** Shim processes still serving the namespace (`pid id`). */
+  /** Shim processes still serving one of the given ids (`pid id`). */
   shims: string[];
   /** Mount points under the namespace's bundle dirs. */
   mounts: string[];
@@ -46,13 +46,14 @@ function list(dir: string): string[] {
  * Lists what the namespace left behind.
  *
  * @param bed the bed
- * @param ids container ids whose shim sockets must be gone
+ * @param ids container ids whose shims and shim sockets must be gone
  * @returns the leftovers, by kind
  */
 export async function leaks(bed: Bed, ids: Iterable<string>): Promise<Leaks> {
+  const wanted = new Set(ids);
   const bundleRoot = `${bed.c.state}/io.containerd.runtime.v2.task/${bed.ns}`;
   const sockets: string[] = [];
-  for (const id of ids) {
+  for (const id of wanted) {
     const path = `/run/containerd/s/${await sha256Hex(`${bed.c.address}/${bed.ns}/${id}`)}`;
     for (const p of [path, `${path}.ops`]) {
       if (await Deno.lstat(p).then(() => true, () => false)) sockets.push(`${p} (${id})`);
@@ -67,7 +68,7 @@ export async function leaks(bed: Bed, ids: Iterable<string>): Promise<Leaks> {
   };
   walk(bed.c.fifoDir);
   return {
-    shims: shimsIn(bed.c, bed.ns).map((s) => `${s.pid} ${s.id}`),
+    shims: shimsIn(bed.c, bed.ns).filter((s) => wanted.has(s.id)).map((s) => `${s.pid} ${s.id}`),
     mounts: (await bed.c.mounts()).filter((m) => m.startsWith(`${bundleRoot}/`)),
     bundles: list(bundleRoot),
     sockets,

@@ -96,6 +96,7 @@ export async function restartPhase(
   await events.subscribe(bed.client);
 
   let burstOver = false;
+  let restarting = true;
   const ids = Array.from({ length: opts.containers }, (_, i) => `burst-${shim.label}-${i}`);
   let nextId = 0;
   const creator = async () => {
@@ -112,6 +113,10 @@ export async function restartPhase(
       inFlight: opts.inFlight,
       prefix: "c",
       rpcTimeoutMs: 20_000,
+      // Both restarts must fall inside the burst, whatever its pace.
+      keepGoing: () => restarting,
+      backoffMs: 100,
+      maxMs: 300_000,
     }),
     creator(),
     creator(),
@@ -125,12 +130,15 @@ export async function restartPhase(
     bed.reconnect();
     await events.subscribe(bed.client);
   }
+  // Let the burst run on the restarted containerd for a while.
+  await sleep(2000);
+  restarting = false;
   const [outcomes] = await burst;
   const cl = bed.client;
 
   // Containers: each is running its sleep, or has no task at all.
   let containersRunning = 0, containersGone = 0, containersWrong = 0;
-  const killedAt = new Map<string, number>();
+  const killed = new Map<string, { from: number; to: number }>();
   for (const id of ids) {
     let p;
     try {
@@ -155,10 +163,11 @@ export async function restartPhase(
     }
     if (p) {
       try {
+        const from = Date.now();
         await cl.tasks.kill({ containerId: id, execId: "", signal: 9, all: false }, RPC)
           .catch(() => undefined);
         const w = await cl.tasks.wait({ containerId: id, execId: "" }, RPC);
-        killedAt.set(id, Date.now());
+        killed.set(id, { from, to: Date.now() });
         if (p.status === Status.RUNNING && w.exitStatus !== 137) {
           containersWrong++;
           samples.push(`${id}: SIGKILLed, Wait said ${w.exitStatus}`);
@@ -213,8 +222,10 @@ export async function restartPhase(
   // Exit events: every exit seen while a subscription was open must have one.
   await sleep(1000);
   let eventsExpected = 0, eventsMissing = 0;
-  const need = (containerId: string, id: string, at: number, status: number) => {
-    if (!events.covered(at - 2000, at + 1000)) return;
+  // The exit happened between the Start (or Kill) call and Wait's reply; containerd must have
+  // published its event if a subscription was open all that time (plus a second of slack).
+  const need = (containerId: string, id: string, from: number, to: number, status: number) => {
+    if (!events.covered(from, to + 1000)) return;
     eventsExpected++;
     const e = events.find(containerId, id);
     if (e?.exitStatus !== status) {
@@ -223,11 +234,11 @@ export async function restartPhase(
     }
   };
   for (const o of outcomes) {
-    if (o.waitedAt !== undefined && o.waited !== undefined) {
-      need(hub, o.execId, o.waitedAt, o.waited);
+    if (o.startAt !== undefined && o.waitedAt !== undefined && o.waited !== undefined) {
+      need(hub, o.execId, o.startAt, o.waitedAt, o.waited);
     }
   }
-  for (const [id, at] of killedAt) need(id, id, at, 137);
+  for (const [id, t] of killed) need(id, id, t.from, t.to, 137);
   await events.close();
 
   const shimPid = shimOf(bed.c, bed.ns, hub);
