@@ -102,8 +102,10 @@ export async function restartPhase(
   const creator = async () => {
     while (nextId < ids.length) {
       const id = ids[nextId++]!;
-      // Failures are expected while containerd is down; the state is checked afterwards.
-      await bed.runDetached(shim, id).catch(() => undefined);
+      // Failures are expected while containerd is down; the state is checked afterwards. A
+      // pause after one keeps an outage from using up the burst's creates.
+      const r = await bed.runDetached(shim, id).catch(() => undefined);
+      if (r?.code !== 0) await sleep(500);
     }
   };
   const burst = Promise.all([
