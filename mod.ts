@@ -57,6 +57,13 @@ export {
   type OciRuntimeCliOptions,
   OciRuntimeError,
 } from "./sdk/runtime/oci_cli.ts";
+export {
+  decodeOciFeatures,
+  OCI_FEATURES_TYPE_URL,
+  type OciFeatures,
+  ociFeaturesAny,
+  parseOciFeatures,
+} from "./sdk/runtime/oci_features.ts";
 
 // Types referenced by the public API above.
 export type { SandboxContext, SandboxRuntime } from "./sdk/shim/sandbox_service.ts";

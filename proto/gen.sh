@@ -4,6 +4,9 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 command -v protoc >/dev/null || { echo "proto/gen.sh: protoc not found (apt-get install protobuf-compiler)" >&2; exit 2; }
+# protoc looks for the well-known types in <its dir>/../include; Debian ships them separately.
+wkt="$(dirname "$(command -v protoc)")/../include/google/protobuf/timestamp.proto"
+[ -r "$wkt" ] || { echo "proto/gen.sh: $wkt not found (apt-get install libprotobuf-dev)" >&2; exit 2; }
 out="$here/gen"
 if [ "${1:-}" = "--check" ]; then out=$(mktemp -d); fi
 rm -rf "$out.new" && mkdir -p "$out.new"

@@ -12,7 +12,8 @@
  *   {@link CriRuntimeOptionsSchema} (`runtimeoptions.v1.Options`), {@link CheckpointOptionsSchema}.
  * - Statistics: {@link CgroupsV1MetricsSchema}, {@link CgroupsV2MetricsSchema}.
  *
- * Everything else (containerd's own gRPC API, sub-messages) is under `proto/gen/`.
+ * Everything else (containerd's own gRPC API, sub-messages, and Kubernetes' CRI `runtime.v1` in
+ * `proto/gen/runtime/v1/api_pb.ts`) is under `proto/gen/`.
  *
  * Pack `Any` values with the bare message name as type URL (`containerd.events.TaskExit`), never
  * with a `type.googleapis.com/` prefix: containerd 1.6 matches the exact string.

@@ -19,12 +19,13 @@ import { exists, integrationTest } from "./_integration.ts";
 const FAKE_RUNTIME = `#!/bin/sh
 for a in "$@"; do printf '%s\\n' "$a"; done > "$FAKE_DIR/argv"
 printf '%s' "\${NOTIFY_SOCKET-unset}" > "$FAKE_DIR/notify"
+pwd -P > "$FAKE_DIR/cwd"
 log=""; prev=""; cmd=""
 for a in "$@"; do
   [ "$prev" = "--log" ] && log="$a"
   [ "$prev" = "--process" ] && cp "$a" "$FAKE_DIR/process.json" && printf '%s' "$a" > "$FAKE_DIR/process.path"
   if [ -z "$cmd" ]; then
-    case "$a" in create|start|state|kill|delete|exec|ps|pause|resume|update|checkpoint|restore|events) cmd="$a";; --version) cmd=version;; esac
+    case "$a" in create|start|state|kill|delete|exec|ps|pause|resume|update|checkpoint|restore|events|features) cmd="$a";; --version) cmd=version;; esac
   fi
   prev="$a"
 done
@@ -327,6 +328,73 @@ Deno.test("OciRuntimeCli.version() returns the version token without global flag
   });
   assert.equal(await cli.version(), "1.1.5+ds1");
   assert.deepEqual(await fake.argv(), ["--version"]);
+});
+
+Deno.test("OciRuntimeCli runs every per-container command in cwd (the bundle)", async () => {
+  await using fake = await fakeRuntime();
+  const bundle = await Deno.realPath(await Deno.makeTempDir({ prefix: "skiff-bundle-" }));
+  try {
+    const here = await Deno.realPath(Deno.cwd());
+    const cwdOf = async (call: (cli: OciRuntimeCli) => Promise<unknown>, cli: OciRuntimeCli) => {
+      await Deno.remove(`${fake.dir}/cwd`).catch(() => {});
+      await call(cli);
+      return (await Deno.readTextFile(`${fake.dir}/cwd`)).trim();
+    };
+    const inBundle = fake.cli({
+      FAKE_STATE_STDOUT: JSON.stringify({ id: "c1", pid: 1, status: "running", bundle }),
+      FAKE_PS_STDOUT: "[1]",
+      FAKE_EVENTS_STDOUT: JSON.stringify({ type: "stats", id: "c1", data: {} }),
+      FAKE_VERSION_STDOUT: "runc version 1.1.5\n",
+      FAKE_FEATURES_STDOUT: "{}",
+    }, { cwd: bundle });
+    const calls: Record<string, (cli: OciRuntimeCli) => Promise<unknown>> = {
+      create: (cli) => cli.create("c1", { bundle: "/elsewhere", pidFile: "/p" }),
+      start: (cli) => cli.start("c1"),
+      state: (cli) => cli.state("c1"),
+      kill: (cli) => cli.kill("c1", 15),
+      exec: (cli) => cli.exec("c1", { args: ["true"] }, { pidFile: "/p" }),
+      ps: (cli) => cli.ps("c1"),
+      pause: (cli) => cli.pause("c1"),
+      resume: (cli) => cli.resume("c1"),
+      update: (cli) => cli.update("c1", {}),
+      checkpoint: (cli) => cli.checkpoint("c1", { imagePath: "/i" }),
+      events: (cli) => cli.events("c1"),
+      delete: (cli) => cli.delete("c1", { force: true }),
+    };
+    for (const [name, call] of Object.entries(calls)) {
+      assert.equal(await cwdOf(call, inBundle), bundle, name);
+    }
+    // Not per-container: where the caller is.
+    assert.equal(await cwdOf((cli) => cli.version(), inBundle), here, "--version");
+    assert.equal(await cwdOf((cli) => cli.features(), inBundle), here, "features");
+    // Without cwd, create and restore still run in their bundle; the others where the caller is.
+    const plain = fake.cli();
+    const create = (cli: OciRuntimeCli) => cli.create("c1", { bundle, pidFile: "/p" });
+    assert.equal(await cwdOf(create, plain), bundle, "create without cwd");
+    assert.equal(await cwdOf((cli) => cli.start("c1"), plain), here, "start without cwd");
+    // A bundle that is gone (a late delete) does not make the command fail to spawn.
+    const gone = fake.cli({}, { cwd: `${bundle}/gone` });
+    assert.equal(await cwdOf((cli) => cli.delete("c1"), gone), here, "delete with a gone cwd");
+  } finally {
+    await Deno.remove(bundle, { recursive: true });
+  }
+});
+
+Deno.test("OciRuntimeCli.features() parses the document, run without global flags", async () => {
+  await using fake = await fakeRuntime();
+  const doc = { ociVersionMin: "1.0.0", mountOptions: ["ro", "rro"], linux: { namespaces: [] } };
+  const cli = fake.cli({ FAKE_FEATURES_STDOUT: JSON.stringify(doc) }, { root: "/r" });
+  assert.deepEqual(await cli.features(), doc);
+  assert.deepEqual(await fake.argv(), ["features"]);
+  await assert.rejects(
+    fake.cli({ FAKE_FEATURES_STDOUT: "[1]" }).features(),
+    (e: unknown) => e instanceof OciRuntimeError && /not a JSON object/.test(e.message),
+  );
+  await assert.rejects(
+    fake.cli({ FAKE_FEATURES_EXIT: "1", FAKE_FEATURES_STDERR: "unknown command features" })
+      .features(),
+    (e: unknown) => e instanceof OciRuntimeError && /unknown command features/.test(e.message),
+  );
 });
 
 Deno.test("OciRuntimeCli.state() of a missing container rejects with ConnectError NotFound", async () => {
@@ -825,3 +893,21 @@ integrationTest(
     await assert.rejects(cli.delete(id), (e) => isNotExist(e));
   },
 );
+
+Deno.test("OciRuntimeCli hands the container's stdio to create, or to start with stdioAt: start", async () => {
+  await using fake = await fakeRuntime();
+  const env = { FAKE_CREATE_STDOUT: "from-create", FAKE_START_STDOUT: "from-start" };
+  for (const stdioAt of ["create", "start"] as const) {
+    const outputs: Promise<string>[] = [];
+    const io: ProcessStdio = {
+      stdio: { stdin: "null", stdout: "piped", stderr: "null" },
+      attach: (child) => outputs.push(new Response(child.stdout).text()),
+    };
+    const cli = fake.cli(env, { stdioAt });
+    await cli.create("c1", { bundle: fake.dir, pidFile: `${fake.dir}/pid`, io });
+    assert.equal(outputs.length, stdioAt === "create" ? 1 : 0, `${stdioAt}: attached at create`);
+    await cli.start("c1");
+    assert.equal(outputs.length, 1, `${stdioAt}: attached once`);
+    assert.equal(await outputs[0], `from-${stdioAt}`, stdioAt);
+  }
+});

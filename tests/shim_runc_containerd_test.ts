@@ -17,7 +17,13 @@ import {
   type PrivateContainerd,
   startContainerd,
 } from "../sdk/testing/containerd.ts";
-import { ctrRun, ctrRunArgs, type CtrRunOptions, shellQuote } from "../sdk/testing/ctr.ts";
+import {
+  ctrRun,
+  ctrRunArgs,
+  type CtrRunOptions,
+  RUNC_RUNTIME,
+  shellQuote,
+} from "../sdk/testing/ctr.ts";
 import { installShims } from "../sdk/testing/install.ts";
 
 const RUNTIME = "io.containerd.skiff-runc.v2";
@@ -392,21 +398,42 @@ for (const v of versions) {
         });
 
         await t.step("memory limit exceeded: /tasks/oom, then exit status 137", async () => {
-          const id = uid("oom");
-          const r = await run({
-            id,
-            flags: ["--memory-limit", String(32 << 20)],
-            args: ["sh", "-c", "tail /dev/zero"],
-          });
-          assert.equal(r.code, 137, describe(r));
-          const topics = (await events.until(id, "/tasks/delete")).map((e) => e.topic);
-          assert.deepEqual(topics, [
-            "/tasks/create",
-            "/tasks/start",
-            "/tasks/oom",
-            "/tasks/exit",
-            "/tasks/delete",
-          ]);
+          // containerd's contract: at least one /tasks/oom, every one of them after start and
+          // before delete. How many depends on the kernel's memory events (the Go shim publishes
+          // one or two for this very command here), and under load the Go shim's OOM watcher
+          // can publish after /tasks/exit (seen on 1.7.24), so neither the count nor the order
+          // against exit is asserted. The Go shim runs the same scenario under the same assertion.
+          for (const shim of ["skiff", "go"] as const) {
+            const id = uid(`oom-${shim}`);
+            const o = {
+              id,
+              flags: ["--memory-limit", String(32 << 20)],
+              args: ["sh", "-c", "tail /dev/zero"],
+            };
+            const r = shim === "skiff"
+              ? await run(o)
+              : await ctrRun(c, { ...o, image, namespace: ns, runtime: RUNC_RUNTIME });
+            if (shim === "go") track(id);
+            assert.equal(r.code, 137, `${shim}: ${describe(r)}`);
+            const topics = (await events.until(id, "/tasks/delete")).map((e) => e.topic);
+            const ooms = topics.filter((topic) => topic === "/tasks/oom").length;
+            assert.ok(ooms >= 1, `${shim}: no /tasks/oom: ${topics.join(", ")}`);
+            assert.deepEqual(topics.filter((topic) => topic !== "/tasks/oom"), [
+              "/tasks/create",
+              "/tasks/start",
+              "/tasks/exit",
+              "/tasks/delete",
+            ], shim);
+            const between = topics.slice(
+              topics.indexOf("/tasks/start") + 1,
+              topics.indexOf("/tasks/delete"),
+            );
+            assert.equal(
+              between.filter((topic) => topic === "/tasks/oom").length,
+              ooms,
+              `${shim}: /tasks/oom outside start..delete: ${topics}`,
+            );
+          }
         });
 
         await t.step("ctr run --rm: sh -c 'exit 3' makes ctr exit 3", async () => {

@@ -100,7 +100,7 @@ integrationTest(
       assert.equal(out.code, 0, err);
       assert.match(
         err,
-        /^prepare: missing packages: containerd runc runsc crun busybox-static protobuf-compiler util-linux bsdutils iproute2 prometheus \(not root; as root on Debian run: apt-get install --no-install-recommends containerd .* iproute2 prometheus\)$/m,
+        /^prepare: missing packages: containerd runc runsc crun busybox-static protobuf-compiler libprotobuf-dev util-linux bsdutils iproute2 prometheus criu \(not root; as root on Debian run: apt-get install --no-install-recommends containerd .* protobuf-compiler libprotobuf-dev .* prometheus criu\)$/m,
       );
       // All three dirs hold 1.6 here, so one key is written and the first dir wins.
       const env = await Deno.readTextFile(`${home}/cache/env`);

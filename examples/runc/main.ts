@@ -3,7 +3,15 @@
  * Runtime name `io.containerd.skiff-runc.v2`; options `containerd.runc.v1.Options`
  * (or the same keys in CRI's TOML runtime options).
  */
-import { OciRuntimeCli, optionsMessage, runShim, type RuntimeContext, Shim } from "../../mod.ts";
+import {
+  ociFeaturesAny,
+  OciRuntimeCli,
+  optionsMessage,
+  runShim,
+  type RuntimeContext,
+  Shim,
+} from "../../mod.ts";
+import type { Any } from "@bufbuild/protobuf/wkt";
 import { RuncOptionsSchema } from "../../proto/mod.ts";
 
 /** The runc settings this shim honours. */
@@ -46,12 +54,19 @@ export class RuncShim extends Shim<RuncOptions> {
     }),
   };
 
+  /** `-info`'s features: the runtime's own `features` document, when it has one. */
+  override async features(o: RuncOptions): Promise<Any> {
+    return ociFeaturesAny(await new OciRuntimeCli({ binary: o.binaryName }).features());
+  }
+
   runtime(ctx: RuntimeContext<RuncOptions>): OciRuntimeCli {
     const o = ctx.options;
     return new OciRuntimeCli({
       binary: o.binaryName,
       root: `${o.root}/${ctx.namespace}`,
       log: `${ctx.bundle}/log.json`,
+      // The bundle is the runtime's working directory (wrappers read ./config.json).
+      cwd: ctx.bundle,
       systemdCgroup: o.systemdCgroup,
       noPivot: o.noPivotRoot,
       noNewKeyring: o.noNewKeyring,

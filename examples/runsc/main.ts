@@ -9,7 +9,8 @@
  *   network = "none"
  *   platform = "ptrace"
  */
-import { OciRuntimeCli, runShim, type RuntimeContext, Shim } from "../../mod.ts";
+import { ociFeaturesAny, OciRuntimeCli, runShim, type RuntimeContext, Shim } from "../../mod.ts";
+import type { Any } from "@bufbuild/protobuf/wkt";
 
 /** The runsc settings this shim honours. */
 export interface RunscOptions {
@@ -42,31 +43,53 @@ export class RunscShim extends Shim<RunscOptions> {
     }),
   };
 
+  /** `-info`'s features: the runtime's own `features` document, when it has one. */
+  override async features(o: RunscOptions): Promise<Any> {
+    return ociFeaturesAny(await new OciRuntimeCli({ binary: o.binaryName }).features());
+  }
+
   runtime(ctx: RuntimeContext<RunscOptions>): OciRuntimeCli {
     const o = ctx.options;
-    const network = o.runscConfig.network ?? networkMode(ctx.bundle);
+    const spec = readSpec(ctx.bundle);
+    const network = o.runscConfig.network ?? networkMode(spec);
     return new OciRuntimeCli({
       binary: o.binaryName,
       root: `${o.root}/${ctx.namespace}`,
       log: `${ctx.bundle}/log.json`,
+      // The bundle is the runtime's working directory (wrappers read ./config.json).
+      cwd: ctx.bundle,
       globalArgs: Object.entries({ ...o.runscConfig, network }).map(([k, v]) => `--${k}=${v}`),
       // A pod's containers share one gVisor sandbox process: exits come from `runsc wait`.
       initExit: "wait",
+      // A pod member (CRI's "container" type) is a gVisor sub-container: `runsc start`, not
+      // `runsc create`, hands it its stdio.
+      stdioAt: spec?.annotations?.["io.kubernetes.cri.container-type"] === "container"
+        ? "start"
+        : "create",
       spawn: ctx.spawn,
     });
   }
 }
 
-/** runsc's network mode for a spec: the pod's namespace, an empty one, or the host's. */
-function networkMode(bundle: string): string {
+interface Spec {
+  annotations?: Record<string, string>;
+  linux?: { namespaces?: { type: string; path?: string }[] };
+}
+
+function readSpec(bundle: string): Spec | undefined {
   try {
-    const spec = JSON.parse(Deno.readTextFileSync(`${bundle}/config.json`));
-    const ns = spec.linux?.namespaces?.find((n: { type: string }) => n.type === "network");
-    // runsc's own network stack needs a prepared namespace (CRI's); it refuses the root one.
-    return !ns ? "host" : ns.path ? "sandbox" : "none";
+    return JSON.parse(Deno.readTextFileSync(`${bundle}/config.json`));
   } catch {
-    return "none";
+    return undefined;
   }
+}
+
+/** runsc's network mode for a spec: the pod's namespace, an empty one, or the host's. */
+function networkMode(spec: Spec | undefined): string {
+  if (!spec) return "none";
+  const ns = spec.linux?.namespaces?.find((n) => n.type === "network");
+  // runsc's own network stack needs a prepared namespace (CRI's); it refuses the root one.
+  return !ns ? "host" : ns.path ? "sandbox" : "none";
 }
 
 if (import.meta.main) await runShim(new RunscShim());

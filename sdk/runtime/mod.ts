@@ -12,3 +12,4 @@
  * @module
  */
 export * from "./oci_cli.ts";
+export * from "./oci_features.ts";

@@ -36,6 +36,7 @@
  */
 
 import { Code, ConnectError } from "@connectrpc/connect";
+import { type OciFeatures, parseOciFeatures } from "./oci_features.ts";
 
 /** How one stdio stream of a spawned runtime command is wired. */
 export type StdioMode = "piped" | "null" | "inherit";
@@ -121,6 +122,20 @@ export interface OciRuntimeCliOptions {
    * gVisor's sub-containers share their sandbox's process, so there is no exit to reap).
    */
   initExit?: "reap" | "wait";
+  /**
+   * Working directory of every per-container command (create, start, kill, exec, state...):
+   * the container's bundle, as containerd's runc shim runs runc there. OCI runtimes and
+   * wrappers around them may read `./config.json`. Without it, `create` and `restore` run in
+   * their `bundle` and the other commands in the caller's working directory. When the
+   * directory no longer exists (a late delete), the command runs in the caller's.
+   */
+  cwd?: string;
+  /**
+   * Which command hands the container process its stdio (pipes, not a terminal): `"create"`
+   * (default; runc, crun, a gVisor sandbox's root container) or `"start"` (a gVisor
+   * sub-container: `runsc start` gives the process its own stdio, and ignores `create`'s).
+   */
+  stdioAt?: "create" | "start";
 }
 
 /**
@@ -594,6 +609,10 @@ export class OciRuntimeCli {
   #env: Record<string, string>;
   #noPivot: boolean;
   #noNewKeyring: boolean;
+  #cwd: string | undefined;
+  #stdioAt: "create" | "start";
+  /** With `stdioAt: "start"`: the stdio `create` was given, handed to `start`. */
+  #deferredIo: ProcessStdio | undefined;
   /** How the init's exit is observed (see {@link OciRuntimeCliOptions.initExit}). */
   readonly initExit: "reap" | "wait";
 
@@ -613,6 +632,8 @@ export class OciRuntimeCli {
     this.#noPivot = options.noPivot ?? false;
     this.#noNewKeyring = options.noNewKeyring ?? false;
     this.initExit = options.initExit ?? "reap";
+    this.#cwd = options.cwd;
+    this.#stdioAt = options.stdioAt ?? "create";
   }
 
   /**
@@ -673,6 +694,8 @@ export class OciRuntimeCli {
       noPivot: this.#noPivot,
       noNewKeyring: this.#noNewKeyring,
       initExit: this.initExit,
+      cwd: this.#cwd,
+      stdioAt: this.#stdioAt,
       ...patch,
     });
   }
@@ -698,15 +721,19 @@ export class OciRuntimeCli {
     if (options.noPivot ?? this.#noPivot) args.push("--no-pivot");
     if (options.noNewKeyring ?? this.#noNewKeyring) args.push("--no-new-keyring");
     args.push(...(options.extraArgs ?? []), id);
+    const deferIo = this.#stdioAt === "start" && options.consoleSocket === undefined;
+    this.#deferredIo = deferIo ? options.io : undefined;
     await this.#run("create", id, args, {
       detaches: true,
-      io: options.io,
+      io: deferIo ? undefined : options.io,
       addressesContainer: false,
+      cwd: this.#cwd ?? options.bundle,
     });
   }
 
   /**
-   * `start ID`: runs the user process of a created container.
+   * `start ID`: runs the user process of a created container. With `stdioAt: "start"`, the
+   * stdio given to {@link OciRuntimeCli.create} is handed to this command instead.
    *
    * @param id Container id.
    *
@@ -716,7 +743,10 @@ export class OciRuntimeCli {
    * ```
    */
   async start(id: string): Promise<void> {
-    await this.#run("start", id, [id]);
+    const io = this.#deferredIo;
+    this.#deferredIo = undefined;
+    // With deferred stdio, `start` is the command whose stdio the process keeps.
+    await this.#run("start", id, [id], io ? { io, detaches: true } : {});
   }
 
   /**
@@ -956,6 +986,7 @@ export class OciRuntimeCli {
       detaches: true,
       io: options.io,
       addressesContainer: false,
+      cwd: this.#cwd ?? options.bundle,
     });
   }
 
@@ -1017,6 +1048,34 @@ export class OciRuntimeCli {
     return /\bversion\s+(\S+)/i.exec(first)?.[1] ?? first;
   }
 
+  /**
+   * `features` (runtime-spec features.md): what the runtime supports, e.g. `rro` among its
+   * mount options. Run like containerd's runc shim runs it: no global flags, no container.
+   *
+   * @returns The parsed document; throws when the runtime has no such command (runsc, older
+   *   runc) or prints something that is not a JSON object.
+   *
+   * @example Usage
+   * ```ts ignore
+   * const f = await new OciRuntimeCli({ binary: "runc" }).features();
+   * console.log(f.mountOptions?.includes("rro"));
+   * ```
+   */
+  async features(): Promise<OciFeatures> {
+    const out = await this.#run("features", undefined, [], { global: false });
+    try {
+      return parseOciFeatures(out);
+    } catch (e) {
+      throw new OciRuntimeError({
+        binary: this.#binary,
+        command: "features",
+        args: ["features"],
+        exitCode: 0,
+        runtimeMessage: (e as Error).message,
+      });
+    }
+  }
+
   async #run(
     command: string,
     id: string | undefined,
@@ -1024,6 +1083,8 @@ export class OciRuntimeCli {
     opts: RunOptions = {},
   ): Promise<string> {
     const argv = [...(opts.global === false ? [] : this.globalArgs), command, ...args];
+    // Per-container commands run in the bundle; the others where the caller is.
+    const cwd = await existingDir(id === undefined ? undefined : opts.cwd ?? this.#cwd);
     const ownStdio = opts.io === undefined;
     let stdio: { stdin: StdioMode; stdout: StdioMode; stderr: StdioMode };
     if (opts.io !== undefined) stdio = { ...opts.io.stdio };
@@ -1049,7 +1110,12 @@ export class OciRuntimeCli {
     let child: Deno.ChildProcess;
     try {
       child = this.#spawn(
-        new Deno.Command(this.#binary, { args: argv, ...stdio, ...commandEnv(this.#env) }),
+        new Deno.Command(this.#binary, {
+          args: argv,
+          ...stdio,
+          ...commandEnv(this.#env),
+          ...(cwd === undefined ? {} : { cwd }),
+        }),
       );
     } catch (e) {
       throw fail(-1, e instanceof Error ? e.message : String(e), e);
@@ -1108,6 +1174,14 @@ interface RunOptions {
   global?: boolean;
   /** Map "does not exist" to NotFound (false for create/restore, where it means the bundle). */
   addressesContainer?: boolean;
+  /** Working directory for this command (create/restore: their bundle). */
+  cwd?: string;
+}
+
+/** `dir` when it is an existing directory, else undefined (run where the caller is). */
+async function existingDir(dir: string | undefined): Promise<string | undefined> {
+  if (dir === undefined) return undefined;
+  return await Deno.stat(dir).then((st) => st.isDirectory ? dir : undefined, () => undefined);
 }
 
 function criuFlags(o: CriuOptions): string[] {

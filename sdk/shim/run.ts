@@ -1,13 +1,11 @@
 /**
  * `runShim`: the one-line entry point of a shim binary. It parses containerd's flags and runs
- * `start`, `delete`, `-v`, `-info` or the server. `start` and `delete` load only what they
- * need; the server's modules are imported when it runs.
+ * `start`, `delete`, `-v`, `-info` or the server. `start`, `delete` and `-info` load only what
+ * they need; the server's modules are imported when it runs.
  *
  * @module
  */
 
-import { create, toBinary } from "@bufbuild/protobuf";
-import { RuntimeInfoSchema } from "../../proto/gen/containerd/types/introspection_pb.ts";
 import { parseShimFlags, type ShimFlags } from "./flags.ts";
 import type { Shim } from "./shim.ts";
 
@@ -50,15 +48,12 @@ export async function runShim<T extends object>(
     console.log(`${shim.runtimeName} (skiff)\n  Version: ${shim.version}`);
     Deno.exit(0);
   }
-  if (flags.info) {
-    const info = create(RuntimeInfoSchema, {
-      name: shim.runtimeName,
-      version: { version: shim.version, revision: "" },
-    });
-    await writeAll(Deno.stdout, toBinary(RuntimeInfoSchema, info));
-    Deno.exit(0);
-  }
   try {
+    if (flags.info) {
+      const { runInfo } = await import("./info.ts");
+      await writeAll(Deno.stdout, await runInfo(shim, await readStdin()));
+      Deno.exit(0);
+    }
     if (flags.action === "start") {
       const { runStart } = await import("./start.ts");
       const answer = await runStart(shim, flags, await readStdin());
@@ -75,7 +70,8 @@ export async function runShim<T extends object>(
     Deno.exit(0);
   } catch (e) {
     // containerd shows start's combined output in its error, so say what failed.
-    console.error(`${shim.runtimeName} ${flags.action}: ${(e as Error).message}`);
+    const action = flags.info ? "-info" : flags.action;
+    console.error(`${shim.runtimeName} ${action}: ${(e as Error).message}`);
     Deno.exit(1);
   }
 }

@@ -10,6 +10,7 @@
  * @module
  */
 
+import type { Any } from "@bufbuild/protobuf/wkt";
 import type { RuntimeOptions } from "./options.ts";
 import type { ContainerRuntime } from "./runtime.ts";
 import type { Logger } from "./logger.ts";
@@ -68,4 +69,14 @@ export abstract class Shim<T extends object = object> {
    * sandbox. Without it the sandbox is this shim process and the containers it serves.
    */
   sandbox?(ctx: SandboxContext<T>): SandboxRuntime<T> | undefined;
+  /**
+   * Optional: what the runtime supports, for `-info`'s `RuntimeInfo.features` (containerd 2.x
+   * asks; CRI reads e.g. recursive read-only mounts from it). An OCI runtime answers with its
+   * `features` document: `ociFeaturesAny(await cli.features())`. Return undefined (or throw)
+   * when the runtime cannot tell; `-info` then answers without features, as containerd's runc
+   * shim does for a runtime without a `features` command.
+   *
+   * @param options the options `-info` was given, resolved through the options hook
+   */
+  features?(options: T): Promise<Any | undefined>;
 }

@@ -14,9 +14,10 @@ import {
   BootstrapParamsSchema,
   BootstrapResultSchema,
 } from "../../proto/gen/containerd/runtime/bootstrap/v1/bootstrap_pb.ts";
+import { OptionsSchema as RuncOptionsSchema } from "../../proto/gen/containerd/runc/v1/oci_pb.ts";
 import type { ShimFlags } from "./flags.ts";
 import { endpointJson, type TaskApiEndpoint } from "./endpoint.ts";
-import { resolveOptions } from "./options.ts";
+import { bareTypeName, resolveOptions, RUNC_OPTIONS_TYPE } from "./options.ts";
 import type { Shim } from "./shim.ts";
 import { DEFAULT_SOCKET_DIR, shimSocketAddress, socketPath } from "./socket_address.ts";
 
@@ -101,6 +102,28 @@ export function formatStartAnswer(
   return endpointJson({ ...ep, version: 2 });
 }
 
+/**
+ * The cgroup runc options ask the shim process to join (`shim_cgroup`), from `start`'s option
+ * carriers; the last one that names it wins. Like containerd's runc shim, only runc options
+ * carry it, whatever the runtime's own options type.
+ *
+ * @example Usage
+ * ```ts
+ * import { shimCgroupOf } from "./start.ts";
+ * console.assert(shimCgroupOf([]) === undefined);
+ * ```
+ */
+export function shimCgroupOf(carriers: readonly Any[]): string | undefined {
+  let cgroup: string | undefined;
+  for (const carrier of carriers) {
+    if (bareTypeName(carrier.typeUrl) !== RUNC_OPTIONS_TYPE) continue;
+    try {
+      cgroup = fromBinary(RuncOptionsSchema, carrier.value).shimCgroup || cgroup;
+    } catch { /* undecodable options: Create reports them */ }
+  }
+  return cgroup;
+}
+
 /** The grouping key of a bundle: a group annotation in config.json, else the id. */
 export async function groupKey(bundle: string, id: string): Promise<string> {
   try {
@@ -177,13 +200,18 @@ export async function runStart<T extends object>(
   if (!(await socketAlive(path))) {
     await Deno.mkdir(socketDir, { recursive: true, mode: 0o700 });
     await Deno.remove(path).catch(() => {});
-    await spawnServer(flags, path, bundle);
+    await spawnServer(flags, path, bundle, shimCgroupOf(input.carriers));
   }
   await Deno.writeTextFile(`${bundle}/address`, address);
   return formatStartAnswer(input.dialect, ep, await daemon);
 }
 
-async function spawnServer(flags: ShimFlags, path: string, bundle: string): Promise<void> {
+async function spawnServer(
+  flags: ShimFlags,
+  path: string,
+  bundle: string,
+  shimCgroup: string | undefined,
+): Promise<void> {
   // Re-run the same launcher containerd ran, so the server gets the same Deno flags.
   const launcher = Deno.env.get("SKIFF_SHIM_LAUNCHER");
   const [cmd, ...pre] = launcher
@@ -214,6 +242,19 @@ async function spawnServer(flags: ShimFlags, path: string, bundle: string): Prom
     detached: true,
   }).spawn();
   child.unref();
+  if (shimCgroup) {
+    // Loaded only when asked for: most starts never touch cgroups.
+    const { joinCgroup } = await import("../linux/cgroup_join.ts");
+    try {
+      await joinCgroup(child.pid, shimCgroup);
+    } catch (e) {
+      // As containerd's runc shim: a start that cannot honour shim_cgroup fails, server and all.
+      try {
+        child.kill("SIGKILL");
+      } catch { /* already gone */ }
+      throw e;
+    }
+  }
   const state: { exited?: Deno.CommandStatus } = {};
   child.status.then((s) => state.exited = s);
   const deadline = Date.now() + 20_000;

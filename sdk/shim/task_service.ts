@@ -57,6 +57,7 @@ import { resolveOptions } from "./options.ts";
 import type { ReapedExit, ShimPlatform } from "./platform.ts";
 import { type ProcessExitInfo, ShimProcess } from "./process.ts";
 import { ExitWindow, isExitOf } from "./exit_window.ts";
+import { sharesPidNamespace } from "./bundle_spec.ts";
 import type { Shim } from "./shim.ts";
 import type { TaskApiEndpoint } from "./endpoint.ts";
 
@@ -705,8 +706,9 @@ export class TaskService<T extends object> {
     c.exitReported = true;
     const p = c.init;
     await p.startSettled();
-    // Execs die with the init's pid namespace; if they share the host's, kill them.
-    if (c.runningExecs().length > 0) {
+    // Without a pid namespace of its own, the init's other processes outlive it: kill them
+    // (the Go shim does too). Execs die with a private one; kill them anyway if they did not.
+    if (c.runningExecs().length > 0 || await sharesPidNamespace(c.bundle)) {
       await c.runtime.kill(c.id, 9, { all: true }).catch(() => {});
       await Promise.race([
         Promise.all(c.runningExecs().map((e) => e.exited)),

@@ -22,7 +22,9 @@
 
 import { parse as parseToml, stringify as stringifyToml } from "smol-toml";
 import { mountsUnder, removeTree } from "./bundle.ts";
-import { buildBusyboxImage, BUSYBOX_IMAGE_REF } from "./image.ts";
+import { buildBusyboxImage, buildPauseImage, BUSYBOX_IMAGE_REF, PAUSE_IMAGE_REF } from "./image.ts";
+import { type CriHandler, criPlugins, criRuntimePlugin } from "./cri_config.ts";
+import { CRI_NAMESPACE, criClient } from "./cri_client.ts";
 
 /**
  * A runtime a private containerd should know about.
@@ -37,8 +39,32 @@ export interface RuntimeConfig {
   binaryDir?: string;
   /** Runtime type, e.g. `io.containerd.skiff-runc.v2`. */
   runtimeType: string;
-  /** Options written to the CRI runtime table (used only when CRI is enabled). */
-  options?: Record<string, unknown>;
+  /**
+   * Options written to the CRI runtime table (used only when CRI is enabled). A function gets
+   * the instance, so options can name its private dirs (e.g. `Root: c.runcRoot`).
+   */
+  options?: Record<string, unknown> | ((c: PrivateContainerd) => Record<string, unknown>);
+}
+
+/**
+ * Options of a private containerd's CRI plugin ({@linkcode StartContainerdOptions.cri}). The
+ * runtime handlers are the instance's `runtimes` (name → `runtime_type` and `options`).
+ *
+ * @example Usage
+ * ```ts ignore
+ * const cri: CriSetup = { defaultHandler: "runc" };
+ * ```
+ */
+export interface CriSetup {
+  /**
+   * The sandbox (pause) image, already imported into {@linkcode CRI_NAMESPACE} by the caller.
+   * Default: {@linkcode PAUSE_IMAGE_REF}, built locally and imported at start.
+   */
+  sandboxImage?: string;
+  /** Handler of pods that name none. Default: containerd's own default (`runc`). */
+  defaultHandler?: string;
+  /** `restrict_oom_score_adj`. Default true (needed without CAP_SYS_RESOURCE). */
+  restrictOomScoreAdj?: boolean;
 }
 
 /**
@@ -66,6 +92,11 @@ export interface StartContainerdOptions {
   tmpDir?: string;
   /** Extra environment for containerd (and so for the shims it starts). */
   env?: Record<string, string>;
+  /**
+   * Enable CRI (Kubernetes' runtime API, on the gRPC socket) with `runtimes` as its handlers.
+   * CNI stays unconfigured (private, empty dirs): only host-network pods can run.
+   */
+  cri?: CriSetup;
 }
 
 /**
@@ -882,7 +913,7 @@ function platform(): string {
  */
 export function containerdConfig(
   c: PrivateContainerd,
-  opts: { debug?: boolean; runtimes?: Record<string, RuntimeConfig> } = {},
+  opts: { debug?: boolean; runtimes?: Record<string, RuntimeConfig>; cri?: CriSetup } = {},
 ): Record<string, unknown> {
   const v3 = c.major >= 2;
   const plugins: Record<string, unknown> = {};
@@ -893,10 +924,41 @@ export function containerdConfig(
     };
   }
   const runtimes = Object.entries(opts.runtimes ?? {});
-  if (runtimes.length > 0) {
+  if (opts.cri) {
+    const handlers: Record<string, CriHandler> = {};
+    for (const [name, r] of runtimes) {
+      const options = typeof r.options === "function" ? r.options(c) : r.options;
+      handlers[name] = { runtimeType: r.runtimeType, ...(options ? { options } : {}) };
+    }
+    Object.assign(
+      plugins,
+      criPlugins(c.version, {
+        sandboxImage: opts.cri.sandboxImage ?? PAUSE_IMAGE_REF,
+        handlers,
+        ...(opts.cri.defaultHandler ? { defaultHandler: opts.cri.defaultHandler } : {}),
+        ...(opts.cri.restrictOomScoreAdj !== undefined
+          ? { restrictOomScoreAdj: opts.cri.restrictOomScoreAdj }
+          : {}),
+      }),
+    );
+    // Private settings on top: this instance's snapshotter, and CNI dirs inside its own dir
+    // (CRI watches the conf dir, creating it if missing; without a CNI config only
+    // host-network pods run, which is all the tests need).
+    const runtimePlugin = plugins[criRuntimePlugin(c.version)] as Record<string, unknown>;
+    const cni = { conf_dir: `${c.dir}/cni/net.d` };
+    if (v3) {
+      (plugins["io.containerd.cri.v1.images"] as Record<string, unknown>).snapshotter =
+        c.snapshotter;
+      runtimePlugin.cni = { ...cni, bin_dirs: [`${c.dir}/cni/bin`] };
+    } else {
+      (runtimePlugin.containerd as Record<string, unknown>).snapshotter = c.snapshotter;
+      runtimePlugin.cni = { ...cni, bin_dir: `${c.dir}/cni/bin` };
+    }
+  } else if (runtimes.length > 0) {
     const table: Record<string, unknown> = {};
     for (const [name, r] of runtimes) {
-      table[name] = { runtime_type: r.runtimeType, ...(r.options ? { options: r.options } : {}) };
+      const options = typeof r.options === "function" ? r.options(c) : r.options;
+      table[name] = { runtime_type: r.runtimeType, ...(options ? { options } : {}) };
     }
     // Only CRI reads runtime tables; they matter once configToml re-enables CRI.
     plugins[v3 ? "io.containerd.cri.v1.runtime" : "io.containerd.grpc.v1.cri"] = {
@@ -907,7 +969,9 @@ export function containerdConfig(
     version: v3 ? 3 : 2,
     root: c.root,
     state: c.state,
-    disabled_plugins: [...DISABLED_PLUGINS],
+    disabled_plugins: DISABLED_PLUGINS.filter((p) =>
+      !(opts.cri && p === "io.containerd.grpc.v1.cri")
+    ),
     grpc: { address: c.address },
     ttrpc: { address: c.ttrpcAddress },
     debug: { level: opts.debug ? "debug" : "info" },
@@ -917,8 +981,39 @@ export function containerdConfig(
 }
 
 /**
+ * Imports the locally built pause image into CRI's namespace and waits until CRI itself lists
+ * it (CRI learns of images from containerd's events; a pod run before that would try to pull).
+ */
+async function importPauseImage(c: PrivateContainerd): Promise<void> {
+  const tar = await buildPauseImage();
+  const r = await c.ctr(["images", "import", tar], { namespace: CRI_NAMESPACE, timeoutMs: 60_000 });
+  if (r.code !== 0) {
+    throw new Error(`ctr -n ${CRI_NAMESPACE} images import ${tar} failed (${r.code}): ${r.stderr}`);
+  }
+  const cri = criClient(c.address);
+  const until = Date.now() + 30_000;
+  let last = "";
+  for (;;) {
+    try {
+      const s = await cri.images.imageStatus({ image: { image: PAUSE_IMAGE_REF } }, {
+        timeoutMs: 10_000,
+      });
+      if (s.image) return;
+      last = "not listed";
+    } catch (e) {
+      last = (e as Error).message;
+    }
+    if (Date.now() > until) {
+      throw new Error(`CRI of containerd ${c.version} never saw ${PAUSE_IMAGE_REF}: ${last}`);
+    }
+    await sleep(100);
+  }
+}
+
+/**
  * Starts a private containerd of the version in `opts.binDir`, in a new temp dir with its own
- * root, state, gRPC and ttrpc sockets, config and log. CRI and NRI are disabled. Shim
+ * root, state, gRPC and ttrpc sockets, config and log. NRI is disabled, and CRI unless
+ * `opts.cri` is given (then the pause image is imported into `k8s.io` before this returns). Shim
  * binaries resolve from `extraPath`, the runtimes' `binaryDir`s, then `binDir`, then PATH.
  *
  * @param opts which containerd, extra PATH entries, runtimes, config overrides
@@ -961,10 +1056,19 @@ export async function startContainerd(opts: StartContainerdOptions): Promise<Pri
     const cfg = containerdConfig(c, {
       ...(opts.debug !== undefined ? { debug: opts.debug } : {}),
       runtimes,
+      ...(opts.cri ? { cri: opts.cri } : {}),
     });
     if (opts.configToml) deepMerge(cfg, parseToml(opts.configToml) as Record<string, unknown>);
     await Deno.writeTextFile(c.configPath, stringifyToml(cfg));
     await c.start();
+    if (opts.cri && opts.cri.sandboxImage === undefined) {
+      try {
+        await importPauseImage(c);
+      } catch (e) {
+        await c.stop();
+        throw e;
+      }
+    }
     return c;
   } catch (e) {
     await removeTree(dir);

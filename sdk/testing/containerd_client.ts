@@ -16,6 +16,7 @@ import { Controller, Store } from "../../proto/gen/containerd/services/sandbox/v
 import { Events } from "../../proto/gen/containerd/services/events/v1/events_pb.ts";
 import { Snapshots } from "../../proto/gen/containerd/services/snapshots/v1/snapshots_pb.ts";
 import { Leases } from "../../proto/gen/containerd/services/leases/v1/leases_pb.ts";
+import { Introspection } from "../../proto/gen/containerd/services/introspection/v1/introspection_pb.ts";
 
 /** The gRPC metadata key containerd reads the namespace from. */
 export const GRPC_NAMESPACE_HEADER = "containerd-namespace";
@@ -38,6 +39,8 @@ export interface ContainerdClient {
   snapshots: Client<typeof Snapshots>;
   /** `containerd.services.leases.v1.Leases`. */
   leases: Client<typeof Leases>;
+  /** `containerd.services.introspection.v1.Introspection` (`PluginInfo`: a shim's `-info`). */
+  introspection: Client<typeof Introspection>;
 }
 
 /**
@@ -70,5 +73,6 @@ export function containerdClient(socket: string, namespace: string): ContainerdC
     events: createClient(Events, transport),
     snapshots: createClient(Snapshots, transport),
     leases: createClient(Leases, transport),
+    introspection: createClient(Introspection, transport),
   };
 }

@@ -43,6 +43,10 @@ export interface BusyboxImageOptions {
   ref?: string;
   /** Which busybox to put in the image. Default: the host's. */
   busybox?: string;
+  /** The image config's `Entrypoint`. Default: none. */
+  entrypoint?: string[];
+  /** The image config's `Cmd`. Default `["sh"]`. */
+  cmd?: string[];
 }
 
 /**
@@ -234,7 +238,8 @@ function cacheDir(): string {
 /**
  * Builds the OCI image layout tar for a one-layer busybox image: `oci-layout`, `index.json`
  * (with `org.opencontainers.image.ref.name` and containerd's `io.containerd.image.name`), a
- * manifest, a config with `rootfs.diff_ids` and `Cmd ["sh"]`, and an uncompressed layer.
+ * manifest, a config with `rootfs.diff_ids` and `Cmd ["sh"]` (or the given entrypoint and
+ * command), and an uncompressed layer.
  *
  * The file name contains the manifest digest, so an existing tar is reused as is.
  *
@@ -265,7 +270,8 @@ export async function buildBusyboxImage(opts: BusyboxImageOptions = {}): Promise
     os: "linux",
     config: {
       Env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
-      Cmd: ["sh"],
+      ...(opts.entrypoint ? { Entrypoint: opts.entrypoint } : {}),
+      Cmd: opts.cmd ?? ["sh"],
       WorkingDir: "/",
     },
     rootfs: { type: "layers", diff_ids: [layerDigest] },
@@ -330,4 +336,50 @@ export async function buildBusyboxImage(opts: BusyboxImageOptions = {}): Promise
   await Deno.writeFile(part, tar);
   await Deno.rename(part, path);
   return path;
+}
+
+/**
+ * The name the pause (pod sandbox) image is imported under.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const cfg = { sandboxImage: PAUSE_IMAGE_REF };
+ * ```
+ */
+export const PAUSE_IMAGE_REF: string = "localhost/skiff/pause:latest";
+
+/**
+ * The pause command: a shell that waits forever and exits 0 on SIGTERM or SIGINT. As a pid
+ * namespace's init it gets only the signals it handles, so the trap is what makes it stoppable
+ * without SIGKILL, like Kubernetes' own pause.
+ */
+const PAUSE_COMMAND: readonly string[] = [
+  "/bin/sh",
+  "-c",
+  "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done",
+];
+
+/**
+ * Builds the pause image CRI runs as each pod's sandbox container: the busybox image of
+ * {@linkcode buildBusyboxImage} whose entrypoint waits until SIGTERM or SIGINT. Built locally,
+ * so a private containerd never pulls a sandbox image.
+ *
+ * @param opts where to write the tar (`ref` defaults to {@linkcode PAUSE_IMAGE_REF})
+ * @returns the tar's absolute path
+ *
+ * @example Usage
+ * ```ts ignore
+ * const tar = await buildPauseImage();
+ * // ctr -n k8s.io images import <tar>   → PAUSE_IMAGE_REF
+ * ```
+ */
+export function buildPauseImage(
+  opts: Omit<BusyboxImageOptions, "entrypoint" | "cmd"> = {},
+): Promise<string> {
+  return buildBusyboxImage({
+    ref: PAUSE_IMAGE_REF,
+    ...opts,
+    entrypoint: [...PAUSE_COMMAND],
+    cmd: [],
+  });
 }

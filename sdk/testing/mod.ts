@@ -7,7 +7,8 @@
  * - {@link createBusyboxBundle} and {@link buildBusyboxImage} build a bundle or an OCI image
  *   from the host's static busybox;
  * - {@link startContainerd} runs a private containerd of a given version with its own root,
- *   state and sockets, and {@link containerdClient} talks gRPC to it as CRI would;
+ *   state and sockets (optionally with CRI and runtime handlers), {@link containerdClient}
+ *   talks gRPC to it as CRI would, and {@link criClient} talks CRI to it as kubelet would;
  * - {@link installShims} writes launcher scripts for shims written with skiff.
  *
  * @example Drive a shim like containerd does
@@ -44,10 +45,17 @@ export {
   type OciSpec,
   type OciSpecOptions,
 } from "./bundle.ts";
-export { buildBusyboxImage, BUSYBOX_IMAGE_REF, type BusyboxImageOptions } from "./image.ts";
+export {
+  buildBusyboxImage,
+  buildPauseImage,
+  BUSYBOX_IMAGE_REF,
+  type BusyboxImageOptions,
+  PAUSE_IMAGE_REF,
+} from "./image.ts";
 export {
   type ContainerdVersion,
   containerdVersions,
+  type CriSetup,
   type CtrOptions,
   type CtrResult,
   PrivateContainerd,
@@ -56,5 +64,12 @@ export {
   type StartContainerdOptions,
 } from "./containerd.ts";
 export { type ContainerdClient, containerdClient } from "./containerd_client.ts";
+export { CRI_NAMESPACE, type CriClient, criClient } from "./cri_client.ts";
+export {
+  type CriConfigOptions,
+  type CriHandler,
+  criPlugins,
+  criRuntimePlugin,
+} from "./cri_config.ts";
 export { ctrRun, type CtrRunOptions } from "./ctr.ts";
 export { installShims, type InstallShimsOptions } from "./install.ts";

@@ -2,9 +2,11 @@
 # Makes this machine ready for skiff's integration tests; `deno task test` runs it first.
 #
 #  1. Debian packages: containerd (1.6 on bookworm), runc, runsc, crun, busybox-static,
-#     protobuf-compiler, util-linux, bsdutils (script), iproute2, prometheus (promtool, for the
-#     docs/operations.md check), criu (runc checkpoint; where criu cannot dump, the test checks
-#     the error). Installed with apt-get when missing (apt-get update runs only then). A policy-rc.d guard keeps apt from starting the
+#     protobuf-compiler, libprotobuf-dev (the well-known google/protobuf/*.proto that
+#     proto/gen.sh imports; protobuf-compiler does not ship them), util-linux, bsdutils (script),
+#     iproute2, prometheus (promtool, for the docs/operations.md check), criu (runc checkpoint;
+#     where criu cannot dump, the test checks the error). Installed with apt-get when missing
+#     (apt-get update runs only then). A policy-rc.d guard keeps apt from starting the
 #     system containerd service: the tests only ever run private containerds.
 #  2. containerd 1.7 (trixie) and 2.x (sid) unpacked into $SKIFF_CACHE by fetch_containerd.sh.
 #  3. $SKIFF_CACHE/env: SKIFF_CONTAINERD_<major>_<minor>=<bin dir> per containerd build
@@ -31,7 +33,8 @@ is_debian=false
   is_debian=true
 
 # --- 1. packages -----------------------------------------------------------------------------
-packages=(containerd runc runsc crun busybox-static protobuf-compiler util-linux bsdutils iproute2 prometheus criu)
+packages=(containerd runc runsc crun busybox-static protobuf-compiler libprotobuf-dev util-linux bsdutils
+  iproute2 prometheus criu)
 # command → package, for machines where dpkg cannot tell us (and to catch a broken install).
 declare -A provides=(
   [containerd]=containerd [ctr]=containerd [containerd-shim-runc-v2]=containerd
@@ -52,6 +55,14 @@ fi
 for cmd in "${!provides[@]}"; do
   if ! find_cmd "$cmd"; then
     p=${provides[$cmd]}
+    [[ " ${missing_pkgs[*]} " == *" $p "* ]] || missing_pkgs+=("$p")
+  fi
+done
+# file → package, for what is not a command: protoc finds these through its own ../include.
+declare -A provides_file=([/usr/include/google/protobuf/timestamp.proto]=libprotobuf-dev)
+for f in "${!provides_file[@]}"; do
+  if [ ! -r "$f" ]; then
+    p=${provides_file[$f]}
     [[ " ${missing_pkgs[*]} " == *" $p "* ]] || missing_pkgs+=("$p")
   fi
 done

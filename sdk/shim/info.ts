@@ -1,0 +1,58 @@
+/**
+ * The `-info` action: containerd 2.x runs `<shim> -info` with the runtime options (an `Any`,
+ * or nothing) on stdin and reads one protobuf `containerd.types.RuntimeInfo` from stdout, e.g.
+ * for its introspection service's `PluginInfo` and so for CRI's runtime handler features. Like
+ * `start`, a short-lived action: it loads no server, no Linux mechanics.
+ *
+ * @module
+ */
+
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { type Any, AnySchema } from "@bufbuild/protobuf/wkt";
+import { RuntimeInfoSchema } from "../../proto/gen/containerd/types/introspection_pb.ts";
+import { resolveOptions } from "./options.ts";
+import type { Shim } from "./shim.ts";
+
+/**
+ * Builds `-info`'s answer: the shim's name and version, the options it was given (echoed, as
+ * containerd's runc shim does) and the runtime's features from {@link Shim.features}.
+ *
+ * @param shim the runtime definition
+ * @param stdin what containerd wrote: a marshalled options `Any`, or nothing
+ * @param warn where a features failure is reported (containerd shows stderr only on failure)
+ * @returns the marshalled `RuntimeInfo`; throws when the options do not decode or are of a type
+ *   the shim does not accept
+ * @example Usage
+ * ```ts ignore
+ * await Deno.stdout.write(await runInfo(shim, stdinBytes));
+ * ```
+ */
+export async function runInfo<T extends object>(
+  shim: Shim<T>,
+  stdin: Uint8Array,
+  warn: (message: string) => void = (m) => console.error(m),
+): Promise<Uint8Array> {
+  let given: Any | undefined;
+  if (stdin.length > 0) {
+    try {
+      given = fromBinary(AnySchema, stdin);
+    } catch (e) {
+      throw new Error(`runtime options on stdin are not a protobuf Any: ${(e as Error).message}`);
+    }
+  }
+  const { options } = resolveOptions(shim.options, given, undefined, shim.runtimeName);
+  let features: Any | undefined;
+  try {
+    features = await shim.features?.(options);
+  } catch (e) {
+    // One line: a runtime without `features` may print its whole usage text.
+    warn(`${shim.runtimeName} -info: no features: ${(e as Error).message.split("\n")[0]}`);
+  }
+  const info = create(RuntimeInfoSchema, {
+    name: shim.runtimeName,
+    version: { version: shim.version, revision: "" },
+    ...(given && given.typeUrl !== "" ? { options: given } : {}),
+    ...(features ? { features } : {}),
+  });
+  return toBinary(RuntimeInfoSchema, info);
+}
