@@ -10,6 +10,7 @@ import { createServiceImplSpec } from "@connectrpc/connect";
 import { Task as TaskV2 } from "../../proto/gen/containerd/task/v2/shim_pb.ts";
 import type { Sandbox } from "../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts";
 import type { SandboxService } from "./sandbox_service.ts";
+import { exitWhenAbandoned } from "./abandoned.ts";
 import { TtrpcServer } from "../ttrpc/server.ts";
 import { Reaper } from "../linux/reaper.ts";
 import type { ShimFlags } from "./flags.ts";
@@ -198,6 +199,11 @@ export async function serveShim<T extends object>(
   });
   Deno.addSignalListener("SIGTERM", () => void shutdown("SIGTERM"));
   Deno.addSignalListener("SIGINT", () => void shutdown("SIGINT"));
+  exitWhenAbandoned({
+    bundle,
+    claimed: () => tasks.containers.size > 0 || (sandboxes?.size ?? 0) > 0,
+    onAbandoned: () => void shutdown("abandoned: the bundle is gone and nothing was created"),
+  });
   logger.info("serving", {
     id: flags.id,
     endpoint: formatTaskApiEndpoint(endpoint),
