@@ -12,6 +12,8 @@
 #  3. $SKIFF_CACHE/env: SKIFF_CONTAINERD_<major>_<minor>=<bin dir> per containerd build
 #     (read by containerdVersions() in sdk/testing/containerd.ts).
 #  4. deno's dependency cache, filled from deno.lock (`deno install --frozen`).
+#  5. `deno bundle`'s esbuild in deno's cache (installShims bundles every shim it installs; deno
+#     fetches esbuild on its first bundle): one bundle of an empty module.
 #
 # Not root or not Debian: it says exactly what is missing and carries on, so the tests skip
 # (or fail, under SKIFF_REQUIRE_INTEGRATION=1). Silent and fast when nothing needs doing.
@@ -136,5 +138,16 @@ if command -v deno >/dev/null; then
   fi
 else
   say "missing deno (npm install -g deno@2.9.6)"
+fi
+
+# --- 5. deno bundle's esbuild ----------------------------------------------------------------
+if command -v deno >/dev/null; then
+  tmp=$(mktemp -d)
+  echo 'export {};' >"$tmp/empty.ts"
+  if ! out=$(deno bundle --quiet --no-config -o "$tmp/empty.js" "$tmp/empty.ts" 2>&1); then
+    say "FAILED: deno bundle (installShims cannot bundle shims):"
+    echo "$out" >&2
+  fi
+  rm -rf "$tmp"
 fi
 exit 0
