@@ -1,5 +1,5 @@
 /**
- * The `--mode bundle|source` and `--v8-flags a,b` arguments the benchmarks take, as
+ * The `--mode bundle|source`, `--v8-flags a,b` and `--inline` (one bundle file, no chunks) arguments the benchmarks take, as
  * `installShims` options: how the measured skiff shim is installed (bench/main.ts compares them).
  *
  * @module
@@ -8,7 +8,8 @@ import { parseArgs } from "node:util";
 import type { InstallMode, InstallShimsOptions } from "../sdk/testing/install.ts";
 
 /**
- * Parses `--mode` and `--v8-flags` (`--v8-flags=` for none); other arguments are ignored.
+ * Parses `--mode`, `--v8-flags` (`--v8-flags=` for none) and `--inline`; other arguments are
+ * ignored.
  *
  * @example Usage
  * ```ts
@@ -20,7 +21,11 @@ export function benchInstallOptions(args: string[]): Omit<InstallShimsOptions, "
   const { values } = parseArgs({
     args,
     strict: false,
-    options: { mode: { type: "string" }, "v8-flags": { type: "string" } },
+    options: {
+      mode: { type: "string" },
+      "v8-flags": { type: "string" },
+      inline: { type: "boolean" },
+    },
   });
   const out: Omit<InstallShimsOptions, "prefix"> = {};
   if (typeof values.mode === "string") {
@@ -31,5 +36,6 @@ export function benchInstallOptions(args: string[]): Omit<InstallShimsOptions, "
   }
   const flags = values["v8-flags"];
   if (typeof flags === "string") out.v8Flags = flags.split(",").filter((f) => f !== "");
+  if (values.inline === true) out.codeSplitting = false;
   return out;
 }

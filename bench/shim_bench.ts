@@ -225,6 +225,7 @@ if (import.meta.main) {
       runs: { type: "string" },
       mode: { type: "string" },
       "v8-flags": { type: "string" },
+      inline: { type: "boolean" },
     },
   });
   const res = await runShimBench({

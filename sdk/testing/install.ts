@@ -65,6 +65,11 @@ export interface InstallShimsOptions {
   mode?: InstallMode;
   /** V8 flags the bundle launchers pass. Default {@linkcode DEFAULT_SHIM_V8_FLAGS}. */
   v8Flags?: readonly string[];
+  /**
+   * Bundle mode: split dynamic imports into chunks (default true), or inline everything into
+   * one file. Splitting measured cheaper for the short-lived actions (docs/performance.md).
+   */
+  codeSplitting?: boolean;
 }
 
 /** How installed launchers run a shim. */
@@ -154,6 +159,7 @@ export function bundleLauncherScript(spec: BundleLauncherSpec): string {
  * @param root the project root (its `deno.json` is the import map)
  * @param entry the shim's entry point, absolute
  * @param dir where this shim's bundles live
+ * @param codeSplitting chunks for dynamic imports (default), or one inlined file
  * @example Usage
  * ```ts ignore
  * const main = await bundleShim(Deno.execPath(), "/src", "/src/main.ts", "/opt/lib/skiff/mine");
@@ -164,6 +170,7 @@ export async function bundleShim(
   root: string,
   entry: string,
   dir: string,
+  codeSplitting = true,
 ): Promise<string> {
   await Deno.mkdir(dir, { recursive: true });
   const part = await Deno.makeTempDir({ dir, prefix: ".part-" });
@@ -174,7 +181,7 @@ export async function bundleShim(
         "--quiet",
         "--platform",
         "deno",
-        "--code-splitting",
+        ...(codeSplitting ? ["--code-splitting"] : []),
         "--outdir",
         part,
         ...(await exists(`${root}/deno.json`) ? ["--config", `${root}/deno.json`] : []),
@@ -348,7 +355,13 @@ export async function installShims(opts: InstallShimsOptions): Promise<string[]>
       : bundleLauncherScript({
         deno,
         denoDir,
-        entry: await bundleShim(deno, absRoot, absEntry, `${lib}/${name}`),
+        entry: await bundleShim(
+          deno,
+          absRoot,
+          absEntry,
+          `${lib}/${name}`,
+          opts.codeSplitting ?? true,
+        ),
         v8Flags: opts.v8Flags ?? DEFAULT_SHIM_V8_FLAGS,
       });
     if (mode === "bundle") await Deno.mkdir(denoDir, { recursive: true });
