@@ -137,10 +137,15 @@ Deno.test("a bundled launcher needs neither the checkout nor deno's cache, and k
       args: ["-id", "x'y", "start"],
       launcher: launcher,
     });
-    // Installed again, it runs the new source.
+    // Installed again, it runs the new source; the old bundle, which nothing runs, is gone.
+    const bundles = `${prefix}/lib/skiff/containerd-shim-probe-v1`;
+    const before = [...Deno.readDirSync(bundles)].map((e) => e.name);
     await Deno.rename(`${root}.moved`, root);
     await install();
     assert.equal((await run()).greeting, "v2");
+    const after = [...Deno.readDirSync(bundles)].map((e) => e.name);
+    assert.equal(after.length, 1, after.join(" "));
+    assert.ok(!before.includes(after[0]!), `${before} → ${after}`);
   } finally {
     await Deno.remove(`${root}.moved`, { recursive: true }).catch(() => {});
     for (const d of [prefix, root, elsewhere]) await Deno.remove(d, { recursive: true });

@@ -8,8 +8,9 @@
  * load: the short-lived actions parse only the small entry chunk, the server loads its own). The
  * launcher runs that bundle: it needs neither the checkout nor deno's dependency cache at run
  * time, and a changed source changes nothing installed until the shim is installed again (a new
- * hash directory; the old one stays for servers still running from it). `mode: "source"` (or
- * `SKIFF_INSTALL_MODE=source`) writes launchers that run the checkout's sources instead.
+ * hash directory; an old one is removed at a later install once no running process uses it).
+ * `mode: "source"` (or `SKIFF_INSTALL_MODE=source`) writes launchers that run the checkout's
+ * sources instead.
  *
  * @example Usage
  * ```ts ignore
@@ -207,10 +208,34 @@ export async function bundleShim(
     } else {
       await Deno.rename(part, final);
     }
+    await pruneBundles(dir, hash);
     return `${final}/${base}.js`;
   } catch (e) {
     await Deno.remove(part, { recursive: true }).catch(() => {});
     throw e;
+  }
+}
+
+/**
+ * Removes this shim's older bundles that no running process uses: a server started from an old
+ * bundle still imports chunks from it (e.g. the Sandbox API on first use), so a directory named
+ * on some process's command line stays until that process is gone and the shim is reinstalled.
+ */
+async function pruneBundles(dir: string, keep: string): Promise<void> {
+  const inUse = new Set<string>();
+  for await (const e of Deno.readDir("/proc")) {
+    if (!/^\d+$/.test(e.name)) continue;
+    try {
+      for (const arg of (await Deno.readTextFile(`/proc/${e.name}/cmdline`)).split("\0")) {
+        if (arg.startsWith(`${dir}/`)) inUse.add(arg.slice(dir.length + 1).split("/")[0]!);
+      }
+    } catch { /* exited, or not ours to read */ }
+  }
+  for await (const e of Deno.readDir(dir)) {
+    if (!e.isDirectory || e.name === keep || e.name.startsWith(".part-") || inUse.has(e.name)) {
+      continue;
+    }
+    await Deno.remove(`${dir}/${e.name}`, { recursive: true }).catch(() => {});
   }
 }
 
