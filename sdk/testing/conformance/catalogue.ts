@@ -19,6 +19,7 @@ import { OptionsSchema as RuncOptionsSchema } from "../../../proto/gen/container
 import type { Scenario } from "./scenario.ts";
 import type { ScenarioContext } from "./kit.ts";
 import { criPodScenario } from "./cri.ts";
+import type { TaskEvent } from "./events.ts";
 
 const SLEEP = ["sleep", "600"];
 const GROUP_ANNOTATION = "io.containerd.runc.v2.group";
@@ -233,10 +234,16 @@ export const CATALOGUE: readonly Scenario[] = [
       const id = await ctx.run(["sh", "-c", "tail /dev/zero"], { memoryLimit: 32 << 20 });
       assert.equal(await ctx.wait(id), 137, "exit status");
       await ctx.within(ctx.client.tasks.delete({ containerId: id }), "delete");
-      await ev.until((e) => e.topic === "/tasks/delete" && e.containerId === id, "/tasks/delete");
+      // The /tasks/oom comes before the shim's /tasks/delete, which may itself be lost (see
+      // events-order): wait for whichever arrives first.
+      const is = (e: TaskEvent) => e.containerId === id;
+      await ev.until(
+        (e) => is(e) && (e.topic === "/tasks/oom" || e.topic === "/tasks/delete"),
+        "/tasks/oom",
+      );
       const topics = ev.of(id).map((e) => e.topic);
       const start = topics.indexOf("/tasks/start");
-      const del = topics.indexOf("/tasks/delete");
+      const del = topics.includes("/tasks/delete") ? topics.indexOf("/tasks/delete") : Infinity;
       const ooms = topics.filter((t, i) => t === "/tasks/oom" && i > start && i < del).length;
       assert.ok(ooms >= 1, `no /tasks/oom between start and delete: ${topics.join(" ")}`);
     },
@@ -245,7 +252,8 @@ export const CATALOGUE: readonly Scenario[] = [
     id: "events-order",
     title: "event order",
     standsFor: "the task events containerd's clients follow, in order: create, start, " +
-      "exec-added, exec-started, exit (exec), exit (init), delete, with exit statuses",
+      "exec-added, exec-started, exit (exec), exit (init), with exit statuses; a /tasks/delete " +
+      "that arrives comes last",
     async check(ctx) {
       const ev = await ctx.events();
       const id = await ctx.run(SLEEP);
@@ -257,8 +265,10 @@ export const CATALOGUE: readonly Scenario[] = [
       );
       await ctx.within(ctx.client.tasks.kill({ containerId: id, signal: 9 }), "kill");
       assert.equal(await ctx.wait(id), 137);
+      await ev.until((e) => e.topic === "/tasks/exit" && e.id === id, "/tasks/exit of the init");
       await ctx.within(ctx.client.tasks.delete({ containerId: id }), "delete");
-      await ev.until((e) => e.topic === "/tasks/delete" && e.containerId === id, "/tasks/delete");
+      // Not waited for: containerd's Go shim forwards events asynchronously and exits on the
+      // Shutdown that follows Delete, so its /tasks/delete is sometimes never sent.
       const seen = ev.of(id).map((e) =>
         `${e.topic}${
           e.topic === "/tasks/exit" || e.topic.startsWith("/tasks/exec")
@@ -273,7 +283,7 @@ export const CATALOGUE: readonly Scenario[] = [
         "/tasks/exec-started(x)",
         "/tasks/exit(x)=2",
         "/tasks/exit(init)=137",
-        "/tasks/delete=137",
+        ...(seen.length > 6 ? ["/tasks/delete=137"] : []),
       ]);
     },
   },

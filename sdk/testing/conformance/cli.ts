@@ -13,7 +13,7 @@ import { parseArgs } from "node:util";
 import { runConformance } from "./runner.ts";
 import { compareReports, type ConformanceReport, hasFailures, markdownReport } from "./report.ts";
 
-const USAGE = `usage: deno task conformance --runtime io.containerd.X.v2 --shim DIR [options]
+const USAGE = `usage: deno task conformance --runtime io.containerd.X.v2 [--shim DIR] [options]
 
 Runs skiff's conformance catalogue against the shim DIR/containerd-shim-X-v2 under each
 containerd version available (those tests/setup/prepare.sh installs), each in a private,
@@ -21,7 +21,8 @@ throw-away containerd, and prints a Markdown matrix on stdout.
 
 options:
   --runtime TYPE        runtime type under test (required), e.g. io.containerd.runc.v2
-  --shim DIR            directory holding the shim binary (required)
+  --shim DIR            directory holding the shim binary (default: each containerd's own
+                        bin dir, i.e. the Go runc shim shipped with that containerd)
   --containerd LIST     versions to use, comma-separated prefixes (e.g. 1.6,2.1); default all
   --containerd-dir DIR  also run under the containerd build in DIR (repeatable)
   --only PATTERN        run only scenarios whose id matches PATTERN (a regular expression)
@@ -71,8 +72,8 @@ export async function main(args: string[]): Promise<number> {
     console.log(USAGE);
     return 0;
   }
-  if (!v.runtime || !v.shim) {
-    console.error(`--runtime and --shim are required\n\n${USAGE}`);
+  if (!v.runtime) {
+    console.error(`--runtime is required\n\n${USAGE}`);
     return 2;
   }
   const baseline: ConformanceReport | undefined = v.baseline
@@ -80,7 +81,7 @@ export async function main(args: string[]): Promise<number> {
     : undefined;
   const report = await runConformance({
     runtime: v.runtime,
-    shimDir: v.shim,
+    ...(v.shim ? { shimDir: v.shim } : {}),
     ...(v.containerd ? { containerd: v.containerd.split(",").map((s) => s.trim()) } : {}),
     ...(v["containerd-dir"] ? { containerdDirs: v["containerd-dir"] } : {}),
     ...(v.only ? { only: v.only } : {}),

@@ -40,8 +40,11 @@ import type { ConformanceReport, ScenarioResult } from "./report.ts";
 export interface ConformanceOptions {
   /** Runtime type under test, e.g. `io.containerd.skiff-runc.v2`. */
   runtime: string;
-  /** Directory holding `containerd-shim-<name>-<version>`; put first on containerd's PATH. */
-  shimDir: string;
+  /**
+   * Directory holding `containerd-shim-<name>-<version>`; put first on containerd's PATH.
+   * Default: each containerd's own bin dir (for the Go runc shim shipped with it).
+   */
+  shimDir?: string;
   /** containerd versions to run under, as prefixes (`1.6`, `2.1`). Default: every one found. */
   containerd?: string[];
   /** Extra containerd binary dirs (each with `containerd` and `ctr`). */
@@ -138,16 +141,18 @@ function firstLine(e: unknown): string {
  * ```
  */
 export async function runConformance(o: ConformanceOptions): Promise<ConformanceReport> {
-  const shimDir = await Deno.realPath(o.shimDir);
-  const binary = `${shimDir}/${shimBinaryName(o.runtime)}`;
-  await Deno.stat(binary).catch(() => {
-    throw new Error(`no shim binary ${binary} for runtime ${o.runtime}`);
-  });
   const versions = selectVersions(o);
   if (versions.length === 0) {
     throw new Error(
       `no containerd matches ${o.containerd?.join(",")} (run tests/setup/prepare.sh)`,
     );
+  }
+  const shimDirs = o.shimDir ? [await Deno.realPath(o.shimDir)] : versions.map((v) => v.binDir);
+  const binaries = shimDirs.map((d) => `${d}/${shimBinaryName(o.runtime)}`);
+  for (const b of binaries) {
+    await Deno.stat(b).catch(() => {
+      throw new Error(`no shim binary ${b} for runtime ${o.runtime}`);
+    });
   }
   const scenarios = (o.catalogue ?? CATALOGUE).filter((s) => matches(o.only, s.id));
   const host = probeHost();
@@ -160,6 +165,7 @@ export async function runConformance(o: ConformanceOptions): Promise<Conformance
   };
   try {
     for (const v of versions) {
+      const shimDir = o.shimDir ? shimDirs[0]! : v.binDir;
       await runVersion(v, scenarios, { ...o, shimDir }, host, traits, rootfs.bundle, record);
     }
   } finally {
@@ -167,7 +173,7 @@ export async function runConformance(o: ConformanceOptions): Promise<Conformance
   }
   return {
     runtime: o.runtime,
-    shim: binary,
+    shim: o.shimDir ? binaries[0]! : `each containerd's ${shimBinaryName(o.runtime)}`,
     date: new Date().toISOString(),
     containerd: versions.map((v) => v.version),
     scenarios: scenarios.map((s) => ({ id: s.id, title: s.title, standsFor: s.standsFor })),
@@ -179,7 +185,7 @@ export async function runConformance(o: ConformanceOptions): Promise<Conformance
 async function runVersion(
   v: ContainerdVersion,
   scenarios: readonly Scenario[],
-  o: ConformanceOptions,
+  o: ConformanceOptions & { shimDir: string },
   host: HostFeatures,
   traits: RuntimeTraits,
   bundle: string,
