@@ -83,7 +83,7 @@ export const CATALOGUE: readonly Scenario[] = [
       const [stdout, stderr] = await ctx.within(Promise.all([out, err]), "stdout/stderr EOF");
       assert.equal(stdout, "out\n" + "o".repeat(300_000), "stdout");
       assert.equal(stderr, "err\n", "stderr");
-      assert.equal(await ctx.wait(id), 3);
+      assert.equal(await ctx.wait(id), 3, "exit status after EOF");
     },
   },
   {
@@ -102,7 +102,7 @@ export const CATALOGUE: readonly Scenario[] = [
       stdin.close();
       await ctx.within(ctx.client.tasks.closeIO({ containerId: id, stdin: true }), "CloseIO");
       assert.equal(await ctx.within(out, "stdout EOF after CloseIO"), "hello\n");
-      assert.equal(await ctx.wait(id), 0);
+      assert.equal(await ctx.wait(id), 0, "cat's exit status");
     },
   },
   {
@@ -116,8 +116,8 @@ export const CATALOGUE: readonly Scenario[] = [
       const err = ctx.readAll(io.stderr);
       await ctx.exec(id, "x", ["sh", "-c", "echo exec-out; echo exec-err >&2; exit 4"], io);
       const [stdout, stderr] = await ctx.within(Promise.all([out, err]), "exec stdio EOF");
-      assert.equal(stdout, "exec-out\n");
-      assert.equal(stderr, "exec-err\n");
+      assert.equal(stdout, "exec-out\n", "exec stdout");
+      assert.equal(stderr, "exec-err\n", "exec stderr");
       assert.equal(await ctx.wait(id, "x"), 4, "the exec's exit status");
       await ctx.within(ctx.client.tasks.deleteProcess({ containerId: id, execId: "x" }), "delete");
     },
@@ -140,7 +140,7 @@ export const CATALOGUE: readonly Scenario[] = [
       await stdin.write(new TextEncoder().encode("go\n"));
       stdin.close();
       assert.match(await ctx.within(out, "terminal output EOF"), /31 101/, "stty size");
-      assert.equal(await ctx.wait(id, "t"), 5);
+      assert.equal(await ctx.wait(id, "t"), 5, "the terminal exec's exit status");
     },
   },
   {
@@ -195,7 +195,8 @@ export const CATALOGUE: readonly Scenario[] = [
       const execPid = (await ctx.client.tasks.get({ containerId: id, execId: "x" })).process!.pid;
       const r = await ctx.within(ctx.client.tasks.listPids({ containerId: id }), "ListPids");
       const pids = r.processes.map((p) => p.pid).sort();
-      assert.deepEqual(pids, [init, execPid].sort(), "ListPids: the init and the exec");
+      const want = [init, execPid].sort();
+      assert.deepEqual(pids, want, `ListPids gave [${pids}], not the init and exec [${want}]`);
     },
   },
   {
@@ -258,13 +259,13 @@ export const CATALOGUE: readonly Scenario[] = [
       const ev = await ctx.events();
       const id = await ctx.run(SLEEP);
       await ctx.exec(id, "x", ["sh", "-c", "exit 2"]);
-      assert.equal(await ctx.wait(id, "x"), 2);
+      assert.equal(await ctx.wait(id, "x"), 2, "the exec's exit status");
       await ctx.within(
         ctx.client.tasks.deleteProcess({ containerId: id, execId: "x" }),
         "delete x",
       );
       await ctx.within(ctx.client.tasks.kill({ containerId: id, signal: 9 }), "kill");
-      assert.equal(await ctx.wait(id), 137);
+      assert.equal(await ctx.wait(id), 137, "the init's exit status");
       await ev.until((e) => e.topic === "/tasks/exit" && e.id === id, "/tasks/exit of the init");
       await ctx.within(ctx.client.tasks.delete({ containerId: id }), "delete");
       // Not waited for: containerd's Go shim forwards events asynchronously and exits on the
@@ -350,7 +351,7 @@ export const CATALOGUE: readonly Scenario[] = [
       assert.equal(servers.length, 1, `one shim server for the group, got pids ${servers}`);
       for (const id of [a, b]) {
         await ctx.within(ctx.client.tasks.kill({ containerId: id, signal: 9 }), `kill ${id}`);
-        assert.equal(await ctx.wait(id), 137);
+        assert.equal(await ctx.wait(id), 137, `exit status of ${id}`);
         await ctx.within(ctx.client.tasks.delete({ containerId: id }), `delete ${id}`);
         if (id === a) assert.ok(alive(servers[0]!), "the group's shim outlives the first task");
       }
@@ -370,6 +371,7 @@ export const CATALOGUE: readonly Scenario[] = [
       const out = await ctx.within(
         new Deno.Command(ctx.shimBinary, {
           args: ["-info"],
+          env: ctx.env,
           stdin: "null",
           stdout: "piped",
           stderr: "piped",
@@ -419,7 +421,7 @@ async function sandboxScenario(ctx: ScenarioContext): Promise<void> {
   await ctx.within(ctl.create({ sandboxId, sandboxer: "shim", sandbox }), "controller Create");
   await ctx.within(ctl.start({ sandboxId, sandboxer: "shim" }), "controller Start");
   const status = await ctx.within(ctl.status({ sandboxId, sandboxer: "shim" }), "Status");
-  assert.equal(status.state, "SANDBOX_READY");
+  assert.equal(status.state, "SANDBOX_READY", "sandbox state after Start");
   // The endpoint as containerd keeps it (2.1's controller API leaves it out of its answers).
   const bootstrap = JSON.parse(
     await Deno.readTextFile(

@@ -40,6 +40,7 @@ export async function criPodScenario(ctx: ScenarioContext): Promise<void> {
       extraPath: [ctx.shimDir],
       runtimes: { [HANDLER]: { runtimeType: ctx.runtime, ...(options ? { options } : {}) } },
       cri: { defaultHandler: HANDLER },
+      env: ctx.env,
     }),
     "start a CRI-enabled containerd",
   );

@@ -67,18 +67,26 @@ export class EventRecorder {
   readonly #abort = new AbortController();
   #wake: (() => void) | undefined;
   #failure: Error | undefined;
+  readonly #ms: number;
 
-  private constructor() {}
+  private constructor(ms: number) {
+    this.#ms = ms;
+  }
 
   /**
    * Subscribes to the namespace's events and waits until the stream is live.
    *
    * @param client a containerd client bound to `namespace`
    * @param namespace whose events to record
+   * @param ms default bound of {@linkcode EventRecorder.until}
    * @returns the live recorder; call `close()` when done
    */
-  static async open(client: ContainerdClient, namespace: string): Promise<EventRecorder> {
-    const r = new EventRecorder();
+  static async open(
+    client: ContainerdClient,
+    namespace: string,
+    ms = 60_000,
+  ): Promise<EventRecorder> {
+    const r = new EventRecorder(ms);
     let live!: () => void;
     const ready = new Promise<void>((res) => (live = res));
     const stream = client.events.subscribe(
@@ -128,10 +136,14 @@ export class EventRecorder {
    *
    * @param pred what to wait for
    * @param what named in the error
-   * @param ms bound. Default 60 s
+   * @param ms bound. Default: the one given to `open`
    * @returns the matching event
    */
-  async until(pred: (e: TaskEvent) => boolean, what: string, ms = 60_000): Promise<TaskEvent> {
+  async until(
+    pred: (e: TaskEvent) => boolean,
+    what: string,
+    ms: number = this.#ms,
+  ): Promise<TaskEvent> {
     const end = Date.now() + ms;
     for (;;) {
       const hit = this.events.find(pred);

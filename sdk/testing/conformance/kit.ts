@@ -46,6 +46,10 @@ export interface ScenarioContextInit {
   tmp: string;
   /** Task options sent with every task create (e.g. runc options naming a private root). */
   taskOptions?: Any;
+  /** Extra environment of containerd and so of the shims (for a second containerd too). */
+  env?: Record<string, string>;
+  /** Bound on each step. Default {@linkcode STEP_MS}. */
+  stepMs?: number;
 }
 
 /**
@@ -72,6 +76,10 @@ export class ScenarioContext {
   readonly tmp: string;
   /** Task options sent with each task create. */
   readonly taskOptions: Any | undefined;
+  /** Extra environment the shims run with. */
+  readonly env: Record<string, string>;
+  /** Bound on each step. */
+  readonly stepMs: number;
   readonly #rootfs: string;
   readonly #cleanups: (() => Promise<unknown>)[] = [];
   #n = 0;
@@ -84,6 +92,8 @@ export class ScenarioContext {
     this.namespace = init.namespace;
     this.tmp = init.tmp;
     this.taskOptions = init.taskOptions;
+    this.env = init.env ?? {};
+    this.stepMs = init.stepMs ?? STEP_MS;
     this.#rootfs = init.rootfs;
     this.client = containerdClient(init.containerd.address, init.namespace);
   }
@@ -246,7 +256,7 @@ export class ScenarioContext {
    * @returns a live recorder
    */
   async events(): Promise<EventRecorder> {
-    const r = await EventRecorder.open(this.client, this.namespace);
+    const r = await EventRecorder.open(this.client, this.namespace, this.stepMs);
     this.#cleanups.push(() => Promise.resolve(r.close()));
     return r;
   }
@@ -256,10 +266,10 @@ export class ScenarioContext {
    *
    * @param p the operation
    * @param what named in the error
-   * @param ms bound. Default {@linkcode STEP_MS}
+   * @param ms bound. Default {@linkcode ScenarioContext.stepMs}
    * @returns p's value
    */
-  async within<T>(p: Promise<T>, what: string, ms = STEP_MS): Promise<T> {
+  async within<T>(p: Promise<T>, what: string, ms: number = this.stepMs): Promise<T> {
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms / 1000}s`)), ms);
@@ -282,7 +292,7 @@ export class ScenarioContext {
    * @returns the probe's value
    */
   async eventually<V>(what: string, probe: () => Promise<V | undefined>): Promise<V> {
-    const end = Date.now() + STEP_MS;
+    const end = Date.now() + this.stepMs;
     for (;;) {
       const v = await probe();
       if (v !== undefined) return v;

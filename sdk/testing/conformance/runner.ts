@@ -58,6 +58,10 @@ export interface ConformanceOptions {
   runcOptions?: boolean;
   /** Conventions and optional APIs the runtime offers. Default: all of them. */
   traits?: RuntimeTraits;
+  /** Extra environment for containerd and so for the shims it starts. */
+  env?: Record<string, string>;
+  /** Bound on each step of a scenario (only there so a hang fails). Default 60000. */
+  stepMs?: number;
   /** Called after each result (progress output). */
   onResult?: (r: ScenarioResult) => void;
   /** The catalogue to run. Default {@linkcode CATALOGUE}. */
@@ -193,7 +197,11 @@ async function runVersion(
 ): Promise<void> {
   let c: PrivateContainerd;
   try {
-    c = await startContainerd({ binDir: v.binDir, extraPath: [o.shimDir] });
+    c = await startContainerd({
+      binDir: v.binDir,
+      extraPath: [o.shimDir],
+      ...(o.env ? { env: o.env } : {}),
+    });
   } catch (e) {
     for (const s of scenarios) {
       record({ scenario: s.id, containerd: v.version, status: "fail", reason: firstLine(e) });
@@ -223,6 +231,8 @@ async function runVersion(
         rootfs: `${bundle}/rootfs`,
         tmp,
         ...(taskOptions ? { taskOptions } : {}),
+        ...(o.env ? { env: o.env } : {}),
+        ...(o.stepMs ? { stepMs: o.stepMs } : {}),
       });
       const started = Date.now();
       try {
