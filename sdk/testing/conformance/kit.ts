@@ -119,7 +119,8 @@ export class ScenarioContext {
     spec: OciSpecOptions,
     o: { id?: string; sandbox?: string } = {},
   ): Promise<string> {
-    const id = o.id ?? `c${++this.#n}`;
+    // Unique across scenarios: runtimes with host-global state (runsc) see every id.
+    const id = o.id ?? `${this.namespace}-${++this.#n}`;
     const s = createOciSpec({ cgroupsPath: this.cgroupOf(id), ...spec });
     s.root = { path: this.#rootfs, readonly: true };
     await this.client.containers.create({
