@@ -24,9 +24,13 @@ export const STEP_MS = 60_000;
 
 /** Stdio paths as containerd's client hands them to a task (empty: none). */
 export interface Stdio {
+  /** stdin FIFO path. */
   stdin: string;
+  /** stdout FIFO path. */
   stdout: string;
+  /** stderr FIFO path. */
   stderr: string;
+  /** A terminal (stdout carries both streams then). */
   terminal?: boolean;
 }
 
@@ -84,7 +88,11 @@ export class ScenarioContext {
   readonly #cleanups: (() => Promise<unknown>)[] = [];
   #n = 0;
 
-  /** @param init the run's containerd, runtime and paths */
+  /**
+   * Binds a context to one scenario run (the runner makes one per scenario and version).
+   *
+   * @param init the run's containerd, runtime and paths
+   */
   constructor(init: ScenarioContextInit) {
     this.containerd = init.containerd;
     this.runtime = init.runtime;
@@ -145,7 +153,11 @@ export class ScenarioContext {
    * @param options task options (default {@linkcode ScenarioContext.taskOptions})
    * @returns the init's pid
    */
-  async startTask(id: string, io?: Stdio, options: Any | undefined = this.taskOptions) {
+  async startTask(
+    id: string,
+    io?: Stdio,
+    options: Any | undefined = this.taskOptions,
+  ): Promise<number> {
     const t = await this.within(
       this.client.tasks.create({
         containerId: id,

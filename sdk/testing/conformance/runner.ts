@@ -126,7 +126,8 @@ async function bounded(p: Promise<void>, ms: number): Promise<void> {
 }
 
 function firstLine(e: unknown): string {
-  const msg = e instanceof Error ? e.message : String(e);
+  // Node's assertion diffs ("+ actual - expected ...") add nothing to a one-line reason.
+  const msg = (e instanceof Error ? e.message : String(e)).split(/\n\s*\+ actual/)[0]!;
   return msg.split("\n").map((l) => l.trim()).filter(Boolean).slice(0, 3).join(" ").slice(0, 240);
 }
 

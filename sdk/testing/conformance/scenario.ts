@@ -75,7 +75,11 @@ export interface Scenario {
  * ```
  */
 export class ScenarioSkip extends Error {
-  /** @param reason why the scenario cannot run here */
+  /**
+   * Makes the skip.
+   *
+   * @param reason why the scenario cannot run here
+   */
   constructor(reason: string) {
     super(reason);
     this.name = "ScenarioSkip";
