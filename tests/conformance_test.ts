@@ -300,3 +300,16 @@ integrationTest(
     }
   },
 );
+
+Deno.test("docs/conformance.md describes every scenario and shows full matrices", async () => {
+  const doc = await Deno.readTextFile(new URL("../docs/conformance.md", import.meta.url));
+  for (const s of CATALOGUE) {
+    assert.match(doc, new RegExp(`^\\| \`${s.id}\` +\\| `, "m"), `${s.id} in the scenario table`);
+    // One matrix row per shim (Go runc, skiff runc, skiff runsc).
+    const rows = doc.split("\n").filter((l) =>
+      new RegExp(`^\\| \`${s.id}\` ${RegExp.escape(s.title)} +\\|`).test(l)
+    );
+    assert.equal(rows.length, 3, `${s.id}: matrix rows`);
+  }
+  assert.ok(!/_MATRIX/.test(doc), "every matrix is pasted");
+});

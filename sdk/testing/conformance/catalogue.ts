@@ -211,8 +211,8 @@ export const CATALOGUE: readonly Scenario[] = [
       await ctx.exec(id, "x", SLEEP);
       const execPid = (await ctx.client.tasks.get({ containerId: id, execId: "x" })).process!.pid;
       const r = await ctx.within(ctx.client.tasks.listPids({ containerId: id }), "ListPids");
-      const pids = r.processes.map((p) => p.pid).sort();
-      const want = [init, execPid].sort();
+      const pids = r.processes.map((p) => p.pid).sort((a, b) => a - b);
+      const want = [init, execPid].sort((a, b) => a - b);
       assert.deepEqual(pids, want, `ListPids gave [${pids}], not the init and exec [${want}]`);
     },
   },
