@@ -319,6 +319,23 @@ export class ScenarioContext {
     this.#cleanups.push(f);
   }
 
+  /**
+   * Removes the socket a shim serving `name` (a container id or group) of this namespace
+   * listens on by containerd's convention, `/run/containerd/s/<sha256(address/ns/name)>`.
+   * The containerd's own teardown does this for the containers it still lists; a scenario
+   * that kills a shim or names a group calls this for what it leaves.
+   *
+   * @param name the container id or group the socket is named after
+   */
+  async removeShimSocket(name: string): Promise<void> {
+    const key = `${this.containerd.address}/${this.namespace}/${name}`;
+    const h = new Uint8Array(await crypto.subtle.digest("SHA-256", enc.encode(key)));
+    const hex = Array.from(h, (b) => b.toString(16).padStart(2, "0")).join("");
+    for (const p of [hex, `${hex}.ops`]) {
+      await Deno.remove(`/run/containerd/s/${p}`).catch(() => {});
+    }
+  }
+
   /** Kills and deletes whatever the scenario left, best effort and bounded. */
   async cleanup(): Promise<void> {
     for (const f of this.#cleanups.reverse()) {
