@@ -313,3 +313,32 @@ Deno.test("docs/conformance.md describes every scenario and shows full matrices"
   }
   assert.ok(!/_MATRIX/.test(doc), "every matrix is pasted");
 });
+
+integrationTest(
+  "conformance: skiff's runsc example on 2.1 fails only pids (ListPids answers gVisor's pids)",
+  { ...REQ, binaries: [...REQ.binaries, "runsc"] },
+  async () => {
+    const prefix = await Deno.makeTempDir({ prefix: "skiff-conf-runsc-" });
+    try {
+      await installShims({ prefix });
+      const report = await runConformance({
+        runtime: "io.containerd.skiff-runsc.v2",
+        shimDir: `${prefix}/bin`,
+        containerd: [v21!.version],
+        runcOptions: false,
+      });
+      const md = describe(report);
+      // A known defect of the example, shown in docs/conformance.md: ListPids reports the
+      // sandbox's own pids (1, 2) where Create and Get report host pids.
+      assert.deepEqual(byStatus(report, v21!.version, "fail"), ["pids"], md);
+      assert.match(report.results.find((r) => r.scenario === "pids")!.reason!, /ListPids gave/);
+      assert.deepEqual(
+        byStatus(report, v21!.version, "pass"),
+        ALL.filter((id) => id !== "pids"),
+        md,
+      );
+    } finally {
+      await Deno.remove(prefix, { recursive: true });
+    }
+  },
+);
