@@ -15,6 +15,8 @@ import { containerdClient } from "../sdk/testing/containerd_client.ts";
 import { createBusyboxBundle, createOciSpec } from "../sdk/testing/bundle.ts";
 import { installShims } from "../sdk/testing/install.ts";
 import { mkfifo } from "../sdk/linux/libc.ts";
+import { processState } from "../sdk/linux/proc_stat.ts";
+import { deadline } from "./linux_support_test.ts";
 import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc/v1/oci_pb.ts";
 
 const NS = "skiff-eof";
@@ -22,19 +24,6 @@ const SPEC_TYPE = "types.containerd.io/opencontainers/runtime-spec/1/Spec";
 const PROCESS_TYPE = "types.containerd.io/opencontainers/runtime-spec/1/Process";
 const enc = new TextEncoder();
 const dec = new TextDecoder();
-
-/** Rejects when `p` has not settled after `ms`: a missing EOF fails the test, never wedges it. */
-async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no ${what} within ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([p, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 /** A client's FIFO set, like containerd's `cio.NewFIFOSetInDir`. */
 function fifoSet(
@@ -75,16 +64,6 @@ function childrenOf(pid: number): number[] {
     }
   } catch { /* gone */ }
   return out;
-}
-
-/** The state letter of `pid` ("Z": zombie), or undefined when it is gone. */
-function stateOf(pid: number): string | undefined {
-  try {
-    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
-    return stat[stat.lastIndexOf(")") + 2];
-  } catch {
-    return undefined;
-  }
 }
 
 /** Pids whose command line has `arg`. */
@@ -156,8 +135,8 @@ for (const v of versions) {
       };
       const remove = async (id: string) => {
         await cl.tasks.kill({ containerId: id, signal: 9, all: true }).catch(() => {});
-        await within(cl.tasks.wait({ containerId: id }), 20_000, `wait ${id}`).catch(() => {});
-        await within(cl.tasks.delete({ containerId: id }), 20_000, `delete ${id}`);
+        await deadline(cl.tasks.wait({ containerId: id }), 20_000, `wait ${id}`).catch(() => {});
+        await deadline(cl.tasks.delete({ containerId: id }), 20_000, `delete ${id}`);
         await cl.containers.delete({ id });
       };
       try {
@@ -175,12 +154,16 @@ for (const v of versions) {
               const err = readAll(io.stderr);
               await cl.tasks.create({ containerId: id, ...io, options });
               await cl.tasks.start({ containerId: id });
-              const [stdout, stderr] = await within(Promise.all([out, err]), 20_000, "stdio EOF");
+              const [stdout, stderr] = await deadline(Promise.all([out, err]), 20_000, "stdio EOF");
               assert.equal(stdout, "out\n" + "o".repeat(300_000));
               assert.equal(stderr, "err\n");
-              const exit = await within(cl.tasks.wait({ containerId: id }), 20_000, "wait");
+              const exit = await deadline(cl.tasks.wait({ containerId: id }), 20_000, "wait");
               assert.equal(exit.exitStatus, 3);
-              const deleted = await within(cl.tasks.delete({ containerId: id }), 20_000, "delete");
+              const deleted = await deadline(
+                cl.tasks.delete({ containerId: id }),
+                20_000,
+                "delete",
+              );
               assert.equal(deleted.exitStatus, 3);
               await cl.containers.delete({ id });
             },
@@ -226,7 +209,7 @@ for (const v of versions) {
                   spec: { typeUrl: PROCESS_TYPE, value: enc.encode(JSON.stringify(process)) },
                 });
                 await cl.tasks.start({ containerId: id, execId: x.execId });
-                const [stdout, stderr] = await within(
+                const [stdout, stderr] = await deadline(
                   Promise.all([out, err]),
                   20_000,
                   `EOF of exec ${x.execId}`,
@@ -238,7 +221,7 @@ for (const v of versions) {
                   assert.equal(stdout, "exec-out\n");
                   assert.equal(stderr, "exec-err\n");
                 }
-                const exit = await within(
+                const exit = await deadline(
                   cl.tasks.wait({ containerId: id, execId: x.execId }),
                   20_000,
                   `wait exec ${x.execId}`,
@@ -266,7 +249,7 @@ for (const v of versions) {
               const stdin = await Deno.open(io.stdin, { write: true });
               await stdin.write(enc.encode("one\n"));
               const buf = new Uint8Array(16);
-              const got = await within(stdout.read(buf), 20_000, "first echo");
+              const got = await deadline(stdout.read(buf), 20_000, "first echo");
               assert.equal(dec.decode(buf.subarray(0, got ?? 0)), "one\n");
               stdin.close();
               stdout.close();
@@ -277,11 +260,11 @@ for (const v of versions) {
             await stdin.write(enc.encode("two\n"));
             stdin.close();
             await cl.tasks.closeIO({ containerId: id, stdin: true });
-            assert.equal(await within(out, 20_000, "EOF after CloseIO"), "two\n");
-            assert.equal(await within(stderr, 20_000, "stderr EOF"), "");
-            const exit = await within(cl.tasks.wait({ containerId: id }), 20_000, "wait cat");
+            assert.equal(await deadline(out, 20_000, "EOF after CloseIO"), "two\n");
+            assert.equal(await deadline(stderr, 20_000, "stderr EOF"), "");
+            const exit = await deadline(cl.tasks.wait({ containerId: id }), 20_000, "wait cat");
             assert.equal(exit.exitStatus, 0);
-            await within(cl.tasks.delete({ containerId: id }), 20_000, "delete");
+            await deadline(cl.tasks.delete({ containerId: id }), 20_000, "delete");
             await cl.containers.delete({ id });
           });
 
@@ -305,18 +288,18 @@ for (const v of versions) {
             }
             const shimPids = c.shims().map((s) => s.pid);
             await cl.tasks.kill({ containerId: id, signal: 9 });
-            const exit = await within(cl.tasks.wait({ containerId: id }), 20_000, "init exit");
+            const exit = await deadline(cl.tasks.wait({ containerId: id }), 20_000, "init exit");
             assert.equal(exit.exitStatus, 137);
             // Right after the exit: the shim has no zombie children, and the execs are gone.
             const zombies = shimPids.flatMap((pid) =>
-              childrenOf(pid).filter((child) => stateOf(child) === "Z")
+              childrenOf(pid).filter((child) => processState(child) === "Z")
             );
             assert.deepEqual(zombies, [], `zombie children of the shim (${shimPids})`);
             for (const execId of ["x1", "x2"]) {
               const st = await cl.tasks.get({ containerId: id, execId });
-              assert.equal(stateOf(st.process!.pid), undefined, `exec ${execId} still exists`);
+              assert.equal(processState(st.process!.pid), undefined, `exec ${execId} still exists`);
             }
-            await within(cl.tasks.delete({ containerId: id }), 20_000, "delete");
+            await deadline(cl.tasks.delete({ containerId: id }), 20_000, "delete");
             await cl.containers.delete({ id });
           });
 
@@ -337,14 +320,14 @@ for (const v of versions) {
               const orphans = await waitFor(() => withArg(marker), 2);
               assert.equal(orphans.length, 2, `the container's background sleeps: ${orphans}`);
               await cl.tasks.kill({ containerId: cid, signal: 9 });
-              const exit = await within(cl.tasks.wait({ containerId: cid }), 20_000, "init exit");
+              const exit = await deadline(cl.tasks.wait({ containerId: cid }), 20_000, "init exit");
               assert.equal(exit.exitStatus, 137);
               const left = await waitFor(
-                () => orphans.filter((pid) => stateOf(pid) !== undefined),
+                () => orphans.filter((pid) => processState(pid) !== undefined),
                 0,
               );
               assert.deepEqual(left, [], "the init's orphans are killed and reaped");
-              await within(cl.tasks.delete({ containerId: cid }), 20_000, "delete");
+              await deadline(cl.tasks.delete({ containerId: cid }), 20_000, "delete");
               await cl.containers.delete({ id: cid });
             },
           );

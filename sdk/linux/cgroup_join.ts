@@ -7,18 +7,11 @@
  * @module
  */
 
-import { cgroupVersion } from "./cgroup_paths.ts";
+import { cgroupMounts, cgroupVersion } from "./cgroup_paths.ts";
 
-/** The mount points of one cgroup filesystem type, from /proc/self/mountinfo. */
+/** The mount points of one cgroup filesystem type. */
 function mountPoints(fsType: "cgroup" | "cgroup2"): string[] {
-  const out: string[] = [];
-  for (const line of Deno.readTextFileSync("/proc/self/mountinfo").split("\n")) {
-    const dash = line.indexOf(" - ");
-    if (dash === -1 || line.slice(dash + 3).split(" ")[0] !== fsType) continue;
-    const point = line.slice(0, dash).split(" ")[4];
-    out.push(point.replace(/\\([0-7]{3})/g, (_, o) => String.fromCharCode(parseInt(o, 8))));
-  }
-  return out;
+  return cgroupMounts().filter((m) => m.fsType === fsType).map((m) => m.mountPoint);
 }
 
 function isDir(path: string): boolean {

@@ -35,10 +35,15 @@ export class CgroupNotFoundError extends Error {
   }
 }
 
-interface CgroupMount {
+/** One mounted cgroup hierarchy, from `/proc/self/mountinfo`. */
+export interface CgroupMount {
+  /** The hierarchy's path mounted there (usually "/"). */
   root: string;
+  /** Where it is mounted. */
   mountPoint: string;
+  /** `cgroup` (v1) or `cgroup2`. */
   fsType: string;
+  /** Super options: the v1 controllers, among others. */
   superOptions: string[];
 }
 
@@ -46,7 +51,15 @@ function unescape(s: string): string {
   return s.replace(/\\([0-7]{3})/g, (_, o) => String.fromCharCode(parseInt(o, 8)));
 }
 
-function cgroupMounts(): CgroupMount[] {
+/**
+ * The cgroup hierarchies mounted in this mount namespace.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const v1 = cgroupMounts().filter((m) => m.fsType === "cgroup").map((m) => m.mountPoint);
+ * ```
+ */
+export function cgroupMounts(): CgroupMount[] {
   const out: CgroupMount[] = [];
   for (const line of Deno.readTextFileSync("/proc/self/mountinfo").split("\n")) {
     const dash = line.indexOf(" - ");
