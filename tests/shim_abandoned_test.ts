@@ -1,6 +1,11 @@
 // The server of a shim that containerd abandoned before handing it anything exits by itself.
 import assert from "node:assert/strict";
 import { exitWhenAbandoned } from "../sdk/shim/abandoned.ts";
+import { openLogSink } from "../sdk/shim/serve.ts";
+import { libc, mkfifo, O, open } from "../sdk/linux/libc.ts";
+import { FdStream } from "../sdk/linux/fd_stream.ts";
+
+libc();
 
 const tick = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -43,5 +48,28 @@ Deno.test("exitWhenAbandoned() never fires once a container or sandbox was claim
     assert.equal(fired, 0);
   } finally {
     stop();
+  }
+});
+
+Deno.test("openLogSink() never blocks: no reader on the log FIFO means no log, not a hang", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "skiff-log-" });
+  try {
+    mkfifo(`${dir}/log`, 0o600);
+    // containerd gone: nobody reads. A blocking open would hang this test for good.
+    assert.equal(openLogSink(`${dir}/log`), undefined);
+    // containerd reading: lines arrive.
+    const reader = new FdStream(open(`${dir}/log`, O.RDONLY | O.NONBLOCK), "log reader");
+    try {
+      const sink = openLogSink(`${dir}/log`);
+      assert.ok(sink);
+      sink('{"msg":"hello"}\n');
+      const buf = new Uint8Array(64);
+      const n = await reader.read(buf);
+      assert.equal(new TextDecoder().decode(buf.subarray(0, n ?? 0)), '{"msg":"hello"}\n');
+    } finally {
+      await reader.close();
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
   }
 });

@@ -402,7 +402,10 @@ for (const v of versions) {
           // before delete. How many depends on the kernel's memory events (the Go shim publishes
           // one or two for this very command here), and under load the Go shim's OOM watcher
           // can publish after /tasks/exit (seen on 1.7.24), so neither the count nor the order
-          // against exit is asserted. The Go shim runs the same scenario under the same assertion.
+          // against exit is asserted. The Go shim forwards events asynchronously and exits on
+          // the Shutdown that follows Delete, so its /tasks/delete is sometimes lost (seen on
+          // 2.1.9): skiff's must arrive, the Go shim's may be missing. The Go shim runs the same
+          // scenario under the same assertion otherwise.
           for (const shim of ["skiff", "go"] as const) {
             const id = uid(`oom-${shim}`);
             const o = {
@@ -415,19 +418,19 @@ for (const v of versions) {
               : await ctrRun(c, { ...o, image, namespace: ns, runtime: RUNC_RUNTIME });
             if (shim === "go") track(id);
             assert.equal(r.code, 137, `${shim}: ${describe(r)}`);
-            const topics = (await events.until(id, "/tasks/delete")).map((e) => e.topic);
+            const last = shim === "skiff" ? "/tasks/delete" : "/tasks/exit";
+            await events.until(id, last);
+            await events.until(id, "/tasks/oom");
+            const topics = events.of(id).map((e) => e.topic);
             const ooms = topics.filter((topic) => topic === "/tasks/oom").length;
-            assert.ok(ooms >= 1, `${shim}: no /tasks/oom: ${topics.join(", ")}`);
-            assert.deepEqual(topics.filter((topic) => topic !== "/tasks/oom"), [
-              "/tasks/create",
-              "/tasks/start",
-              "/tasks/exit",
-              "/tasks/delete",
-            ], shim);
-            const between = topics.slice(
-              topics.indexOf("/tasks/start") + 1,
-              topics.indexOf("/tasks/delete"),
-            );
+            const expected = ["/tasks/create", "/tasks/start", "/tasks/exit", "/tasks/delete"];
+            const others = topics.filter((topic) => topic !== "/tasks/oom");
+            if (shim === "go" && !others.includes("/tasks/delete")) expected.pop();
+            assert.deepEqual(others, expected, `${shim}: ${topics}`);
+            const end = topics.includes("/tasks/delete")
+              ? topics.indexOf("/tasks/delete")
+              : topics.length;
+            const between = topics.slice(topics.indexOf("/tasks/start") + 1, end);
             assert.equal(
               between.filter((topic) => topic === "/tasks/oom").length,
               ooms,

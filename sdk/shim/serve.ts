@@ -11,6 +11,8 @@ import { Task as TaskV2 } from "../../proto/gen/containerd/task/v2/shim_pb.ts";
 import type { Sandbox } from "../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts";
 import type { SandboxService } from "./sandbox_service.ts";
 import { exitWhenAbandoned } from "./abandoned.ts";
+import { O, open } from "../linux/libc.ts";
+import { FdStream } from "../linux/fd_stream.ts";
 import { TtrpcServer } from "../ttrpc/server.ts";
 import { Reaper } from "../linux/reaper.ts";
 import type { ShimFlags } from "./flags.ts";
@@ -31,15 +33,17 @@ export const TASK_SERVICE_NAMES: readonly string[] = [
 ];
 
 /**
- * Opens the bundle's `log` FIFO for writing. containerd holds it open for reading before it
- * runs the shim, so this does not block; without it (a shim run by hand) lines go nowhere.
+ * Opens the bundle's `log` FIFO for writing, without blocking. containerd holds it open for
+ * reading before it runs the shim; when nobody does (a shim run by hand, or containerd died while
+ * `start` was running), lines go nowhere instead of the server hanging in `open` for good, where
+ * it could never notice that it was abandoned.
  */
 export function openLogSink(path: string): ((line: string) => void) | undefined {
-  let file: Deno.FsFile;
+  let stream: FdStream;
   try {
-    file = Deno.openSync(path, { write: true });
+    stream = new FdStream(open(path, O.WRONLY | O.NONBLOCK), `log fifo "${path}"`);
   } catch {
-    return undefined;
+    return undefined; // ENXIO (no reader), ENOENT (no FIFO)
   }
   const enc = new TextEncoder();
   let pending = 0;
@@ -50,8 +54,7 @@ export function openLogSink(path: string): ((line: string) => void) | undefined 
     pending++;
     chain = chain.then(async () => {
       try {
-        const buf = enc.encode(line);
-        for (let off = 0; off < buf.length;) off += await file.write(buf.subarray(off));
+        await stream.write(enc.encode(line));
       } catch { /* reader gone */ }
       pending--;
     });

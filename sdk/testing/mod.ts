@@ -9,7 +9,9 @@
  * - {@link startContainerd} runs a private containerd of a given version with its own root,
  *   state and sockets (optionally with CRI and runtime handlers), {@link containerdClient}
  *   talks gRPC to it as CRI would, and {@link criClient} talks CRI to it as kubelet would;
- * - {@link installShims} writes launcher scripts for shims written with skiff.
+ * - {@link installShims} writes launcher scripts for shims written with skiff;
+ * - {@link runConformance} runs the conformance catalogue (a scenario × containerd version
+ *   matrix) against any shim binary; `deno task conformance` is its command line.
  *
  * @example Drive a shim like containerd does
  * ```ts ignore
@@ -79,3 +81,21 @@ export {
   installShims,
   type InstallShimsOptions,
 } from "./install.ts";
+export { type ConformanceOptions, NOT_COVERED, runConformance } from "./conformance/runner.ts";
+export {
+  compareReports,
+  type ConformanceReport,
+  hasFailures,
+  markdownReport,
+  type Regression,
+  type ScenarioResult,
+} from "./conformance/report.ts";
+export { CATALOGUE } from "./conformance/catalogue.ts";
+export {
+  type Requirements,
+  type RuntimeTraits,
+  type Scenario,
+  ScenarioSkip,
+} from "./conformance/scenario.ts";
+export { ScenarioContext, type ScenarioContextInit, type Stdio } from "./conformance/kit.ts";
+export { EventRecorder, type TaskEvent } from "./conformance/events.ts";

@@ -1,0 +1,259 @@
+/**
+ * Runs the catalogue against one runtime under each containerd version: a private containerd
+ * per version with the shim's directory first on its PATH, each scenario in its own namespace
+ * and cleaned up after it, the containerd stopped (and everything it owned removed) at the end.
+ *
+ * @module
+ */
+
+import { create, toBinary } from "@bufbuild/protobuf";
+import { type Any, AnySchema } from "@bufbuild/protobuf/wkt";
+import { OptionsSchema as RuncOptionsSchema } from "../../../proto/gen/containerd/runc/v1/oci_pb.ts";
+import {
+  type ContainerdVersion,
+  containerdVersionOf,
+  containerdVersions,
+  type PrivateContainerd,
+  startContainerd,
+} from "../containerd.ts";
+import { createBusyboxBundle } from "../bundle.ts";
+import { CATALOGUE } from "./catalogue.ts";
+import { ScenarioContext, shimBinaryName } from "./kit.ts";
+import {
+  type HostFeatures,
+  probeHost,
+  type RuntimeTraits,
+  type Scenario,
+  ScenarioSkip,
+  unmet,
+} from "./scenario.ts";
+import type { ConformanceReport, ScenarioResult } from "./report.ts";
+
+/**
+ * Options of {@linkcode runConformance}.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const o: ConformanceOptions = { runtime: "io.containerd.runc.v2", shimDir: "/usr/bin" };
+ * ```
+ */
+export interface ConformanceOptions {
+  /** Runtime type under test, e.g. `io.containerd.skiff-runc.v2`. */
+  runtime: string;
+  /**
+   * Directory holding `containerd-shim-<name>-<version>`; put first on containerd's PATH.
+   * Default: each containerd's own bin dir (for the Go runc shim shipped with it).
+   */
+  shimDir?: string;
+  /** containerd versions to run under, as prefixes (`1.6`, `2.1`). Default: every one found. */
+  containerd?: string[];
+  /** Extra containerd binary dirs (each with `containerd` and `ctr`). */
+  containerdDirs?: string[];
+  /** Run only scenarios whose id matches (a RegExp source, or a plain substring). */
+  only?: string;
+  /**
+   * Send `containerd.runc.v1.Options{root}` (a private runc root) with each task, as `ctr`
+   * does for runc shims. Default true; false for shims that take no runc options.
+   */
+  runcOptions?: boolean;
+  /** Conventions and optional APIs the runtime offers. Default: all of them. */
+  traits?: RuntimeTraits;
+  /** Extra environment for containerd and so for the shims it starts. */
+  env?: Record<string, string>;
+  /** Bound on each step of a scenario (only there so a hang fails). Default 60000. */
+  stepMs?: number;
+  /** Called after each result (progress output). */
+  onResult?: (r: ScenarioResult) => void;
+  /** The catalogue to run. Default {@linkcode CATALOGUE}. */
+  catalogue?: readonly Scenario[];
+}
+
+/** Scenarios the catalogue does not cover yet, listed in every report. */
+export const NOT_COVERED: readonly string[] = [
+  "checkpoint/restore (criu)",
+  "Tasks.Update (resources)",
+  "containerd 2.3+ BootstrapParams start dialect (no such containerd to run here)",
+];
+
+/**
+ * The containerd builds to run under: the discovered ones filtered by version prefix, plus
+ * extra build dirs.
+ *
+ * @param o the options naming versions and dirs
+ * @returns version and bin dir, oldest first
+ *
+ * @example Usage
+ * ```ts ignore
+ * selectVersions({ runtime: "x", shimDir: "/d", containerd: ["2.1"] });
+ * ```
+ */
+export function selectVersions(o: ConformanceOptions): ContainerdVersion[] {
+  const found = containerdVersions().filter((v) =>
+    !o.containerd || o.containerd.some((p) => v.version === p || v.version.startsWith(`${p}.`))
+  );
+  for (const dir of o.containerdDirs ?? []) {
+    const version = containerdVersionOf(dir);
+    if (!version) throw new Error(`--containerd-dir "${dir}" holds no working containerd`);
+    if (!found.some((v) => v.binDir === dir)) found.push({ version, binDir: dir });
+  }
+  return found;
+}
+
+function matches(only: string | undefined, id: string): boolean {
+  if (!only) return true;
+  try {
+    return new RegExp(only).test(id);
+  } catch {
+    return id.includes(only);
+  }
+}
+
+/** Bound on one scenario as a whole, so one wedged scenario cannot stop the matrix. */
+const SCENARIO_MS = 300_000;
+
+async function bounded(p: Promise<void>, ms: number): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    await Promise.race([
+      p,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`no result within ${ms / 1000}s`)), ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function firstLine(e: unknown): string {
+  // Node's assertion diffs ("+ actual - expected ...") add nothing to a one-line reason.
+  const msg = (e instanceof Error ? e.message : String(e)).split(/\n\s*\+ actual/)[0]!;
+  return msg.split("\n").map((l) => l.trim()).filter(Boolean).slice(0, 3).join(" ").slice(0, 240);
+}
+
+/**
+ * Runs the conformance catalogue against a shim under each containerd version available.
+ *
+ * @param o runtime, shim dir, versions, filters
+ * @returns the report (render it with `markdownReport`, compare with `compareReports`)
+ *
+ * @example Usage
+ * ```ts ignore
+ * import { markdownReport, runConformance } from "@skiff/shim/testing";
+ *
+ * const report = await runConformance({ runtime: "io.containerd.runc.v2", shimDir: "/usr/bin" });
+ * console.log(markdownReport(report));
+ * ```
+ */
+export async function runConformance(o: ConformanceOptions): Promise<ConformanceReport> {
+  const versions = selectVersions(o);
+  if (versions.length === 0) {
+    throw new Error(
+      `no containerd matches ${o.containerd?.join(",")} (run tests/setup/prepare.sh)`,
+    );
+  }
+  const shimDirs = o.shimDir ? [await Deno.realPath(o.shimDir)] : versions.map((v) => v.binDir);
+  const binaries = shimDirs.map((d) => `${d}/${shimBinaryName(o.runtime)}`);
+  for (const b of binaries) {
+    await Deno.stat(b).catch(() => {
+      throw new Error(`no shim binary ${b} for runtime ${o.runtime}`);
+    });
+  }
+  const scenarios = (o.catalogue ?? CATALOGUE).filter((s) => matches(o.only, s.id));
+  const host = probeHost();
+  const traits: RuntimeTraits = { grouping: true, sandboxApi: true, ...o.traits };
+  const rootfs = await createBusyboxBundle({ args: ["true"] });
+  const results: ScenarioResult[] = [];
+  const record = (r: ScenarioResult) => {
+    results.push(r);
+    o.onResult?.(r);
+  };
+  try {
+    for (const v of versions) {
+      const shimDir = o.shimDir ? shimDirs[0]! : v.binDir;
+      await runVersion(v, scenarios, { ...o, shimDir }, host, traits, rootfs.bundle, record);
+    }
+  } finally {
+    await rootfs.cleanup();
+  }
+  return {
+    runtime: o.runtime,
+    shim: o.shimDir ? binaries[0]! : `each containerd's ${shimBinaryName(o.runtime)}`,
+    date: new Date().toISOString(),
+    containerd: versions.map((v) => v.version),
+    scenarios: scenarios.map((s) => ({ id: s.id, title: s.title, standsFor: s.standsFor })),
+    results,
+    notCovered: [...NOT_COVERED],
+  };
+}
+
+async function runVersion(
+  v: ContainerdVersion,
+  scenarios: readonly Scenario[],
+  o: ConformanceOptions & { shimDir: string },
+  host: HostFeatures,
+  traits: RuntimeTraits,
+  bundle: string,
+  record: (r: ScenarioResult) => void,
+): Promise<void> {
+  let c: PrivateContainerd;
+  try {
+    c = await startContainerd({
+      binDir: v.binDir,
+      extraPath: [o.shimDir],
+      ...(o.env ? { env: o.env } : {}),
+    });
+  } catch (e) {
+    for (const s of scenarios) {
+      record({ scenario: s.id, containerd: v.version, status: "fail", reason: firstLine(e) });
+    }
+    return;
+  }
+  const taskOptions: Any | undefined = (o.runcOptions ?? true)
+    ? create(AnySchema, {
+      typeUrl: "containerd.runc.v1.Options",
+      value: toBinary(RuncOptionsSchema, create(RuncOptionsSchema, { root: c.runcRoot })),
+    })
+    : undefined;
+  try {
+    for (const s of scenarios) {
+      const base = { scenario: s.id, containerd: v.version };
+      const why = unmet(s, { containerd: v.version, host, traits });
+      if (why) {
+        record({ ...base, status: "skip", reason: why });
+        continue;
+      }
+      const tmp = await Deno.makeTempDir({ prefix: `skiff-conf-${s.id}-` });
+      const ctx = new ScenarioContext({
+        containerd: c,
+        runtime: o.runtime,
+        shimDir: o.shimDir,
+        namespace: `conf-${s.id}`,
+        rootfs: `${bundle}/rootfs`,
+        tmp,
+        ...(taskOptions ? { taskOptions } : {}),
+        ...(o.env ? { env: o.env } : {}),
+        ...(o.stepMs ? { stepMs: o.stepMs } : {}),
+      });
+      const started = Date.now();
+      try {
+        await bounded(s.check(ctx), SCENARIO_MS);
+        record({ ...base, status: "pass", ms: Date.now() - started });
+      } catch (e) {
+        const skip = e instanceof ScenarioSkip;
+        record({
+          ...base,
+          status: skip ? "skip" : "fail",
+          reason: firstLine(e),
+          ms: Date.now() - started,
+        });
+      } finally {
+        await ctx.cleanup();
+        if (c.pid === undefined) await c.start().catch(() => {});
+        await Deno.remove(tmp, { recursive: true }).catch(() => {});
+      }
+    }
+  } finally {
+    await c.stop();
+  }
+}

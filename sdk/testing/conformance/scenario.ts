@@ -1,0 +1,171 @@
+/**
+ * What a conformance scenario is: a declarative description (id, title, the containerd
+ * behaviour it stands for, what it requires) plus a check that throws when the shim misbehaves.
+ *
+ * @module
+ */
+
+import type { ScenarioContext } from "./kit.ts";
+
+/** Something a host or a runtime may lack; an unmet requirement makes the scenario `skip`. */
+export interface Requirements {
+  /** Lowest containerd version the behaviour exists in, e.g. `2.0`. */
+  containerd?: string;
+  /** Host features the check needs (see {@linkcode HostFeatures}). */
+  host?: ("cgroup" | "cgroup-freezer")[];
+  /** Runtime capabilities that are conventions rather than contract (see `RuntimeTraits`). */
+  runtime?: (keyof RuntimeTraits)[];
+}
+
+/**
+ * Conventions a runtime may or may not follow; the runner takes them from its options and
+ * reports scenarios that need an absent one as skipped.
+ *
+ * @example Usage
+ * ```ts
+ * import type { RuntimeTraits } from "./scenario.ts";
+ * const traits: RuntimeTraits = { grouping: false };
+ * ```
+ */
+export interface RuntimeTraits {
+  /** Honours the runc shim's `io.containerd.runc.v2.group` annotation (one shim per group). */
+  grouping?: boolean;
+  /**
+   * Serves the Sandbox API (`containerd.runtime.sandbox.v1.Sandbox`) for containerd 2.x's
+   * `shim` sandboxer. containerd's Go runc shim does not.
+   */
+  sandboxApi?: boolean;
+}
+
+/**
+ * One entry of the catalogue.
+ *
+ * @example A scenario
+ * ```ts ignore
+ * const s: Scenario = {
+ *   id: "run-exit-code",
+ *   title: "run, exit code",
+ *   standsFor: "Wait and Delete return the init's exit status",
+ *   check: async (ctx) => { ... },
+ * };
+ * ```
+ */
+export interface Scenario {
+  /** Stable id (baselines compare by it). */
+  id: string;
+  /** One line for the matrix. */
+  title: string;
+  /** The containerd behaviour (or client pattern) this scenario stands for. */
+  standsFor: string;
+  /** What the host, containerd or runtime must have; unmet means `skip` with the reason. */
+  requires?: Requirements;
+  /** Throws (an assertion, a gRPC error, a timeout) when the shim fails the scenario. */
+  check(ctx: ScenarioContext): Promise<void>;
+}
+
+/**
+ * Thrown by a check that finds, at run time, that the runtime does not offer an optional API
+ * (e.g. the Sandbox API answers Unimplemented): reported as `skip` with the message.
+ *
+ * @example Usage
+ * ```ts
+ * import { ScenarioSkip } from "./scenario.ts";
+ * const e = new ScenarioSkip("the shim serves no Sandbox API");
+ * console.assert(e.name === "ScenarioSkip");
+ * ```
+ */
+export class ScenarioSkip extends Error {
+  /**
+   * Makes the skip.
+   *
+   * @param reason why the scenario cannot run here
+   */
+  constructor(reason: string) {
+    super(reason);
+    this.name = "ScenarioSkip";
+  }
+}
+
+/**
+ * Compares two dotted versions numerically.
+ *
+ * @param a e.g. `1.7.24`
+ * @param b e.g. `2.0`
+ * @returns negative, zero or positive
+ *
+ * @example Usage
+ * ```ts
+ * import { compareVersions } from "./scenario.ts";
+ * console.assert(compareVersions("1.7.24", "2.0") < 0);
+ * ```
+ */
+export function compareVersions(a: string, b: string): number {
+  const pa = a.split(".").map(Number);
+  const pb = b.split(".").map(Number);
+  for (let i = 0; i < Math.max(pa.length, pb.length); i++) {
+    const d = (pa[i] ?? 0) - (pb[i] ?? 0);
+    if (d !== 0) return d;
+  }
+  return 0;
+}
+
+/** What the host offers, probed once per run. */
+export interface HostFeatures {
+  /** A cgroup v1 memory hierarchy or a cgroup v2 mount. */
+  cgroup: boolean;
+  /** A cgroup v1 freezer or cgroup v2 (`cgroup.freeze`). */
+  "cgroup-freezer": boolean;
+}
+
+/**
+ * Probes the host's cgroup features.
+ *
+ * @returns which features are present
+ *
+ * @example Usage
+ * ```ts ignore
+ * console.log(probeHost().cgroup);
+ * ```
+ */
+export function probeHost(): HostFeatures {
+  const has = (p: string) => {
+    try {
+      Deno.statSync(p);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  const v2 = has("/sys/fs/cgroup/cgroup.controllers");
+  return {
+    cgroup: v2 || has("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+    "cgroup-freezer": v2 || has("/sys/fs/cgroup/freezer"),
+  };
+}
+
+/**
+ * Why a scenario cannot run here, or undefined when it can.
+ *
+ * @param s the scenario
+ * @param env containerd version, host features and runtime traits
+ * @returns a one-line reason, or undefined
+ *
+ * @example Usage
+ * ```ts ignore
+ * unmet(scenario, { containerd: "1.6.20", host: probeHost(), traits: {} });
+ * ```
+ */
+export function unmet(
+  s: Scenario,
+  env: { containerd: string; host: HostFeatures; traits: RuntimeTraits },
+): string | undefined {
+  const r = s.requires ?? {};
+  if (r.containerd && compareVersions(env.containerd, r.containerd) < 0) {
+    return `needs containerd >= ${r.containerd}`;
+  }
+  for (const h of r.host ?? []) if (!env.host[h]) return `host lacks ${h}`;
+  for (const t of r.runtime ?? []) {
+    if (env.traits[t] === false) return `runtime declared without ${t}`;
+  }
+  return undefined;
+}
