@@ -276,40 +276,43 @@ export class TaskService<T extends object> {
       throw e;
     }
 
-    // The OOM watch comes first: until the container is listed, the init's exit waits in the
-    // window, so /tasks/create is always published before /tasks/exit.
-    let oomWatch: { close(): void } | undefined;
     try {
-      oomWatch = await platform.watchOom(init.pid, () => {
-        this.#d.events.publish("/tasks/oom", TaskOOMSchema, { containerId: r.id });
+      // The OOM watch comes first: until the container is listed, the init's exit waits in the
+      // window, so /tasks/create is always published before /tasks/exit.
+      let oomWatch: { close(): void } | undefined;
+      try {
+        oomWatch = await platform.watchOom(init.pid, () => {
+          this.#d.events.publish("/tasks/oom", TaskOOMSchema, { containerId: r.id });
+        });
+      } catch (e) {
+        clog.debug("oom watch unavailable", { error: (e as Error).message });
+      }
+      const container = new Container<T>({
+        id: r.id,
+        namespace,
+        bundle,
+        runtime,
+        process: init,
+        options: resolved.options,
+        rootfsMounted: mounted,
       });
-    } catch (e) {
-      clog.debug("oom watch unavailable", { error: (e as Error).message });
+      if (oomWatch) container.cleanups.push(() => oomWatch.close());
+      this.#containers.set(r.id, container);
+      this.#d.events.publish("/tasks/create", TaskCreateSchema, {
+        containerId: r.id,
+        bundle,
+        rootfs: r.rootfs,
+        io: { stdin: r.stdin, stdout: r.stdout, stderr: r.stderr, terminal: r.terminal },
+        checkpoint: r.checkpoint,
+        pid: init.pid,
+      });
+      // The init may already have died (reaped before we knew its pid): only an exit from inside
+      // the window can be its own.
+      const early = window.take(init.pid, init.startTime);
+      if (early) void this.#initExited(container, early);
+    } finally {
+      this.#windows.delete(window);
     }
-    const container = new Container<T>({
-      id: r.id,
-      namespace,
-      bundle,
-      runtime,
-      process: init,
-      options: resolved.options,
-      rootfsMounted: mounted,
-    });
-    if (oomWatch) container.cleanups.push(() => oomWatch.close());
-    this.#containers.set(r.id, container);
-    this.#d.events.publish("/tasks/create", TaskCreateSchema, {
-      containerId: r.id,
-      bundle,
-      rootfs: r.rootfs,
-      io: { stdin: r.stdin, stdout: r.stdout, stderr: r.stderr, terminal: r.terminal },
-      checkpoint: r.checkpoint,
-      pid: init.pid,
-    });
-    // The init may already have died (reaped before we knew its pid): only an exit from inside
-    // the window can be its own.
-    this.#windows.delete(window);
-    const early = window.take(init.pid, init.startTime);
-    if (early) void this.#initExited(container, early);
     clog.info("created", { pid: init.pid });
     return { pid: init.pid };
   }
