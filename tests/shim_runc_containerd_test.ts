@@ -25,6 +25,7 @@ import {
   shellQuote,
 } from "../sdk/testing/ctr.ts";
 import { installShims } from "../sdk/testing/install.ts";
+import { processAlive } from "../sdk/linux/proc_stat.ts";
 
 const RUNTIME = "io.containerd.skiff-runc.v2";
 const LAUNCHER = "containerd-shim-skiff-runc-v2";
@@ -52,15 +53,6 @@ async function eventually<V>(what: string, probe: () => Promise<V | undefined>):
     if (v !== undefined) return v;
     if (Date.now() > until) throw new Error(`gave up waiting for ${what}`);
     await sleep(50);
-  }
-}
-
-function alive(pid: number): boolean {
-  try {
-    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
-    return stat[stat.lastIndexOf(")") + 2] !== "Z";
-  } catch {
-    return false;
   }
 }
 
@@ -706,7 +698,7 @@ for (const v of versions) {
         await t.step("ctr task ps: lists the init pid and a running exec", async () => {
           const id = await sleeper("ps");
           const initPid = (await tasks()).get(id)!.pid;
-          assert.ok(initPid > 0 && alive(initPid));
+          assert.ok(initPid > 0 && processAlive(initPid));
           await ok([
             "tasks",
             "exec",
@@ -730,7 +722,7 @@ for (const v of versions) {
           // published before the init's.
           await ok(["tasks", "kill", "-s", "SIGKILL", id]);
           await becomes(id, "STOPPED");
-          assert.ok(!alive(Number(exec[0])), "the exec died with the init");
+          assert.ok(!processAlive(Number(exec[0])), "the exec died with the init");
           assert.equal(await remove(id), 137);
           const exits = (await events.until(id, "/tasks/delete"))
             .filter((e) => e.topic === "/tasks/exit")
@@ -902,13 +894,13 @@ for (const v of versions) {
             assert.equal(e2.stdout, "in-g2\n");
             const ps = await ok(["tasks", "ps", g2]);
             assert.match(ps.stdout, new RegExp(`^${(await tasks()).get(g2)!.pid}\\s`, "m"));
-            assert.ok(alive(servers[0]!.pid), "the shim still serves g2");
+            assert.ok(processAlive(servers[0]!.pid), "the shim still serves g2");
             await ok(["tasks", "kill", "-s", "SIGKILL", g2]);
             await becomes(g2, "STOPPED");
             assert.equal(await remove(g2), 137);
             await eventually(
               "the group's shim to exit",
-              () => Promise.resolve(alive(servers[0]!.pid) ? undefined : true),
+              () => Promise.resolve(processAlive(servers[0]!.pid) ? undefined : true),
             );
             assert.ok(!exists(socket), "the group's socket is gone");
           },
@@ -956,7 +948,7 @@ for (const v of versions) {
             assert.equal(e.code, 8, describe(e));
             assert.equal(e.stdout, "after-restart\n");
             // Still the same shim: reconnected, not restarted.
-            assert.ok(alive(shimPids[0]!));
+            assert.ok(processAlive(shimPids[0]!));
             assert.deepEqual(
               c.shims().filter((s) => s.argv.includes(id)).map((s) => s.pid),
               shimPids,
@@ -973,7 +965,7 @@ for (const v of versions) {
             assert.equal(field(exit!.event, "exit_status", "ExitStatus"), 137);
             await eventually(
               "the shim to exit",
-              () => Promise.resolve(alive(shimPids[0]!) ? undefined : true),
+              () => Promise.resolve(processAlive(shimPids[0]!) ? undefined : true),
             );
           },
         );
@@ -1011,7 +1003,7 @@ for (const v of versions) {
               Number(l.trim().split(/\s+/)[0])
             )
               .find((p) => p !== before.get(id)!.pid)!;
-            assert.ok(execPid > 0 && alive(execPid), ps.stdout);
+            assert.ok(execPid > 0 && processAlive(execPid), ps.stdout);
 
             await events.stop();
             Deno.kill(c.pid!, "SIGKILL");
@@ -1085,7 +1077,7 @@ for (const v of versions) {
             });
             await eventually(
               "the container init to die",
-              () => Promise.resolve(alive(initPid) ? undefined : true),
+              () => Promise.resolve(processAlive(initPid) ? undefined : true),
             );
             const del = await ctr(["tasks", "delete", id]);
             assert.ok(del.code === 0 || /not found/i.test(del.stderr), describe(del));

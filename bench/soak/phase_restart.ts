@@ -20,6 +20,7 @@ import { ExitEventLog } from "./exit_events.ts";
 import { leakCount, leaks } from "./leaks.ts";
 import { shimOf, zombiesUnder } from "./procs.ts";
 import { Status } from "../../proto/gen/containerd/types/task/task_pb.ts";
+import { processAlive } from "../../sdk/linux/proc_stat.ts";
 
 /** Figures of the restart phase. */
 export interface RestartPhaseResult {
@@ -57,15 +58,6 @@ export interface RestartPhaseResult {
 
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
-}
-
-function alive(pid: number): boolean {
-  try {
-    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
-    return stat[stat.lastIndexOf(")") + 2] !== "Z";
-  } catch {
-    return false;
-  }
 }
 
 function isNotFound(e: unknown): boolean {
@@ -154,11 +146,13 @@ export async function restartPhase(
     }
     if (!p) {
       containersGone++;
-    } else if (p.status === Status.RUNNING && alive(p.pid)) {
+    } else if (p.status === Status.RUNNING && processAlive(p.pid)) {
       containersRunning++;
     } else if (p.status !== Status.CREATED) {
       containersWrong++;
-      samples.push(`${id}: task ${Status[p.status]} with pid ${p.pid} (alive: ${alive(p.pid)})`);
+      samples.push(
+        `${id}: task ${Status[p.status]} with pid ${p.pid} (alive: ${processAlive(p.pid)})`,
+      );
     } else {
       // Created but never started: the burst was cut between Create and Start.
       containersGone++;

@@ -41,6 +41,21 @@ export function processState(pid: number): string | undefined {
 }
 
 /**
+ * True while `pid` exists and has not exited: a zombie (exited, not yet reaped) is not alive.
+ *
+ * @param pid the process id
+ * @example Usage
+ * ```ts
+ * import { processAlive } from "./proc_stat.ts";
+ * console.assert(processAlive(Deno.pid));
+ * ```
+ */
+export function processAlive(pid: number): boolean {
+  const state = processState(pid);
+  return state !== undefined && state !== "Z";
+}
+
+/**
  * When `pid` started, in clock ticks since boot (field 22 of `/proc/<pid>/stat`), or undefined
  * when there is no such process. A zombie still has it: read it before reaping.
  *

@@ -25,6 +25,7 @@ import { mountsUnder, removeTree } from "./bundle.ts";
 import { buildBusyboxImage, buildPauseImage, BUSYBOX_IMAGE_REF, PAUSE_IMAGE_REF } from "./image.ts";
 import { type CriHandler, criPlugins, criRuntimePlugin } from "./cri_config.ts";
 import { CRI_NAMESPACE, criClient } from "./cri_client.ts";
+import { processAlive } from "../linux/proc_stat.ts";
 
 /**
  * A runtime a private containerd should know about.
@@ -334,16 +335,6 @@ function descendantsOf(pids: number[]): number[] {
   return out;
 }
 
-function alive(pid: number): boolean {
-  try {
-    // A zombie still has /proc/<pid> but is gone for our purposes.
-    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
-    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
-  } catch {
-    return false;
-  }
-}
-
 function kill(pid: number, sig: Deno.Signal): void {
   try {
     Deno.kill(pid, sig);
@@ -356,7 +347,7 @@ function sleep(ms: number): Promise<void> {
 
 async function waitGone(pids: number[], ms: number): Promise<boolean> {
   const until = Date.now() + ms;
-  while (pids.some(alive)) {
+  while (pids.some(processAlive)) {
     if (Date.now() > until) return false;
     await sleep(20);
   }

@@ -20,19 +20,10 @@ import type { Scenario } from "./scenario.ts";
 import type { ScenarioContext } from "./kit.ts";
 import { criPodScenario } from "./cri.ts";
 import type { TaskEvent } from "./events.ts";
+import { processAlive } from "../../linux/proc_stat.ts";
 
 const SLEEP = ["sleep", "600"];
 const GROUP_ANNOTATION = "io.containerd.runc.v2.group";
-
-/** True while `pid` exists and is not a zombie. */
-function alive(pid: number): boolean {
-  try {
-    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
-    return stat[stat.lastIndexOf(")") + 2] !== "Z";
-  } catch {
-    return false;
-  }
-}
 
 /** Shim server processes (not `start`/`delete`) of this containerd for one of `ids`. */
 function shimServers(ctx: ScenarioContext, ids: string[]): number[] {
@@ -346,7 +337,7 @@ export const CATALOGUE: readonly Scenario[] = [
       });
       await ctx.eventually(
         "the init to die",
-        () => Promise.resolve(alive(init) ? undefined : true),
+        () => Promise.resolve(processAlive(init) ? undefined : true),
       );
       const bundle = `${ctx.containerd.state}/io.containerd.runtime.v2.task/${ctx.namespace}/${id}`;
       await ctx.eventually(
@@ -374,11 +365,13 @@ export const CATALOGUE: readonly Scenario[] = [
         await ctx.within(ctx.client.tasks.kill({ containerId: id, signal: 9 }), `kill ${id}`);
         assert.equal(await ctx.wait(id), 137, `exit status of ${id}`);
         await ctx.within(ctx.client.tasks.delete({ containerId: id }), `delete ${id}`);
-        if (id === a) assert.ok(alive(servers[0]!), "the group's shim outlives the first task");
+        if (id === a) {
+          assert.ok(processAlive(servers[0]!), "the group's shim outlives the first task");
+        }
       }
       await ctx.eventually(
         "the group's shim to exit",
-        () => Promise.resolve(alive(servers[0]!) ? undefined : true),
+        () => Promise.resolve(processAlive(servers[0]!) ? undefined : true),
       );
     },
   },
