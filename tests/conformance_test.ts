@@ -315,7 +315,7 @@ Deno.test("docs/conformance.md describes every scenario and shows full matrices"
 });
 
 integrationTest(
-  "conformance: skiff's runsc example on 2.1 fails only pids (ListPids answers gVisor's pids)",
+  "conformance: skiff's runsc example passes the whole catalogue on 2.1",
   { ...REQ, binaries: [...REQ.binaries, "runsc"] },
   async () => {
     const prefix = await Deno.makeTempDir({ prefix: "skiff-conf-runsc-" });
@@ -328,15 +328,8 @@ integrationTest(
         runcOptions: false,
       });
       const md = describe(report);
-      // A known defect of the example, shown in docs/conformance.md: ListPids reports the
-      // sandbox's own pids (1, 2) where Create and Get report host pids.
-      assert.deepEqual(byStatus(report, v21!.version, "fail"), ["pids"], md);
-      assert.match(report.results.find((r) => r.scenario === "pids")!.reason!, /ListPids gave/);
-      assert.deepEqual(
-        byStatus(report, v21!.version, "pass"),
-        ALL.filter((id) => id !== "pids"),
-        md,
-      );
+      assert.deepEqual(byStatus(report, v21!.version, "fail"), [], md);
+      assert.deepEqual(byStatus(report, v21!.version, "pass"), ALL, md);
     } finally {
       await Deno.remove(prefix, { recursive: true });
     }

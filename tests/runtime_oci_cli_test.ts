@@ -911,3 +911,11 @@ Deno.test("OciRuntimeCli hands the container's stdio to create, or to start with
     assert.equal(await outputs[0], `from-${stdioAt}`, stdioAt);
   }
 });
+
+Deno.test("OciRuntimeCli.ps() with psPids: sandbox lists nothing and runs nothing", async () => {
+  await using fake = await fakeRuntime();
+  const cli = fake.cli({ FAKE_PS_STDOUT: "[1,2]" }, { psPids: "sandbox" });
+  assert.deepEqual(await cli.ps("c1"), []);
+  assert.equal(await exists(`${fake.dir}/argv`), false, "the runtime was not run");
+  assert.deepEqual(await fake.cli({ FAKE_PS_STDOUT: "[1,2]" }).ps("c1"), [1, 2]);
+});

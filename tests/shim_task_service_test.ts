@@ -476,3 +476,21 @@ Deno.test("TaskService routes an exit with a known pid but another start time aw
     assert.equal((await wait).exitStatus, 0);
   });
 });
+
+Deno.test("TaskService Pids lists running execs the runtime's ps does not see (gVisor's own pid space)", async () => {
+  await withBundle(async (bundle) => {
+    const { svc, platform } = setup();
+    const { pid } = await svc.create(create(CreateTaskRequestSchema, { id: "c1", bundle }));
+    await svc.start({ id: "c1", execId: "" } as never);
+    svc.exec({ id: "c1", execId: "e1", spec } as never);
+    const { pid: epid } = await svc.start({ id: "c1", execId: "e1" } as never);
+    platform.outOfCgroup.add(pid!).add(epid!); // the runtime's ps lists neither
+    const listed = (await svc.pids({ id: "c1" } as never)).processes ?? [];
+    assert.deepEqual(listed.map((p) => (p as { pid: number }).pid), [pid, epid]);
+    assert.ok((listed[1] as { info?: unknown }).info, "the exec carries its ProcessDetails");
+    platform.exit(epid!, 0);
+    await svc.wait({ id: "c1", execId: "e1" } as never);
+    const after = (await svc.pids({ id: "c1" } as never)).processes ?? [];
+    assert.deepEqual(after.map((p) => (p as { pid: number }).pid), [pid]);
+  });
+});

@@ -66,6 +66,8 @@ export class RunscShim extends Shim<RunscOptions> {
       stdioAt: spec?.annotations?.["io.kubernetes.cri.container-type"] === "container"
         ? "start"
         : "create",
+      // `runsc ps` lists gVisor's own pids; the shim reports the host pids it knows.
+      psPids: "sandbox",
       spawn: ctx.spawn,
     });
   }

@@ -138,6 +138,12 @@ export interface OciRuntimeCliOptions {
    * sub-container: `runsc start` gives the process its own stdio, and ignores `create`'s).
    */
   stdioAt?: "create" | "start";
+  /**
+   * Whose pids the runtime's `ps` lists: `"host"` (default; runc, crun) or `"sandbox"` (gVisor:
+   * pids of the sandbox's own pid space, meaningless on the host). With `"sandbox"`,
+   * {@link OciRuntimeCli.ps} returns none and the shim lists the host pids it knows itself.
+   */
+  psPids?: "host" | "sandbox";
 }
 
 /**
@@ -609,6 +615,7 @@ export class OciRuntimeCli {
   #noNewKeyring: boolean;
   #cwd: string | undefined;
   #stdioAt: "create" | "start";
+  #psPids: "host" | "sandbox";
   /** With `stdioAt: "start"`: the stdio `create` was given, handed to `start`. */
   #deferredIo: ProcessStdio | undefined;
   /** How the init's exit is observed (see {@link OciRuntimeCliOptions.initExit}). */
@@ -632,6 +639,7 @@ export class OciRuntimeCli {
     this.initExit = options.initExit ?? "reap";
     this.#cwd = options.cwd;
     this.#stdioAt = options.stdioAt ?? "create";
+    this.#psPids = options.psPids ?? "host";
   }
 
   /**
@@ -694,6 +702,7 @@ export class OciRuntimeCli {
       initExit: this.initExit,
       cwd: this.#cwd,
       stdioAt: this.#stdioAt,
+      psPids: this.#psPids,
       ...patch,
     });
   }
@@ -871,7 +880,8 @@ export class OciRuntimeCli {
 
   /**
    * `ps --format json ID`: the container's pids as the runtime reports them (host pids for
-   * runc and crun; sandbox-internal pids for runsc).
+   * runc and crun; sandbox-internal pids for runsc). With `psPids: "sandbox"`, none, without
+   * running the command.
    *
    * @param id Container id.
    * @returns The pids.
@@ -882,6 +892,7 @@ export class OciRuntimeCli {
    * ```
    */
   async ps(id: string): Promise<number[]> {
+    if (this.#psPids === "sandbox") return [];
     const out = await this.#run("ps", id, ["--format", "json", id]);
     const value = this.#parseJson("ps", id, out);
     if (value === null) return [];

@@ -469,8 +469,14 @@ export class TaskService<T extends object> {
     if (c.init.pid !== 0 && c.init.state !== "stopped" && !pids.includes(c.init.pid)) {
       pids.unshift(c.init.pid);
     }
+    // Likewise for execs; and a runtime whose `ps` sees only its own pid space (gVisor) lists
+    // none of the host pids the shim reports for its processes.
     const byPid = new Map<number, string>();
-    for (const p of c.execs.values()) if (p.pid) byPid.set(p.pid, p.execId);
+    for (const p of c.execs.values()) {
+      if (p.pid === 0) continue;
+      byPid.set(p.pid, p.execId);
+      if (p.state !== "stopped" && !pids.includes(p.pid)) pids.push(p.pid);
+    }
     return {
       processes: pids.map((pid) => {
         const execId = byPid.get(pid);
