@@ -36,6 +36,7 @@ const ALLOWED: Record<string, string[]> = {
   ],
   delete: [
     "sdk/shim/actions/delete.ts",
+    "sdk/shim/actions/bundle_files.ts",
     "sdk/shim/actions/start.ts",
     "sdk/shim/socket_address.ts",
     "sdk/shim/sha256.ts",

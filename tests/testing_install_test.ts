@@ -194,3 +194,50 @@ Deno.test("deno task install --prefix installs through the CLI", async () => {
     await Deno.remove(prefix, { recursive: true });
   }
 });
+
+Deno.test("a bundled launcher reads a dynamically imported chunk only when the import runs", async () => {
+  const prefix = await Deno.makeTempDir({ prefix: "skiff-install-" });
+  const root = await Deno.makeTempDir({ prefix: "skiff-install-root-" });
+  try {
+    await Deno.writeTextFile(`${root}/deno.json`, "{}");
+    await Deno.writeTextFile(
+      `${root}/probe.ts`,
+      `if (Deno.args[0] === "never") await import("./never.ts");\nconsole.log("ran");\n`,
+    );
+    await Deno.writeTextFile(`${root}/never.ts`, `export const never = 1;\n`);
+    const [launcher] = await installShims({
+      prefix,
+      root,
+      shims: { "containerd-shim-probe-v1": "probe.ts" },
+    });
+    const lib = `${prefix}/lib/skiff/containerd-shim-probe-v1`;
+    const [hash] = [...Deno.readDirSync(lib)].map((e) => e.name);
+    const chunk = [...Deno.readDirSync(`${lib}/${hash}`)].map((e) => e.name)
+      .find((n) => n.startsWith("never"));
+    assert.ok(chunk, "the dynamic import is a chunk of its own");
+    // The chunk becomes a FIFO: whoever opens it for reading completes our open for writing.
+    // Deno's graph, had it pre-loaded the literal import, would block on it.
+    const fifo = `${lib}/${hash}/${chunk}`;
+    await Deno.remove(fifo);
+    const mk = await new Deno.Command("mkfifo", { args: [fifo] }).output();
+    assert.ok(mk.success);
+    const child = new Deno.Command(launcher!, { args: ["-v"], stdout: "piped" }).spawn();
+    const writer = Deno.open(fifo, { write: true });
+    const first = await Promise.race([
+      writer.then(() => "chunk read" as const),
+      child.status.then(() => "exited" as const),
+    ]);
+    // A launcher that opened the FIFO may block reading it again: it has failed, stop it.
+    if (first === "chunk read") child.kill("SIGKILL");
+    const out = await child.output();
+    // Unblock our own pending open (a no-op when the launcher already did).
+    const reader = first === "exited" ? await Deno.open(fifo, { read: true }) : undefined;
+    (await writer).close();
+    reader?.close();
+    assert.equal(first, "exited", "the launcher opened a chunk it never imports");
+    assert.equal(out.code, 0);
+    assert.equal(dec.decode(out.stdout).trim(), "ran");
+  } finally {
+    for (const d of [prefix, root]) await Deno.remove(d, { recursive: true });
+  }
+});

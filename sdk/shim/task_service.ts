@@ -60,6 +60,7 @@ import { ExitWindow, isExitOf } from "./exit_window.ts";
 import { sharesPidNamespace } from "./bundle_spec.ts";
 import type { Shim } from "./shim.ts";
 import type { TaskApiEndpoint } from "./endpoint.ts";
+import { RUNTIME_DELETED_FILE } from "./actions/bundle_files.ts";
 
 type TaskImpl = ServiceImpl<typeof Task>;
 type Out<M extends keyof TaskImpl> = MessageInitShape<
@@ -446,6 +447,8 @@ export class TaskService<T extends object> {
     }
     for (const fn of c.cleanups) await Promise.resolve(fn()).catch(() => {});
     if (c.rootfsMounted) await this.#d.platform.unmount(`${c.bundle}/rootfs`);
+    // Tells the `delete` action the runtime has nothing left to delete (it skips its command).
+    await Deno.writeTextFile(`${c.bundle}/${RUNTIME_DELETED_FILE}`, "").catch(() => {});
     this.#containers.delete(c.id);
     this.#d.events.publish("/tasks/delete", TaskDeleteSchema, {
       containerId: c.id,

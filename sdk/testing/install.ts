@@ -201,6 +201,7 @@ export async function bundleShim(
         }`,
       );
     }
+    if (codeSplitting) await deferChunkLoading(part);
     const hash = await treeHash(part);
     const final = `${dir}/${hash}`;
     if (await exists(final)) {
@@ -215,6 +216,33 @@ export async function bundleShim(
     throw e;
   }
 }
+
+/**
+ * Rewrites a split bundle's `import("./chunk.js")` calls so that Deno loads each chunk only when
+ * the call runs. Deno's module graph otherwise reads (and keeps in memory) every chunk a literal
+ * dynamic import names before the entry runs: every action and every server would load the whole
+ * tree, which the split exists to avoid (docs/performance.md, "Deferred chunks").
+ *
+ * @param dir a `deno bundle --code-splitting` output directory, rewritten in place
+ * @example Usage
+ * ```ts ignore
+ * await deferChunkLoading("/opt/lib/skiff/mine/.part-x");
+ * ```
+ */
+export async function deferChunkLoading(dir: string): Promise<void> {
+  for await (const e of Deno.readDir(dir)) {
+    if (!e.isFile || !e.name.endsWith(".js")) continue;
+    const path = `${dir}/${e.name}`;
+    const text = await Deno.readTextFile(path);
+    // A non-literal specifier is resolved when the call runs, against this module's URL, just
+    // like the literal; only the graph's eager pre-load no longer sees it.
+    const out = text.replace(DYNAMIC_CHUNK_IMPORT, (_m, spec: string) => `import(String(${spec}))`);
+    if (out !== text) await Deno.writeTextFile(path, out);
+  }
+}
+
+/** `import("./x.js")` as `deno bundle` writes it for a chunk of the same bundle. */
+const DYNAMIC_CHUNK_IMPORT = /\bimport\(\s*("\.\/[^"\\]+\.js")\s*\)/g;
 
 /**
  * Removes this shim's older bundles that no running process uses: a server started from an old

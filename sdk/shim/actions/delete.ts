@@ -13,6 +13,7 @@ import type { Shim } from "../shim.ts";
 import { Logger } from "../logger.ts";
 import { groupKey, socketAlive } from "./start.ts";
 import { shimSocketAddress, socketPath } from "../socket_address.ts";
+import { RUNTIME_DELETED_FILE } from "./bundle_files.ts";
 
 /** Exit status containerd reports for a task cleaned up after its shim died (128+SIGKILL). */
 export const DEAD_SHIM_EXIT_STATUS = 137;
@@ -32,6 +33,25 @@ export async function runDelete<T extends object>(
   logger: Logger = new Logger(),
 ): Promise<Uint8Array> {
   const bundle = flags.bundle || Deno.cwd();
+  const [, pid] = await Promise.all([
+    cleanRuntime(shim, flags, bundle, logger),
+    readInitPid(bundle),
+    removeDeadSocket(bundle, flags),
+  ]);
+  return encodeDeleteResponse({ pid, exitStatus: DEAD_SHIM_EXIT_STATUS, exitedAt: new Date() });
+}
+
+/**
+ * Deletes the container in the runtime and unmounts its rootfs, unless the server already did
+ * both (it left {@linkcode RUNTIME_DELETED_FILE}).
+ */
+async function cleanRuntime<T extends object>(
+  shim: Shim<T>,
+  flags: ShimFlags,
+  bundle: string,
+  logger: Logger,
+): Promise<void> {
+  if (await Deno.stat(`${bundle}/${RUNTIME_DELETED_FILE}`).then(() => true, () => false)) return;
   let options = shim.options.defaults() as T;
   try {
     options = JSON.parse(await Deno.readTextFile(`${bundle}/options.json`)) as T;
@@ -46,34 +66,54 @@ export async function runDelete<T extends object>(
     spawn: (cmd) => cmd.spawn(),
     logger,
   });
-  await runtime.delete(flags.id, { force: true }).catch((e) =>
+  // The runtime command runs while this process reads mountinfo: only the unmount waits for it
+  // (the container is gone before its rootfs is unmounted, as with the Go shim).
+  const deleted = runtime.delete(flags.id, { force: true }).catch((e) =>
     logger.warn("runtime delete failed", { id: flags.id, error: (e as Error).message })
   );
-  // The server unmounts on a clean exit: read mountinfo first, and load libc only when a dead
-  // server left something mounted.
+  await unmountLeftRootfs(`${bundle}/rootfs`, deleted, logger);
+  await deleted;
+}
+
+/**
+ * The server unmounts on a clean exit: read mountinfo first, and load libc only when a dead
+ * server left something mounted (then unmount once the runtime has deleted the container).
+ */
+async function unmountLeftRootfs(
+  rootfs: string,
+  deleted: Promise<unknown>,
+  logger: Logger,
+): Promise<void> {
   const { mountsUnder, unmountAll } = await import("../../linux/mount.ts");
-  if ((await mountsUnder(`${bundle}/rootfs`)).length > 0) {
-    await unmountAll(`${bundle}/rootfs`).catch((e: unknown) =>
-      logger.warn("unmount rootfs failed", { error: (e as Error).message })
-    );
-  }
-  // A dead server leaves its socket behind; a live one (other containers in the group) keeps it.
-  // `start` wrote the address it served on (with 2.3+'s socket_dir, not the default dir).
+  if ((await mountsUnder(rootfs)).length === 0) return;
+  await deleted;
+  await unmountAll(rootfs).catch((e: unknown) =>
+    logger.warn("unmount rootfs failed", { error: (e as Error).message })
+  );
+}
+
+/**
+ * A dead server leaves its socket behind; a live one (other containers in the group) keeps it.
+ * `start` wrote the address it served on (with 2.3+'s socket_dir, not the default dir).
+ */
+async function removeDeadSocket(bundle: string, flags: ShimFlags): Promise<void> {
   const written = await Deno.readTextFile(`${bundle}/address`).catch(() => "");
-  if (written.trim() || flags.address) {
-    const path = socketPath(
-      written.trim() ||
-        shimSocketAddress(flags.address, flags.namespace, await groupKey(bundle, flags.id)),
-    );
-    if (!(await socketAlive(path))) {
-      await Deno.remove(path).catch(() => {});
-      // The operations endpoint's socket sits beside it (sdk/ops, OPS_SOCKET_SUFFIX).
-      await Deno.remove(`${path}.ops`).catch(() => {});
-    }
-  }
-  let pid = 0;
+  if (!written.trim() && !flags.address) return;
+  const path = socketPath(
+    written.trim() ||
+      shimSocketAddress(flags.address, flags.namespace, await groupKey(bundle, flags.id)),
+  );
+  if (await socketAlive(path)) return;
+  await Deno.remove(path).catch(() => {});
+  // The operations endpoint's socket sits beside it (sdk/ops, OPS_SOCKET_SUFFIX).
+  await Deno.remove(`${path}.ops`).catch(() => {});
+}
+
+/** The init process's pid `start`/`create` recorded, or 0. */
+async function readInitPid(bundle: string): Promise<number> {
   try {
-    pid = Number((await Deno.readTextFile(`${bundle}/init.pid`)).trim()) || 0;
-  } catch { /* never created */ }
-  return encodeDeleteResponse({ pid, exitStatus: DEAD_SHIM_EXIT_STATUS, exitedAt: new Date() });
+    return Number((await Deno.readTextFile(`${bundle}/init.pid`)).trim()) || 0;
+  } catch {
+    return 0; // never created
+  }
 }

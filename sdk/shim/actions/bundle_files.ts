@@ -1,0 +1,18 @@
+/**
+ * Files the server leaves in a container's bundle for the `delete` action to read.
+ *
+ * @module
+ */
+
+/**
+ * Written by the server once the runtime has deleted the container and its rootfs is unmounted
+ * (a Task `Delete` of the init process that succeeded). The `delete` action then has nothing to
+ * clean in the runtime and skips running the runtime command: the common case, after a clean
+ * exit, costs no `runc delete` process.
+ *
+ * @example Usage
+ * ```ts ignore
+ * await Deno.writeTextFile(`${bundle}/${RUNTIME_DELETED_FILE}`, "");
+ * ```
+ */
+export const RUNTIME_DELETED_FILE = "skiff-runtime-deleted";
