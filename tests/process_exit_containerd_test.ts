@@ -14,7 +14,7 @@ import { containerdVersions, startContainerd } from "../sdk/testing/containerd.t
 import { containerdClient } from "../sdk/testing/containerd_client.ts";
 import { createBusyboxBundle, createOciSpec } from "../sdk/testing/bundle.ts";
 import { installShims } from "../sdk/testing/install.ts";
-import { mkfifo } from "../sdk/linux/libc.ts";
+import { createFifoSet, readFifo } from "../sdk/testing/fifo_set.ts";
 import { processState } from "../sdk/linux/proc_stat.ts";
 import { deadline } from "./linux_support_test.ts";
 import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc/v1/oci_pb.ts";
@@ -24,35 +24,6 @@ const SPEC_TYPE = "types.containerd.io/opencontainers/runtime-spec/1/Spec";
 const PROCESS_TYPE = "types.containerd.io/opencontainers/runtime-spec/1/Process";
 const enc = new TextEncoder();
 const dec = new TextDecoder();
-
-/** A client's FIFO set, like containerd's `cio.NewFIFOSetInDir`. */
-function fifoSet(
-  dir: string,
-  name: string,
-  streams: ("stdin" | "stdout" | "stderr")[],
-): { stdin: string; stdout: string; stderr: string } {
-  const paths = { stdin: "", stdout: "", stderr: "" };
-  for (const s of streams) {
-    paths[s] = `${dir}/${name}-${s}`;
-    mkfifo(paths[s], 0o700);
-  }
-  return paths;
-}
-
-/** Opens `path` for reading and reads it to EOF (the open waits for the shim's writer). */
-async function readAll(path: string): Promise<string> {
-  const file = await Deno.open(path, { read: true });
-  try {
-    const chunks: string[] = [];
-    const buf = new Uint8Array(64 * 1024);
-    for (let n; (n = await file.read(buf)) !== null;) {
-      chunks.push(dec.decode(buf.subarray(0, n), { stream: true }));
-    }
-    return chunks.join("");
-  } finally {
-    file.close();
-  }
-}
 
 /** Children of `pid` across its threads. */
 function childrenOf(pid: number): number[] {
@@ -149,9 +120,9 @@ for (const v of versions) {
                 "-c",
                 "echo out; echo err >&2; head -c 300000 /dev/zero | tr '\\0' o; exit 3",
               ]);
-              const io = await fifoSet(tmp, id, ["stdout", "stderr"]);
-              const out = readAll(io.stdout);
-              const err = readAll(io.stderr);
+              const io = await createFifoSet(tmp, id, ["stdout", "stderr"]);
+              const out = readFifo(io.stdout);
+              const err = readFifo(io.stderr);
               await cl.tasks.create({ containerId: id, ...io, options });
               await cl.tasks.start({ containerId: id });
               const [stdout, stderr] = await deadline(Promise.all([out, err]), 20_000, "stdio EOF");
@@ -187,13 +158,13 @@ for (const v of versions) {
                 },
               ];
               for (const x of cases) {
-                const io = await fifoSet(
+                const io = createFifoSet(
                   tmp,
                   `${id}-${x.execId}`,
                   x.terminal ? ["stdout"] : ["stdout", "stderr"],
                 );
-                const out = readAll(io.stdout);
-                const err = x.terminal ? Promise.resolve("") : readAll(io.stderr);
+                const out = readFifo(io.stdout);
+                const err = x.terminal ? Promise.resolve("") : readFifo(io.stderr);
                 const process = {
                   args: ["sh", "-c", x.script],
                   cwd: "/",
@@ -237,10 +208,10 @@ for (const v of versions) {
           await t.step(`${shim.name}: re-attached FIFOs, CloseIO: cat sees EOF`, async () => {
             const id = await newContainer(shim.runtime, ["cat"]);
             // containerd's client always hands over all three (the Go shim requires stderr).
-            const io = await fifoSet(tmp, id, ["stdin", "stdout", "stderr"]);
+            const io = await createFifoSet(tmp, id, ["stdin", "stdout", "stderr"]);
             // The client opens its read ends first (the Go shim's writer open waits for them).
             const firstStdout = Deno.open(io.stdout, { read: true });
-            const stderr = readAll(io.stderr);
+            const stderr = readFifo(io.stderr);
             await cl.tasks.create({ containerId: id, ...io, options });
             await cl.tasks.start({ containerId: id });
             // First attachment: write, read the echo, detach (close both ends).
@@ -255,7 +226,7 @@ for (const v of versions) {
               stdout.close();
             }
             // The task loaded again by a new client: the same FIFOs re-opened.
-            const out = readAll(io.stdout);
+            const out = readFifo(io.stdout);
             const stdin = await Deno.open(io.stdin, { write: true });
             await stdin.write(enc.encode("two\n"));
             stdin.close();

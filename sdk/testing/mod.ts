@@ -54,6 +54,7 @@ export {
   type BusyboxImageOptions,
   PAUSE_IMAGE_REF,
 } from "./image.ts";
+export { createFifoSet, type FifoSet, readFifo } from "./fifo_set.ts";
 export {
   type ContainerdVersion,
   containerdVersions,

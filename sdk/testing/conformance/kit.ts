@@ -11,25 +11,18 @@ import type { Any } from "@bufbuild/protobuf/wkt";
 import type { PrivateContainerd } from "../containerd.ts";
 import { type ContainerdClient, containerdClient } from "../containerd_client.ts";
 import { createOciSpec, type OciSpecOptions } from "../bundle.ts";
-import { mkfifo } from "../../linux/libc.ts";
+import { createFifoSet, type FifoSet, readFifo } from "../fifo_set.ts";
 import { EventRecorder } from "./events.ts";
 
 const SPEC_TYPE = "types.containerd.io/opencontainers/runtime-spec/1/Spec";
 const PROCESS_TYPE = "types.containerd.io/opencontainers/runtime-spec/1/Process";
 const enc = new TextEncoder();
-const dec = new TextDecoder();
 
 /** Bound on any single step; only there so that a hang fails the scenario. */
 export const STEP_MS = 60_000;
 
 /** Stdio paths as containerd's client hands them to a task (empty: none). */
-export interface Stdio {
-  /** stdin FIFO path. */
-  stdin: string;
-  /** stdout FIFO path. */
-  stdout: string;
-  /** stderr FIFO path. */
-  stderr: string;
+export interface Stdio extends FifoSet {
   /** A terminal (stdout carries both streams then). */
   terminal?: boolean;
 }
@@ -237,12 +230,7 @@ export class ScenarioContext {
    * @returns the paths, empty for streams not made
    */
   fifos(name: string, streams: ("stdin" | "stdout" | "stderr")[]): Stdio {
-    const io: Stdio = { stdin: "", stdout: "", stderr: "" };
-    for (const s of streams) {
-      io[s] = `${this.tmp}/${name}-${s}`;
-      mkfifo(io[s], 0o700);
-    }
-    return io;
+    return createFifoSet(this.tmp, name, streams);
   }
 
   /**
@@ -251,16 +239,8 @@ export class ScenarioContext {
    * @param path the FIFO
    * @returns what was read, as text
    */
-  async readAll(path: string): Promise<string> {
-    const file = await Deno.open(path, { read: true });
-    this.#cleanups.push(() => Promise.resolve(tryClose(file)));
-    const chunks: string[] = [];
-    const buf = new Uint8Array(64 * 1024);
-    for (let n; (n = await file.read(buf)) !== null;) {
-      chunks.push(dec.decode(buf.subarray(0, n), { stream: true }));
-    }
-    tryClose(file);
-    return chunks.join("");
+  readAll(path: string): Promise<string> {
+    return readFifo(path, (file) => this.#cleanups.push(() => Promise.resolve(tryClose(file))));
   }
 
   /**
