@@ -62,3 +62,55 @@ export async function joinCgroup(
   }
   return written;
 }
+
+/** `/proc/<pid>/cgroup` as hierarchy (its controllers, or "" for v2) → path. */
+function cgroupsOf(pid: number | "self"): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const line of Deno.readTextFileSync(`/proc/${pid}/cgroup`).split("\n")) {
+    const m = /^\d+:([^:]*):(.*)$/.exec(line);
+    if (m) out.set(m[1], m[2]);
+  }
+  return out;
+}
+
+/**
+ * Moves `pid` into every cgroup process `of` is in, hierarchy by hierarchy, where the two
+ * differ. A warm spare server uses it to take the cgroups of the `start` that adopts it, which
+ * a server spawned by that `start` would have inherited. Hierarchies not mounted here (or mounted
+ * below the path) are skipped: there is nothing to write.
+ *
+ * @param pid the process to move
+ * @param of the process whose cgroups to take
+ * @returns the `cgroup.procs` files written (empty when nothing differed)
+ * @throws Error naming the file when a write fails
+ * @example Usage
+ * ```ts ignore
+ * await joinCgroupsOf(Deno.pid, peer.pid);
+ * ```
+ */
+export async function joinCgroupsOf(pid: number, of: number): Promise<string[]> {
+  const want = cgroupsOf(of);
+  const have = cgroupsOf(pid);
+  const mounts = cgroupMounts();
+  const written: string[] = [];
+  for (const [controllers, path] of want) {
+    if (have.get(controllers) === path) continue;
+    const wanted = controllers.split(",");
+    const mount = controllers === ""
+      ? mounts.find((m) => m.fsType === "cgroup2")
+      : mounts.find((m) =>
+        m.fsType === "cgroup" && wanted.every((c) => m.superOptions.includes(c))
+      );
+    if (!mount) continue;
+    const root = mount.root === "/" ? "" : mount.root;
+    if (root && path !== root && !path.startsWith(`${root}/`)) continue;
+    const procs = `${mount.mountPoint}${path.slice(root.length)}/cgroup.procs`.replace(/\/+/g, "/");
+    try {
+      await Deno.writeTextFile(procs, `${pid}\n`, { append: true, create: false });
+    } catch (e) {
+      throw new Error(`add pid ${pid} to cgroup "${procs}": ${(e as Error).message}`);
+    }
+    written.push(procs);
+  }
+  return written;
+}

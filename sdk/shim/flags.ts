@@ -29,12 +29,17 @@ export interface ShimFlags {
   version: boolean;
   /** print a RuntimeInfo message and exit (`-info`). */
   info: boolean;
+  /**
+   * run as a warm spare server (`-spare`, skiff's own flag, set by `start`): load the server,
+   * then wait on `-socket` for a `start` to hand it a container.
+   */
+  spare: boolean;
   /** the positional action; a missing one means "serve". */
   action: ShimAction;
 }
 
 const stringFlags = ["namespace", "address", "publish-binary", "id", "bundle", "socket"] as const;
-const boolFlags = ["debug", "v", "info"] as const;
+const boolFlags = ["debug", "v", "info", "spare"] as const;
 
 /**
  * Parses a shim's argv the way Go's `flag` package does for the Go shims.
@@ -59,6 +64,7 @@ export function parseShimFlags(argv: readonly string[]): ShimFlags {
     socket: "",
     version: false,
     info: false,
+    spare: false,
     action: "serve",
   };
   let i = 0;
@@ -83,6 +89,7 @@ export function parseShimFlags(argv: readonly string[]): ShimFlags {
       }
       if (name === "debug") flags.debug = value;
       else if (name === "v") flags.version = value;
+      else if (name === "spare") flags.spare = value;
       else flags.info = value;
       continue;
     }

@@ -25,6 +25,7 @@ import { shimSocketAddress, socketPath } from "./socket_address.ts";
 import { groupKey } from "./actions/start.ts";
 import { formatTaskApiEndpoint, type TaskApiEndpoint } from "./endpoint.ts";
 import { loadShimOps } from "../ops/load.ts";
+import { countServerStart } from "./actions/spare_handoff.ts";
 
 /** Service names the Task implementation is registered under. */
 export const TASK_SERVICE_NAMES: readonly string[] = [
@@ -61,6 +62,14 @@ export function openLogSink(path: string): ((line: string) => void) | undefined 
   };
 }
 
+/** How a server came to run, for {@linkcode serveShim}. */
+export interface ServeOptions {
+  /** "cold" (spawned by `start`, the default) or "spare" (a warm spare adopted by `start`). */
+  origin?: "cold" | "spare";
+  /** Called once the socket accepts connections (a spare answers its `start` then). */
+  onListening?: () => Promise<void> | void;
+}
+
 /**
  * Runs the server until it shuts down. Never returns normally: the process exits.
  *
@@ -72,6 +81,7 @@ export function openLogSink(path: string): ((line: string) => void) | undefined 
 export async function serveShim<T extends object>(
   shim: Shim<T>,
   flags: ShimFlags,
+  options: ServeOptions = {},
 ): Promise<void> {
   const bundle = Deno.cwd();
   // Leave the bundle: containerd removes it when that container is deleted, while a shim that
@@ -192,6 +202,9 @@ export async function serveShim<T extends object>(
   }, "containerd.runtime.sandbox.v1.Sandbox");
 
   await server.listen(path);
+  await options.onListening?.();
+  // Node-wide counters of spares adopted and cold starts (when spares are on).
+  void countServerStart(flags.address, path, options.origin ?? "cold").catch(() => {});
   await ops?.attach({
     socket: path,
     bundle,
@@ -211,6 +224,7 @@ export async function serveShim<T extends object>(
     id: flags.id,
     endpoint: formatTaskApiEndpoint(endpoint),
     pid: Deno.pid,
+    origin: options.origin ?? "cold",
   });
   await server.closed;
 }

@@ -661,7 +661,10 @@ export class PrivateContainerd {
 
   /**
    * Shim processes this containerd started (their argv has `-address <this address>`), found
-   * even after containerd itself is gone.
+   * even after containerd itself is gone. A skiff warm spare that a `start` adopted is listed
+   * with the argv a cold server of that `start` would have had (`-namespace`, `-id`, `-socket`,
+   * from the bundle whose `shim.pid` names it); spares still waiting are not shims: see
+   * {@linkcode PrivateContainerd.spares}.
    *
    * @returns pids and argv
    *
@@ -671,11 +674,78 @@ export class PrivateContainerd {
    * ```
    */
   shims(): { pid: number; argv: string[] }[] {
+    const out: { pid: number; argv: string[] }[] = [];
+    let served: Map<number, { ns: string; id: string; socket: string }> | undefined;
+    for (const p of this.#launched()) {
+      const spare = p.argv.indexOf("-spare");
+      if (spare === -1) {
+        out.push(p);
+        continue;
+      }
+      served ??= this.#bundlesByShimPid();
+      const b = served.get(p.pid);
+      if (!b) continue; // still waiting to be adopted
+      const publish = p.argv.indexOf("-publish-binary");
+      out.push({
+        pid: p.pid,
+        argv: [
+          ...p.argv.slice(0, spare),
+          ...["-namespace", b.ns, "-id", b.id, "-address", this.address],
+          ...["-publish-binary", publish === -1 ? "" : p.argv[publish + 1], "-socket", b.socket],
+        ],
+      });
+    }
+    return out;
+  }
+
+  /**
+   * skiff warm spare servers of this containerd that wait to be adopted (argv has `-spare`).
+   *
+   * @example Usage
+   * ```ts ignore
+   * console.log(c.spares().map((s) => s.pid));
+   * ```
+   */
+  spares(): { pid: number; argv: string[] }[] {
+    const adopted = this.#bundlesByShimPid();
+    return this.#launched().filter((p) => p.argv.includes("-spare") && !adopted.has(p.pid));
+  }
+
+  /** Processes whose argv has `-address <this address>`, containerd itself excluded. */
+  #launched(): { pid: number; argv: string[] }[] {
     const self = this.#child?.pid;
     return processesWithArg(this.address).filter((p) => {
       const i = p.argv.indexOf(this.address);
       return p.pid !== self && i > 0 && p.argv[i - 1] === "-address";
     });
+  }
+
+  /** Bundles whose `shim.pid` (written by `start`) names a server: pid → what it serves. */
+  #bundlesByShimPid(): Map<number, { ns: string; id: string; socket: string }> {
+    const out = new Map<number, { ns: string; id: string; socket: string }>();
+    const top = `${this.state}/io.containerd.runtime.v2.task`;
+    let namespaces: string[] = [];
+    try {
+      namespaces = [...Deno.readDirSync(top)].filter((e) => e.isDirectory).map((e) => e.name);
+    } catch {
+      return out;
+    }
+    for (const ns of namespaces) {
+      let ids: string[] = [];
+      try {
+        ids = [...Deno.readDirSync(`${top}/${ns}`)].map((e) => e.name);
+      } catch {
+        continue;
+      }
+      for (const id of ids) {
+        try {
+          const pid = Number(Deno.readTextFileSync(`${top}/${ns}/${id}/shim.pid`).trim());
+          const address = Deno.readTextFileSync(`${top}/${ns}/${id}/address`).trim();
+          if (pid > 0) out.set(pid, { ns, id, socket: address.replace(/^unix:\/\//, "") });
+        } catch { /* no server started for this bundle, or it is being removed */ }
+      }
+    }
+    return out;
   }
 
   /**
@@ -742,7 +812,7 @@ export class PrivateContainerd {
       const id = s.argv[s.argv.indexOf("-id") + 1];
       if (ns && id) this.#seen.add(`${ns}/${id}`);
     }
-    const shims = shimProcs.map((s) => s.pid);
+    const shims = [...shimProcs, ...this.spares()].map((s) => s.pid);
     const victims = [...descendantsOf(shims), ...shims];
     for (const pid of victims) kill(pid, "SIGKILL");
     await waitGone(victims, 10_000);
@@ -754,6 +824,9 @@ export class PrivateContainerd {
       // skiff shims with the operations endpoint on also leave `<socket>.ops`.
       await Deno.remove(`/run/containerd/s/${hex}.ops`).catch(() => undefined);
     }
+    // skiff's warm spares of this containerd: their sockets, locks and counters.
+    const spareDir = `/run/containerd/s/skiff-${(await sha256Hex(this.address)).slice(0, 12)}`;
+    await Deno.remove(spareDir, { recursive: true }).catch(() => undefined);
     await this.#removeCgroups();
     this.#finalLog = await this.logs();
     await removeTree(this.dir);

@@ -65,12 +65,17 @@ export async function runShim<T extends object>(
       await writeAll(Deno.stdout, await runDelete(shim, flags));
       Deno.exit(0);
     }
+    if (flags.spare) {
+      const { runSpare } = await import("../spare.ts");
+      await runSpare(shim, flags);
+      Deno.exit(0);
+    }
     const { serveShim } = await import("../serve.ts");
     await serveShim(shim, flags);
     Deno.exit(0);
   } catch (e) {
     // containerd shows start's combined output in its error, so say what failed.
-    const action = flags.info ? "-info" : flags.action;
+    const action = flags.info ? "-info" : flags.spare ? "-spare" : flags.action;
     console.error(`${shim.runtimeName} ${action}: ${(e as Error).message}`);
     Deno.exit(1);
   }

@@ -20,6 +20,8 @@ import { endpointJson, type TaskApiEndpoint } from "../endpoint.ts";
 import { bareTypeName, resolveOptions, RUNC_OPTIONS_TYPE } from "../options.ts";
 import type { Shim } from "../shim.ts";
 import { DEFAULT_SOCKET_DIR, shimSocketAddress, socketPath } from "../socket_address.ts";
+import { setOomScoreAdj, shimOomScore } from "../../linux/oom_score.ts";
+import { handOff, spareConfig, spawnSpare } from "./spare_handoff.ts";
 
 /** Annotations that group containers into one shim (a pod, or an explicit group). */
 export const GROUP_ANNOTATIONS: readonly string[] = [
@@ -193,7 +195,36 @@ export async function runStart<T extends object>(
   if (!(await socketAlive(path))) {
     await Deno.mkdir(socketDir, { recursive: true, mode: 0o700 });
     await Deno.remove(path).catch(() => {});
-    await spawnServer(flags, path, bundle, shimCgroupOf(input.carriers));
+    const shimCgroup = shimCgroupOf(input.carriers);
+    let oomScore: number | undefined;
+    try {
+      oomScore = shimOomScore();
+    } catch { /* our parent is gone: nothing to be one above */ }
+    // A warm spare (actions/spare_handoff.ts) takes the container if one waits; else cold.
+    const spare = spareConfig(flags.address, socketDir);
+    const adopted = spare && await handOff(spare, {
+      codeId: spare.codeId,
+      flags: {
+        namespace: flags.namespace,
+        id: flags.id,
+        address: flags.address,
+        publishBinary: flags.publishBinary,
+        debug: flags.debug,
+        socket: path,
+      },
+      bundle,
+      env: Deno.env.toObject(),
+      shimCgroup,
+      oomScore,
+    });
+    const pid = adopted ?? await spawnServer(flags, path, bundle, shimCgroup, oomScore);
+    // As containerd's Go shims: the server's pid in the bundle, for operators and tools (an
+    // adopted spare's command line does not name the container).
+    await Deno.writeTextFile(`${bundle}/shim.pid`, String(pid)).catch(() => {});
+    if (spare) {
+      // The next container's spare; it loads while this one is created.
+      await spawnSpare(spare, flags.address, flags.publishBinary).catch(() => {});
+    }
   }
   await Deno.writeTextFile(`${bundle}/address`, address);
   return formatStartAnswer(input.dialect, ep, await daemon);
@@ -204,7 +235,8 @@ async function spawnServer(
   path: string,
   bundle: string,
   shimCgroup: string | undefined,
-): Promise<void> {
+  oomScore: number | undefined,
+): Promise<number> {
   // Re-run the same launcher containerd ran, so the server gets the same Deno flags.
   const launcher = Deno.env.get("SKIFF_SHIM_LAUNCHER");
   const [cmd, ...pre] = launcher
@@ -235,6 +267,17 @@ async function spawnServer(
     detached: true,
   }).spawn();
   child.unref();
+  if (oomScore !== undefined) {
+    try {
+      setOomScoreAdj(child.pid, oomScore);
+    } catch (e) {
+      // As containerd's runc shim: a start that cannot set the shim's OOM score fails.
+      try {
+        child.kill("SIGKILL");
+      } catch { /* already gone */ }
+      throw e;
+    }
+  }
   if (shimCgroup) {
     // Loaded only when asked for: most starts never touch cgroups.
     const { joinCgroup } = await import("../../linux/cgroup_join.ts");
@@ -252,7 +295,7 @@ async function spawnServer(
   child.status.then((s) => state.exited = s);
   const deadline = Date.now() + 20_000;
   while (Date.now() < deadline) {
-    if (await socketAlive(path)) return;
+    if (await socketAlive(path)) return child.pid;
     if (state.exited) {
       throw new Error(
         `shim server exited with code ${state.exited.code} before serving on "${path}"; ` +

@@ -1,0 +1,312 @@
+/**
+ * `start`'s side of the warm spare server: where a shim binary's spare waits for one
+ * containerd, how `start` hands it a container, how the next spare is spawned, and the node-wide
+ * counters (spares adopted, cold starts). The spare's own side is `../spare.ts`, which only the
+ * spare process loads.
+ *
+ * A spare is keyed by the installed code (the launcher's text, which names the content-hashed
+ * bundle and the V8 flags) and by containerd's address: a reinstalled shim never finds an older
+ * spare, and two containerds on one node never share one. It is on for bundled launchers unless
+ * `SKIFF_SPARE=0`; source launchers never use one (their code can change under the same text).
+ *
+ * The exchange on the spare's 0600 socket is two JSON lines: `start`'s {@linkcode SpareHandoff},
+ * and the spare's answer (`{"ok":true,"pid":…}`) once it serves the container's socket. The
+ * counters are kept by the servers themselves, off `start`'s path: an adopted spare counts
+ * itself after answering, a cold server once it listens.
+ *
+ * @module
+ */
+
+import { sha256Hex } from "../sha256.ts";
+
+/** Where one shim binary's spare lives for one containerd, and how it behaves. */
+export interface SpareConfig {
+  /** The directory of this containerd's spares (0700). */
+  dir: string;
+  /** The spare's handoff socket. */
+  socket: string;
+  /** The lock a live (or loading) spare holds. */
+  lock: string;
+  /** The counters file of this launcher. */
+  stats: string;
+  /** The installed code's identity. */
+  codeId: string;
+  /** The launcher that runs this shim. */
+  launcher: string;
+  /** Seconds an unused spare waits before it exits. */
+  idleSeconds: number;
+}
+
+/** What a spare must become: everything a server spawned by this `start` would have had. */
+export interface SpareHandoff {
+  /** The installed code's identity; a spare of other code refuses. */
+  codeId: string;
+  /** The server's flags (containerd's, plus the socket to serve). */
+  flags: {
+    namespace: string;
+    id: string;
+    address: string;
+    publishBinary: string;
+    debug: boolean;
+    socket: string;
+  };
+  /** The working directory containerd gave `start` (the bundle). */
+  bundle: string;
+  /** `start`'s whole environment (containerd's `TTRPC_ADDRESS`, `GRPC_ADDRESS`, `NAMESPACE`, …). */
+  env: Record<string, string>;
+  /** runc options' `shim_cgroup`, when given. */
+  shimCgroup?: string;
+  /** The OOM score the server takes (containerd's plus one). */
+  oomScore?: number;
+}
+
+/** Node-wide counters of one launcher under one containerd. */
+export interface SpareStats {
+  /** Starts that handed their container to a warm spare. */
+  adopted: number;
+  /** Starts that spawned a server and waited for it. */
+  cold: number;
+}
+
+/** Default seconds an unused spare waits (`SKIFF_SPARE_IDLE_SECONDS`). */
+export const DEFAULT_SPARE_IDLE_SECONDS = 600;
+
+const OFF = /^(0|off|false|no)$/i;
+
+/**
+ * The code identity of an installed launcher: the SHA-256 of its text.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const id = spareCodeId(Deno.env.get("SKIFF_SHIM_LAUNCHER")!);
+ * ```
+ */
+export function spareCodeId(launcher: string): string {
+  return sha256Hex(Deno.readFileSync(launcher));
+}
+
+/**
+ * The spare of this shim binary for containerd at `address`, or undefined when spares are off:
+ * `SKIFF_SPARE=0`, no launcher (a shim run by hand), or a source launcher.
+ *
+ * @param address containerd's address (`-address`)
+ * @param socketDir the directory of shim sockets
+ * @param env the environment to read the settings from
+ * @example Usage
+ * ```ts
+ * import { spareConfig } from "./spare_handoff.ts";
+ * console.assert(spareConfig("/run/containerd/containerd.sock", "/run/containerd/s", new Map()) === undefined);
+ * ```
+ */
+export function spareConfig(
+  address: string,
+  socketDir: string,
+  env: { get(key: string): string | undefined } = Deno.env,
+): SpareConfig | undefined {
+  const launcher = env.get("SKIFF_SHIM_LAUNCHER");
+  if (!launcher || !env.get("SKIFF_SHIM_BUNDLE") || OFF.test(env.get("SKIFF_SPARE") ?? "")) {
+    return undefined;
+  }
+  let codeId: string;
+  try {
+    codeId = spareCodeId(launcher);
+  } catch {
+    return undefined; // the launcher is gone: nothing to key a spare on
+  }
+  const idle = Number(env.get("SKIFF_SPARE_IDLE_SECONDS") ?? DEFAULT_SPARE_IDLE_SECONDS);
+  const dir = `${socketDir}/skiff-${sha256Hex(address).slice(0, 12)}`;
+  const code = codeId.slice(0, 16);
+  return {
+    dir,
+    socket: `${dir}/spare-${code}.sock`,
+    lock: `${dir}/spare-${code}.lock`,
+    stats: `${dir}/stats-${sha256Hex(launcher).slice(0, 16)}.json`,
+    codeId,
+    launcher,
+    idleSeconds: Number.isFinite(idle) && idle > 0 ? idle : DEFAULT_SPARE_IDLE_SECONDS,
+  };
+}
+
+/** Reads one `\n`-terminated JSON line (at most 1 MiB). */
+export async function readJsonLine(conn: Deno.Conn): Promise<unknown> {
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  const buf = new Uint8Array(64 * 1024);
+  for (;;) {
+    const n = await conn.read(buf);
+    if (n === null) throw new Error("connection closed before a full line");
+    const nl = buf.subarray(0, n).indexOf(10);
+    chunks.push(buf.slice(0, nl === -1 ? n : nl));
+    size += n;
+    if (nl !== -1) break;
+    if (size > 1 << 20) throw new Error("line longer than 1 MiB");
+  }
+  const all = new Uint8Array(chunks.reduce((a, c) => a + c.length, 0));
+  let off = 0;
+  for (const c of chunks) all.set(c, (off += c.length) - c.length);
+  return JSON.parse(new TextDecoder().decode(all));
+}
+
+/** Writes one JSON line. */
+export async function writeJsonLine(conn: Deno.Conn, value: unknown): Promise<void> {
+  const data = new TextEncoder().encode(JSON.stringify(value) + "\n");
+  for (let off = 0; off < data.length;) off += await conn.write(data.subarray(off));
+}
+
+/**
+ * Hands a container to the waiting spare. Resolves with the spare's pid once it serves
+ * `handoff.flags.socket`, or undefined when there is no usable spare (none, dead, other code,
+ * or it failed): the caller then starts a server cold. A spare that stalls is killed (its pid is
+ * in the lock file), so that it cannot serve the socket behind the cold server.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const pid = await handOff(cfg, handoff);
+ * if (pid === undefined) await spawnServerCold();
+ * ```
+ */
+export async function handOff(
+  cfg: SpareConfig,
+  handoff: SpareHandoff,
+  timeoutMs = 10_000,
+): Promise<number | undefined> {
+  let conn: Deno.Conn;
+  try {
+    conn = await Deno.connect({ transport: "unix", path: cfg.socket });
+  } catch {
+    return undefined; // no spare, or a dead one's socket
+  }
+  const timer = setTimeout(() => conn.close(), timeoutMs);
+  let sent = false;
+  try {
+    await writeJsonLine(conn, handoff);
+    sent = true;
+    const answer = await readJsonLine(conn) as { ok?: boolean; pid?: number };
+    if (answer.ok === true && Number.isInteger(answer.pid)) return answer.pid;
+    return undefined; // it refused (other code, or it could not become the server); it exits
+  } catch {
+    if (sent) await killStalledSpare(cfg, handoff.flags.socket);
+    return undefined;
+  } finally {
+    clearTimeout(timer);
+    try {
+      conn.close();
+    } catch { /* closed by the timer */ }
+  }
+}
+
+async function killStalledSpare(cfg: SpareConfig, socket: string): Promise<void> {
+  try {
+    const pid = Number((await Deno.readTextFile(cfg.lock)).trim());
+    if (pid > 1) Deno.kill(pid, "SIGKILL");
+  } catch { /* gone, or the next spare owns the lock already */ }
+  await Deno.remove(socket).catch(() => {});
+}
+
+/**
+ * Spawns the next spare unless one is alive or loading (it holds the lock). The spare inherits
+ * this `start`'s environment, cgroups and session settings, as a cold server would.
+ *
+ * @param cfg the spare's place
+ * @param address containerd's address
+ * @param publishBinary containerd's binary
+ * @example Usage
+ * ```ts ignore
+ * await spawnSpare(cfg, flags.address, flags.publishBinary);
+ * ```
+ */
+export async function spawnSpare(
+  cfg: SpareConfig,
+  address: string,
+  publishBinary: string,
+): Promise<void> {
+  await Deno.mkdir(cfg.dir, { recursive: true, mode: 0o700 });
+  const lock = await Deno.open(cfg.lock, { read: true, write: true, create: true, mode: 0o600 });
+  try {
+    if (!(await lock.tryLock(true))) return; // a spare holds it
+    await lock.unlock();
+  } finally {
+    lock.close();
+  }
+  const child = new Deno.Command(cfg.launcher, {
+    args: ["-spare", "-address", address, "-publish-binary", publishBinary, "-socket", cfg.socket],
+    cwd: "/",
+    stdin: "null",
+    stdout: "null",
+    stderr: "null",
+    detached: true,
+  }).spawn();
+  child.unref();
+}
+
+/**
+ * Reads a counters file; a missing or unreadable one counts nothing.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const { adopted, cold } = await readSpareStats(cfg.stats);
+ * ```
+ */
+export async function readSpareStats(path: string): Promise<SpareStats> {
+  try {
+    const v = JSON.parse(await Deno.readTextFile(path)) as Partial<SpareStats>;
+    return { adopted: Number(v.adopted) || 0, cold: Number(v.cold) || 0 };
+  } catch {
+    return { adopted: 0, cold: 0 };
+  }
+}
+
+/**
+ * Counts one start (under the file's lock: parallel starts lose no count).
+ *
+ * @example Usage
+ * ```ts ignore
+ * await recordStart(cfg.stats, "spare");
+ * ```
+ */
+export async function recordStart(path: string, origin: "spare" | "cold"): Promise<void> {
+  const file = await Deno.open(path, { read: true, write: true, create: true, mode: 0o600 });
+  try {
+    await file.lock(true);
+    const buf = new Uint8Array(4096);
+    let len = 0;
+    for (let n; len < buf.length && (n = await file.read(buf.subarray(len))) !== null;) len += n;
+    const text = new TextDecoder().decode(buf.subarray(0, len)).trim();
+    let stats: SpareStats = { adopted: 0, cold: 0 };
+    try {
+      const v = JSON.parse(text || "{}") as Partial<SpareStats>;
+      stats = { adopted: Number(v.adopted) || 0, cold: Number(v.cold) || 0 };
+    } catch { /* a torn or foreign file restarts the count */ }
+    if (origin === "spare") stats.adopted++;
+    else stats.cold++;
+    const next = new TextEncoder().encode(JSON.stringify(stats) + "\n");
+    await file.truncate(0);
+    await file.seek(0, Deno.SeekMode.Start);
+    for (let off = 0; off < next.length;) off += await file.write(next.subarray(off));
+  } finally {
+    file.close();
+  }
+}
+
+/**
+ * Counts a server's start in its launcher's counters, when spares are on: a cold server calls
+ * it once it listens, an adopted spare once it has answered its `start`.
+ *
+ * @param address containerd's address
+ * @param socket the socket the server serves (its directory holds the spares' directory)
+ * @param origin how the server came to run
+ * @example Usage
+ * ```ts ignore
+ * await countServerStart(flags.address, path, "cold");
+ * ```
+ */
+export async function countServerStart(
+  address: string,
+  socket: string,
+  origin: "spare" | "cold",
+): Promise<void> {
+  const cfg = spareConfig(address, socket.slice(0, socket.lastIndexOf("/")) || "/");
+  if (!cfg) return;
+  await Deno.mkdir(cfg.dir, { recursive: true, mode: 0o700 });
+  await recordStart(cfg.stats, origin);
+}

@@ -1,0 +1,182 @@
+/**
+ * The warm spare server: a shim server process that has loaded everything before any container
+ * needs it, and waits on a 0600 unix socket for the next `start` of the same installed code and
+ * the same containerd to hand it one (`actions/spare_handoff.ts` is that side). Once adopted it
+ * takes what a server spawned by that `start` would have had (working directory, environment,
+ * cgroups, `shim_cgroup`, OOM score, log FIFO, `-debug`) and runs {@linkcode serveShim}.
+ *
+ * It exits, removing its socket, when it has waited `SKIFF_SPARE_IDLE_SECONDS`, when its
+ * containerd's socket is gone, or when the launcher that spawned it was reinstalled. Only one
+ * spare waits per key: the lock file is held from before loading until adoption.
+ *
+ * @module
+ */
+
+import type { ShimFlags } from "./flags.ts";
+import type { Shim } from "./shim.ts";
+import {
+  DEFAULT_SPARE_IDLE_SECONDS,
+  readJsonLine,
+  spareCodeId,
+  type SpareHandoff,
+  writeJsonLine,
+} from "./actions/spare_handoff.ts";
+import { effectiveIds, PeerCredentialResolver } from "../ttrpc/_peer_cred.ts";
+import { joinCgroup, joinCgroupsOf } from "../linux/cgroup_join.ts";
+import { setOomScoreAdj } from "../linux/oom_score.ts";
+
+/** How often the spare checks its idle time, containerd and its launcher. */
+const WATCH_MS = 1_000;
+
+function exists(path: string): boolean {
+  try {
+    Deno.statSync(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Replaces the whole environment (children such as runc inherit it). */
+function replaceEnv(env: Record<string, string>): void {
+  for (const key of Object.keys(Deno.env.toObject())) {
+    if (!(key in env)) Deno.env.delete(key);
+  }
+  for (const [key, value] of Object.entries(env)) Deno.env.set(key, value);
+}
+
+function validHandoff(v: unknown): v is SpareHandoff {
+  const h = v as SpareHandoff;
+  return typeof h === "object" && h !== null && typeof h.codeId === "string" &&
+    typeof h.bundle === "string" && typeof h.env === "object" && h.env !== null &&
+    typeof h.flags === "object" && h.flags !== null && typeof h.flags.id === "string" &&
+    typeof h.flags.namespace === "string" && typeof h.flags.socket === "string" &&
+    typeof h.flags.address === "string";
+}
+
+/**
+ * Runs a spare until it is adopted (then it serves, and never returns) or it expires.
+ * `flags.socket` is the handoff socket, `flags.address` containerd's.
+ *
+ * @example Usage
+ * ```ts ignore
+ * await runSpare(new RuncShim(), parseShimFlags(["-spare", "-address", a, "-socket", s]));
+ * ```
+ */
+export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags): Promise<void> {
+  const launcher = Deno.env.get("SKIFF_SHIM_LAUNCHER");
+  if (!launcher || !flags.socket.endsWith(".sock")) {
+    throw new Error("-spare needs -socket <dir>/spare-<code>.sock and SKIFF_SHIM_LAUNCHER");
+  }
+  const lockPath = flags.socket.replace(/\.sock$/, ".lock");
+  const lock = await Deno.open(lockPath, { read: true, write: true, create: true, mode: 0o600 });
+  if (!(await lock.tryLock(true))) Deno.exit(0); // another spare waits, or is loading
+  // Our pid, for a `start` that has to kill us after a stalled handoff.
+  await lock.truncate(0);
+  await lock.write(new TextEncoder().encode(`${Deno.pid}\n`));
+  const codeId = spareCodeId(launcher);
+  if (!flags.socket.endsWith(`/spare-${codeId.slice(0, 16)}.sock`)) Deno.exit(0); // reinstalled
+
+  // The point of a spare: the server's modules are loaded and evaluated now, not at start.
+  const { serveShim } = await import("./serve.ts");
+  const { libc } = await import("../linux/libc.ts");
+  libc(); // dlopen now, not when the server first opens its log FIFO
+
+  // We hold the lock, so a socket file left here is a dead spare's.
+  await Deno.remove(flags.socket).catch(() => {});
+  const listener = Deno.listen({ transport: "unix", path: flags.socket });
+  await Deno.chmod(flags.socket, 0o600);
+  const peers = new PeerCredentialResolver(flags.socket);
+  const me = effectiveIds();
+  const leave = () => {
+    try {
+      listener.close();
+    } catch { /* closed */ }
+    try {
+      Deno.removeSync(flags.socket);
+    } catch { /* gone */ }
+  };
+
+  const idleMs = 1000 * (Number(Deno.env.get("SKIFF_SPARE_IDLE_SECONDS")) ||
+    DEFAULT_SPARE_IDLE_SECONDS);
+  const deadline = Date.now() + idleMs;
+  const containerd = flags.address.replace(/^unix:\/\//, "");
+  const watch = setInterval(() => {
+    let reinstalled = false;
+    try {
+      reinstalled = spareCodeId(launcher) !== codeId;
+    } catch {
+      reinstalled = true; // the launcher is gone
+    }
+    if (Date.now() >= deadline || reinstalled || (containerd && !exists(containerd))) {
+      leave();
+      Deno.exit(0);
+    }
+  }, WATCH_MS);
+
+  for await (const conn of listener) {
+    let pid: number;
+    try {
+      const { creds } = peers.resolveLatest();
+      if (creds.uid !== me.uid) throw new Error(`peer uid ${creds.uid} is not ours`);
+      pid = creds.pid;
+    } catch {
+      conn.close(); // only containerd's user may hand us a container
+      continue;
+    }
+    clearInterval(watch);
+    leave();
+    await adopt(shim, conn, pid, codeId, lock, serveShim);
+  }
+}
+
+async function adopt<T extends object>(
+  shim: Shim<T>,
+  conn: Deno.Conn,
+  peer: number,
+  codeId: string,
+  lock: Deno.FsFile,
+  serveShim: typeof import("./serve.ts").serveShim,
+): Promise<never> {
+  let handoff: SpareHandoff;
+  try {
+    const v = await readJsonLine(conn);
+    if (!validHandoff(v)) throw new Error("malformed handoff");
+    if (v.codeId !== codeId) throw new Error("handoff from other code");
+    handoff = v;
+    // Become what the cold server of this start would be.
+    Deno.chdir(handoff.bundle);
+    replaceEnv(handoff.env);
+    await joinCgroupsOf(Deno.pid, peer);
+    if (handoff.shimCgroup) await joinCgroup(Deno.pid, handoff.shimCgroup);
+    if (handoff.oomScore !== undefined) setOomScoreAdj("self", handoff.oomScore);
+  } catch (e) {
+    await writeJsonLine(conn, { ok: false, error: (e as Error).message }).catch(() => {});
+    Deno.exit(1);
+  }
+  // The next spare may load now.
+  lock.close();
+  const flags: ShimFlags = {
+    ...handoff.flags,
+    publishBinary: handoff.flags.publishBinary ?? "",
+    debug: handoff.flags.debug === true,
+    bundle: "",
+    version: false,
+    info: false,
+    spare: false,
+    action: "serve",
+  };
+  try {
+    await serveShim(shim, flags, {
+      origin: "spare",
+      onListening: async () => {
+        await writeJsonLine(conn, { ok: true, pid: Deno.pid }).catch(() => {});
+        conn.close();
+      },
+    });
+  } catch (e) {
+    await writeJsonLine(conn, { ok: false, error: (e as Error).message }).catch(() => {});
+    Deno.exit(1);
+  }
+  Deno.exit(0);
+}
