@@ -61,6 +61,7 @@ import { sharesPidNamespace } from "./bundle_spec.ts";
 import type { Shim } from "./shim.ts";
 import type { TaskApiEndpoint } from "./endpoint.ts";
 import { RUNTIME_DELETED_FILE } from "./actions/bundle_files.ts";
+import { encodeDeleteResponse } from "./actions/wire.ts";
 
 type TaskImpl = ServiceImpl<typeof Task>;
 type Out<M extends keyof TaskImpl> = MessageInitShape<
@@ -447,8 +448,16 @@ export class TaskService<T extends object> {
     }
     for (const fn of c.cleanups) await Promise.resolve(fn()).catch(() => {});
     if (c.rootfsMounted) await this.#d.platform.unmount(`${c.bundle}/rootfs`);
-    // Tells the `delete` action the runtime has nothing left to delete (it skips its command).
-    await Deno.writeTextFile(`${c.bundle}/${RUNTIME_DELETED_FILE}`, "").catch(() => {});
+    // Tells the `delete` action the runtime has nothing left to delete, and what to answer: it
+    // (or the launcher, without starting deno) prints this DeleteResponse.
+    await Deno.writeFile(
+      `${c.bundle}/${RUNTIME_DELETED_FILE}`,
+      encodeDeleteResponse({
+        pid: p.pid,
+        exitStatus: out.exitStatus ?? 0,
+        exitedAt: exit?.exitedAt ?? new Date(),
+      }),
+    ).catch(() => {});
     this.#containers.delete(c.id);
     this.#d.events.publish("/tasks/delete", TaskDeleteSchema, {
       containerId: c.id,

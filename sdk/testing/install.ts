@@ -134,6 +134,39 @@ export interface BundleLauncherSpec {
 }
 
 /**
+ * The launcher's answer to containerd's common `delete`, without starting deno. containerd runs
+ * `<shim> … -bundle B delete` every time a shim's connection closes, and waits for it before
+ * the task delete returns. After a clean Task `Delete` the server has left the answer in the
+ * bundle (`skiff-runtime-deleted`, a marshalled `DeleteResponse`) and removed its socket: there
+ * is nothing to clean, so the launcher prints that file. Anything else (no answer, the socket
+ * still there: a live group server or a dead one's leftover) runs the `delete` action as before.
+ *
+ * @example Usage
+ * ```ts
+ * import { deleteFastPath } from "./install.ts";
+ * console.assert(deleteFastPath().some((line) => line.includes("skiff-runtime-deleted")));
+ * ```
+ */
+export function deleteFastPath(): string[] {
+  return [
+    'for a in "$@"; do last=$a; done',
+    'if [ "${last-}" = delete ]; then',
+    "  b= prev=",
+    '  for a in "$@"; do',
+    "    case $prev in -bundle|--bundle) b=$a ;; esac",
+    "    case $a in -bundle=*|--bundle=*) b=${a#*=} ;; esac",
+    "    prev=$a",
+    "  done",
+    '  if [ -n "$b" ] && [ -s "$b/skiff-runtime-deleted" ] &&',
+    '    { read -r addr < "$b/address" || [ -n "${addr-}" ]; } 2>/dev/null &&',
+    '    [ -n "$addr" ] && [ ! -e "${addr#unix://}" ]; then',
+    '    exec cat "$b/skiff-runtime-deleted"',
+    "  fi",
+    "fi",
+  ];
+}
+
+/**
  * The `#!/bin/sh` text of a launcher that runs an installed bundle.
  *
  * @example Usage
@@ -164,6 +197,7 @@ export function bundleLauncherScript(spec: BundleLauncherSpec): string {
     ...(spare === false || idle !== undefined
       ? ["export SKIFF_SPARE SKIFF_SPARE_IDLE_SECONDS"]
       : []),
+    ...deleteFastPath(),
     `exec ${sq(spec.deno)} run -A --quiet --no-prompt --no-config --no-lock --cached-only${v8} ${
       sq(spec.entry)
     } "$@"`,
@@ -338,6 +372,7 @@ export function launcherScript(spec: LauncherSpec): string {
     // `start` re-runs this launcher to spawn the long-running server with the same flags.
     'SKIFF_SHIM_LAUNCHER="$0"',
     "export DENO_DIR DENO_NO_UPDATE_CHECK SKIFF_SHIM_LAUNCHER",
+    ...deleteFastPath(),
     `exec ${sq(spec.deno)} run -A --quiet --no-prompt --cached-only --config ${sq(spec.config)} ${
       sq(spec.entry)
     } "$@"`,

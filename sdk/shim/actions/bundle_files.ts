@@ -6,9 +6,11 @@
 
 /**
  * Written by the server once the runtime has deleted the container and its rootfs is unmounted
- * (a Task `Delete` of the init process that succeeded). The `delete` action then has nothing to
- * clean in the runtime and skips running the runtime command: the common case, after a clean
- * exit, costs no `runc delete` process.
+ * (a Task `Delete` of the init process that succeeded); it holds the marshalled
+ * `DeleteResponse` of that delete (pid, exit status, exit time). The `delete` action then has
+ * nothing to clean in the runtime and prints it: the common case, after a clean exit, costs no
+ * `runc delete` process, and a bundled launcher answers it without starting deno at all once
+ * the server's socket is gone (`deleteFastPath` in sdk/testing/install.ts).
  *
  * @example Usage
  * ```ts ignore

@@ -33,11 +33,15 @@ export async function runDelete<T extends object>(
   logger: Logger = new Logger(),
 ): Promise<Uint8Array> {
   const bundle = flags.bundle || Deno.cwd();
-  const [, pid] = await Promise.all([
+  const [, pid, answer] = await Promise.all([
     cleanRuntime(shim, flags, bundle, logger),
     readInitPid(bundle),
+    Deno.readFile(`${bundle}/${RUNTIME_DELETED_FILE}`).catch(() => undefined),
     removeDeadSocket(bundle, flags),
   ]);
+  // After a clean Task Delete the server left its answer (containerd ignores it then: the task
+  // is gone); otherwise the server died, and the task is reported killed.
+  if (answer && answer.length > 0) return answer;
   return encodeDeleteResponse({ pid, exitStatus: DEAD_SHIM_EXIT_STATUS, exitedAt: new Date() });
 }
 
