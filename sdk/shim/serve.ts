@@ -172,7 +172,13 @@ export async function serveShim<T extends object>(
       }
     },
     onShutdown: () => {
-      if ((sandboxes?.size ?? 0) === 0) setTimeout(() => void shutdown("Shutdown"), 0);
+      if ((sandboxes?.size ?? 0) !== 0) return;
+      // Gone before Shutdown answers: containerd runs the `delete` action as soon as the
+      // connection closes, and a launcher answers it without deno only when no socket is left.
+      try {
+        Deno.removeSync(path);
+      } catch { /* already gone */ }
+      setTimeout(() => void shutdown("Shutdown"), 0);
     },
   });
   server.register(
