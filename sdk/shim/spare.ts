@@ -24,6 +24,7 @@ import {
 import { effectiveIds, PeerCredentialResolver } from "../ttrpc/_peer_cred.ts";
 import { joinCgroup, joinCgroupsOf } from "../linux/cgroup_join.ts";
 import { setOomScoreAdj } from "../linux/oom_score.ts";
+import { containerdVersion } from "./actions/start.ts";
 
 /** How often the spare checks its idle time, containerd and its launcher. */
 const WATCH_MS = 1_000;
@@ -70,7 +71,12 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
   }
   const lockPath = flags.socket.replace(/\.sock$/, ".lock");
   const lock = await Deno.open(lockPath, { read: true, write: true, create: true, mode: 0o600 });
-  if (!(await lock.tryLock(true))) Deno.exit(0); // another spare waits, or is loading
+  // Another spare waits or loads, unless a `start` is only peeking at the lock (a moment).
+  let locked = false;
+  for (let i = 0; i < 5 && !(locked = await lock.tryLock(true)); i++) {
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  if (!locked) Deno.exit(0);
   // Our pid, for a `start` that has to kill us after a stalled handoff.
   await lock.truncate(0);
   await lock.write(new TextEncoder().encode(`${Deno.pid}\n`));
@@ -81,6 +87,10 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
   const { serveShim } = await import("./serve.ts");
   const { libc } = await import("../linux/libc.ts");
   libc(); // dlopen now, not when the server first opens its log FIFO
+  // containerd's version decides the format of `start`'s answer (1.7+ pass GRPC_ADDRESS).
+  const containerd = Deno.env.get("GRPC_ADDRESS") !== undefined
+    ? await containerdVersion(flags.publishBinary)
+    : undefined;
 
   // We hold the lock, so a socket file left here is a dead spare's.
   await Deno.remove(flags.socket).catch(() => {});
@@ -100,7 +110,7 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
   const idleMs = 1000 * (Number(Deno.env.get("SKIFF_SPARE_IDLE_SECONDS")) ||
     DEFAULT_SPARE_IDLE_SECONDS);
   const deadline = Date.now() + idleMs;
-  const containerd = flags.address.replace(/^unix:\/\//, "");
+  const daemonSocket = flags.address.replace(/^unix:\/\//, "");
   const watch = setInterval(() => {
     let reinstalled = false;
     try {
@@ -108,7 +118,7 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
     } catch {
       reinstalled = true; // the launcher is gone
     }
-    if (Date.now() >= deadline || reinstalled || (containerd && !exists(containerd))) {
+    if (Date.now() >= deadline || reinstalled || (daemonSocket && !exists(daemonSocket))) {
       leave();
       Deno.exit(0);
     }
@@ -126,7 +136,7 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
     }
     clearInterval(watch);
     leave();
-    await adopt(shim, conn, pid, codeId, lock, serveShim);
+    await adopt(shim, conn, pid, codeId, lock, serveShim, containerd);
   }
 }
 
@@ -137,6 +147,7 @@ async function adopt<T extends object>(
   codeId: string,
   lock: Deno.FsFile,
   serveShim: typeof import("./serve.ts").serveShim,
+  containerd: [number, number] | undefined,
 ): Promise<never> {
   let handoff: SpareHandoff;
   try {
@@ -170,7 +181,7 @@ async function adopt<T extends object>(
     await serveShim(shim, flags, {
       origin: "spare",
       onListening: async () => {
-        await writeJsonLine(conn, { ok: true, pid: Deno.pid }).catch(() => {});
+        await writeJsonLine(conn, { ok: true, pid: Deno.pid, containerd }).catch(() => {});
         conn.close();
       },
     });

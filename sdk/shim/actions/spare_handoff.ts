@@ -60,6 +60,14 @@ export interface SpareHandoff {
   oomScore?: number;
 }
 
+/** A spare's answer once it serves the container's socket. */
+export interface Adopted {
+  /** The spare's pid: the server's from now on. */
+  pid: number;
+  /** containerd's version as `[major, minor]`, when the spare asked its binary. */
+  containerd?: [number, number];
+}
+
 /** Node-wide counters of one launcher under one containerd. */
 export interface SpareStats {
   /** Starts that handed their container to a warm spare. */
@@ -154,7 +162,7 @@ export async function writeJsonLine(conn: Deno.Conn, value: unknown): Promise<vo
 }
 
 /**
- * Hands a container to the waiting spare. Resolves with the spare's pid once it serves
+ * Hands a container to the waiting spare. Resolves with its answer (its pid) once it serves
  * `handoff.flags.socket`, or undefined when there is no usable spare (none, dead, other code,
  * or it failed): the caller then starts a server cold. A spare that stalls is killed (its pid is
  * in the lock file), so that it cannot serve the socket behind the cold server.
@@ -169,20 +177,20 @@ export async function handOff(
   cfg: SpareConfig,
   handoff: SpareHandoff,
   timeoutMs = 10_000,
-): Promise<number | undefined> {
-  let conn: Deno.Conn;
-  try {
-    conn = await Deno.connect({ transport: "unix", path: cfg.socket });
-  } catch {
-    return undefined; // no spare, or a dead one's socket
-  }
+): Promise<Adopted | undefined> {
+  const conn = await connectSpare(cfg);
+  if (!conn) return undefined;
   const timer = setTimeout(() => conn.close(), timeoutMs);
   let sent = false;
   try {
     await writeJsonLine(conn, handoff);
     sent = true;
-    const answer = await readJsonLine(conn) as { ok?: boolean; pid?: number };
-    if (answer.ok === true && Number.isInteger(answer.pid)) return answer.pid;
+    const answer = await readJsonLine(conn) as Partial<Adopted> & { ok?: boolean };
+    if (answer.ok === true && Number.isInteger(answer.pid)) {
+      const v = answer.containerd;
+      const known = Array.isArray(v) && v.length === 2 && v.every(Number.isInteger);
+      return { pid: answer.pid!, ...(known ? { containerd: v } : {}) };
+    }
     return undefined; // it refused (other code, or it could not become the server); it exits
   } catch {
     if (sent) await killStalledSpare(cfg, handoff.flags.socket);
@@ -192,6 +200,68 @@ export async function handOff(
     try {
       conn.close();
     } catch { /* closed by the timer */ }
+  }
+}
+
+/** How long a `start` waits for a spare that is still loading (a cold start takes longer). */
+const LOADING_WAIT_MS = 2_000;
+
+async function tryConnect(path: string): Promise<Deno.Conn | undefined> {
+  try {
+    return await Deno.connect({ transport: "unix", path });
+  } catch {
+    return undefined;
+  }
+}
+
+/** True while some process holds the lock file `path` (a spare loading or waiting). */
+async function held(path: string): Promise<boolean> {
+  let file: Deno.FsFile;
+  try {
+    file = await Deno.open(path, { read: true, write: true });
+  } catch {
+    return false;
+  }
+  try {
+    if (!(await file.tryLock(true))) return true;
+    await file.unlock();
+    return false;
+  } finally {
+    file.close();
+  }
+}
+
+/**
+ * Connects to the spare. A spare that is still loading (it holds the lock but does not listen
+ * yet) is further along than a cold server would be, so one `start` (the one that takes the
+ * claim lock) waits for it; the others, and every `start` when no spare loads, go cold at once.
+ */
+async function connectSpare(cfg: SpareConfig): Promise<Deno.Conn | undefined> {
+  const now = await tryConnect(cfg.socket);
+  if (now || !(await held(cfg.lock))) return now;
+  let claim: Deno.FsFile;
+  try {
+    claim = await Deno.open(cfg.lock.replace(/\.lock$/, ".claim"), {
+      read: true,
+      write: true,
+      create: true,
+      mode: 0o600,
+    });
+  } catch {
+    return undefined;
+  }
+  try {
+    if (!(await claim.tryLock(true))) return undefined; // another start waits for this one
+    const until = Date.now() + LOADING_WAIT_MS;
+    while (Date.now() < until) {
+      await new Promise((r) => setTimeout(r, 5));
+      const conn = await tryConnect(cfg.socket);
+      if (conn) return conn;
+      if (!(await held(cfg.lock))) return undefined; // it died while loading
+    }
+    return undefined;
+  } finally {
+    claim.close(); // the handoff itself needs no claim: the spare takes one container only
   }
 }
 

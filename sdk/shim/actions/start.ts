@@ -178,7 +178,11 @@ export async function runStart<T extends object>(
   const address = shimSocketAddress(flags.address, flags.namespace, group, socketDir);
   const path = socketPath(address);
   const ep: TaskApiEndpoint = { address, version: shim.taskApiVersion, protocol: "ttrpc" };
-  const daemon = input.dialect === "bootstrap" ? undefined : containerdVersion(flags.publishBinary);
+  // The answer's format depends on containerd's version, except with 2.3+'s bootstrap params
+  // and on 1.6 (the only one without GRPC_ADDRESS), whose format is the unknown version's.
+  const needVersion = input.dialect !== "bootstrap" && Deno.env.get("GRPC_ADDRESS") !== undefined;
+  let daemon: Promise<[number, number] | undefined> | undefined;
+  const version = () => daemon ??= needVersion ? containerdVersion(flags.publishBinary) : undefined;
 
   // Options given at start are kept for the server; endpoint carriers are not options.
   let options: T | undefined;
@@ -217,7 +221,10 @@ export async function runStart<T extends object>(
       shimCgroup,
       oomScore,
     });
-    const pid = adopted ?? await spawnServer(flags, path, bundle, shimCgroup, oomScore);
+    // A spare knows containerd's version already; else ask containerd while the server starts.
+    if (adopted?.containerd) daemon = Promise.resolve(adopted.containerd);
+    version();
+    const pid = adopted?.pid ?? await spawnServer(flags, path, bundle, shimCgroup, oomScore);
     // As containerd's Go shims: the server's pid in the bundle, for operators and tools (an
     // adopted spare's command line does not name the container).
     await Deno.writeTextFile(`${bundle}/shim.pid`, String(pid)).catch(() => {});
@@ -227,7 +234,7 @@ export async function runStart<T extends object>(
     }
   }
   await Deno.writeTextFile(`${bundle}/address`, address);
-  return formatStartAnswer(input.dialect, ep, await daemon);
+  return formatStartAnswer(input.dialect, ep, await version());
 }
 
 async function spawnServer(
