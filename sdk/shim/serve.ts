@@ -129,7 +129,7 @@ export async function serveShim<T extends object>(
 
   // The endpoint this shim serves; containers routed here by a sandbox must name it.
   const path = flags.socket ||
-    socketPath(shimSocketAddress(flags.address, flags.namespace, await groupKey(bundle, flags.id)));
+    socketPath(shimSocketAddress(flags.address, flags.namespace, groupKey(bundle, flags.id)));
   const endpoint: TaskApiEndpoint = {
     address: `unix://${path}`,
     version: shim.taskApiVersion,

@@ -105,7 +105,7 @@ async function removeDeadSocket(bundle: string, flags: ShimFlags): Promise<void>
   if (!written.trim() && !flags.address) return;
   const path = socketPath(
     written.trim() ||
-      shimSocketAddress(flags.address, flags.namespace, await groupKey(bundle, flags.id)),
+      shimSocketAddress(flags.address, flags.namespace, groupKey(bundle, flags.id)),
   );
   if (await socketAlive(path)) return;
   await Deno.remove(path).catch(() => {});

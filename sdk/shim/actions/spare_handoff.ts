@@ -215,16 +215,16 @@ async function tryConnect(path: string): Promise<Deno.Conn | undefined> {
 }
 
 /** True while some process holds the lock file `path` (a spare loading or waiting). */
-async function held(path: string): Promise<boolean> {
+function held(path: string): boolean {
   let file: Deno.FsFile;
   try {
-    file = await Deno.open(path, { read: true, write: true });
+    file = Deno.openSync(path, { read: true, write: true });
   } catch {
     return false;
   }
   try {
-    if (!(await file.tryLock(true))) return true;
-    await file.unlock();
+    if (!file.tryLockSync(true)) return true;
+    file.unlockSync();
     return false;
   } finally {
     file.close();
@@ -238,7 +238,7 @@ async function held(path: string): Promise<boolean> {
  */
 async function connectSpare(cfg: SpareConfig): Promise<Deno.Conn | undefined> {
   const now = await tryConnect(cfg.socket);
-  if (now || !(await held(cfg.lock))) return now;
+  if (now || !held(cfg.lock)) return now;
   let claim: Deno.FsFile;
   try {
     claim = await Deno.open(cfg.lock.replace(/\.lock$/, ".claim"), {
@@ -257,7 +257,7 @@ async function connectSpare(cfg: SpareConfig): Promise<Deno.Conn | undefined> {
       await new Promise((r) => setTimeout(r, 5));
       const conn = await tryConnect(cfg.socket);
       if (conn) return conn;
-      if (!(await held(cfg.lock))) return undefined; // it died while loading
+      if (!held(cfg.lock)) return undefined; // it died while loading
     }
     return undefined;
   } finally {
@@ -282,19 +282,20 @@ async function killStalledSpare(cfg: SpareConfig, socket: string): Promise<void>
  * @param publishBinary containerd's binary
  * @example Usage
  * ```ts ignore
- * await spawnSpare(cfg, flags.address, flags.publishBinary);
+ * spawnSpare(cfg, flags.address, flags.publishBinary);
  * ```
  */
-export async function spawnSpare(
+export function spawnSpare(
   cfg: SpareConfig,
   address: string,
   publishBinary: string,
-): Promise<void> {
-  await Deno.mkdir(cfg.dir, { recursive: true, mode: 0o700 });
-  const lock = await Deno.open(cfg.lock, { read: true, write: true, create: true, mode: 0o600 });
+): void {
+  // Sync calls: this runs on start's path, and each async file call is a thread-pool hop.
+  Deno.mkdirSync(cfg.dir, { recursive: true, mode: 0o700 });
+  const lock = Deno.openSync(cfg.lock, { read: true, write: true, create: true, mode: 0o600 });
   try {
-    if (!(await lock.tryLock(true))) return; // a spare holds it
-    await lock.unlock();
+    if (!lock.tryLockSync(true)) return; // a spare holds it
+    lock.unlockSync();
   } finally {
     lock.close();
   }

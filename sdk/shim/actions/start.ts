@@ -120,9 +120,10 @@ export function shimCgroupOf(carriers: readonly Any[]): string | undefined {
 }
 
 /** The grouping key of a bundle: a group annotation in config.json, else the id. */
-export async function groupKey(bundle: string, id: string): Promise<string> {
+export function groupKey(bundle: string, id: string): string {
   try {
-    const spec = JSON.parse(await Deno.readTextFile(`${bundle}/config.json`));
+    // Sync file calls on start's path: each async one costs a thread-pool round trip.
+    const spec = JSON.parse(Deno.readTextFileSync(`${bundle}/config.json`));
     const ann = (spec?.annotations ?? {}) as Record<string, string>;
     for (const key of GROUP_ANNOTATIONS) if (ann[key]) return ann[key];
   } catch { /* no spec (sandboxes may have none): no grouping */ }
@@ -174,7 +175,7 @@ export async function runStart<T extends object>(
   const bundle = Deno.cwd();
   const input = parseStartInput(stdin, flags.id, flags.namespace);
   const socketDir = input.params?.socketDir || DEFAULT_SOCKET_DIR;
-  const group = await groupKey(bundle, flags.id);
+  const group = groupKey(bundle, flags.id);
   const address = shimSocketAddress(flags.address, flags.namespace, group, socketDir);
   const path = socketPath(address);
   const ep: TaskApiEndpoint = { address, version: shim.taskApiVersion, protocol: "ttrpc" };
@@ -193,12 +194,14 @@ export async function runStart<T extends object>(
     } catch { /* Create validates options and reports errors with a code */ }
   }
   if (options !== undefined) {
-    await Deno.writeTextFile(`${bundle}/options.json`, JSON.stringify(options));
+    Deno.writeTextFileSync(`${bundle}/options.json`, JSON.stringify(options));
   }
 
   if (!(await socketAlive(path))) {
-    await Deno.mkdir(socketDir, { recursive: true, mode: 0o700 });
-    await Deno.remove(path).catch(() => {});
+    Deno.mkdirSync(socketDir, { recursive: true, mode: 0o700 });
+    try {
+      Deno.removeSync(path);
+    } catch { /* no stale socket */ }
     const shimCgroup = shimCgroupOf(input.carriers);
     let oomScore: number | undefined;
     try {
@@ -227,13 +230,17 @@ export async function runStart<T extends object>(
     const pid = adopted?.pid ?? await spawnServer(flags, path, bundle, shimCgroup, oomScore);
     // As containerd's Go shims: the server's pid in the bundle, for operators and tools (an
     // adopted spare's command line does not name the container).
-    await Deno.writeTextFile(`${bundle}/shim.pid`, String(pid)).catch(() => {});
+    try {
+      Deno.writeTextFileSync(`${bundle}/shim.pid`, String(pid));
+    } catch { /* the bundle is containerd's; the pid file is a courtesy */ }
     if (spare) {
       // The next container's spare; it loads while this one is created.
-      await spawnSpare(spare, flags.address, flags.publishBinary).catch(() => {});
+      try {
+        spawnSpare(spare, flags.address, flags.publishBinary);
+      } catch { /* no next spare: the next start is cold */ }
     }
   }
-  await Deno.writeTextFile(`${bundle}/address`, address);
+  Deno.writeTextFileSync(`${bundle}/address`, address);
   return formatStartAnswer(input.dialect, ep, await version());
 }
 
