@@ -1,7 +1,8 @@
 /**
  * Start-up of the shim binary's short-lived actions, skiff runc example vs the Go runc shim:
  * `-v` (process start-up alone), `-info` (RuntimeInfo, with the runtime's features), `start`
- * (through to a serving server, as containerd runs it) and `delete` (clean-up after a dead
+ * (through to a serving server, as containerd runs it, for a fresh container: handed to the
+ * warm spare, and with the spare off) and `delete` (after a clean exit, and after a killed
  * server), each timed over several runs, next to `deno run` of an empty file (the floor any
  * Deno process pays on this machine).
  *
@@ -11,7 +12,7 @@
  */
 import { ShimHarness } from "../sdk/testing/harness.ts";
 import { createBusyboxBundle } from "../sdk/testing/bundle.ts";
-import { installShims, type InstallShimsOptions } from "../sdk/testing/install.ts";
+import { EXAMPLE_SHIMS, installShims, type InstallShimsOptions } from "../sdk/testing/install.ts";
 import { benchInstallOptions } from "./install_options.ts";
 
 /** Timings in milliseconds (median of the runs). */
@@ -31,33 +32,89 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)];
 }
 
-async function timeStartDelete(shim: string): Promise<{ start: number; del: number }> {
+/** The pid of the process listening on the unix socket `path` (found via /proc/net/unix). */
+function socketOwner(path: string): number | undefined {
+  const inodes = new Set<string>();
+  for (const line of Deno.readTextFileSync("/proc/net/unix").split("\n").slice(1)) {
+    const cols = line.trim().split(/\s+/);
+    if (cols.length >= 8 && cols.slice(7).join(" ") === path) inodes.add(cols[6]);
+  }
+  for (const e of Deno.readDirSync("/proc")) {
+    if (!/^\d+$/.test(e.name)) continue;
+    try {
+      for (const fd of Deno.readDirSync(`/proc/${e.name}/fd`)) {
+        const m = /^socket:\[(\d+)\]$/.exec(Deno.readLinkSync(`/proc/${e.name}/fd/${fd.name}`));
+        if (m && inodes.has(m[1])) return Number(e.name);
+      }
+    } catch { /* exited, or not ours to read */ }
+  }
+  return undefined;
+}
+
+interface StartDeleteTimes {
+  /** `start` through a serving server. */
+  start: number;
+  /** `delete` after a clean Task Delete and Shutdown. */
+  del: number;
+  /** `delete` after the server was killed with the container still in the runtime. */
+  delDead: number;
+}
+
+/**
+ * Times `start` and `delete` over {@linkcode RUNS} fresh containers. With `warm`, every run
+ * shares one pretend containerd address and waits for the shim's next warm spare first, so
+ * `start` hands the container to it (the first run, which has no spare yet, is not timed).
+ */
+async function timeStartDelete(shim: string, warm = false): Promise<StartDeleteTimes> {
   const starts: number[] = [];
   const dels: number[] = [];
+  const deadDels: number[] = [];
   const dir = await Deno.makeTempDir({ prefix: "skiff-startup-bundles-" });
-  for (let i = 0; i < RUNS; i++) {
+  const address = warm ? `${dir}/containerd.sock` : undefined;
+  for (let i = warm ? -1 : 0; i < RUNS; i++) {
     // The Go shim's delete finds the bundle as <parent of cwd>/<id>: name it after the id.
-    const id = `startup-${i}`;
+    const id = `startup-${i + 1}`;
     const { bundle, cleanup } = await createBusyboxBundle({ args: ["true"], dir: `${dir}/${id}` });
     try {
+      if (warm && i >= 0) await new Promise((r) => setTimeout(r, 1_000)); // the spare loads
       const t0 = performance.now();
-      const h = await ShimHarness.start({ shim, bundle, id });
-      starts.push(performance.now() - t0);
+      const h = await ShimHarness.start({ shim, bundle, id, ...(address ? { address } : {}) });
+      const startMs = performance.now() - t0;
       // A full lifecycle, so both shims have written what their delete reads.
       await h.task.create({ id, bundle });
       await h.task.start({ id });
       await h.task.wait({ id });
-      await h.task.delete({ id });
+      // Every other run: the server dies with the container still in the runtime.
+      const dead = i % 2 === 1;
+      if (dead) {
+        const pid = socketOwner(h.address.replace(/^unix:\/\//, ""));
+        if (pid) Deno.kill(pid, "SIGKILL");
+        await new Promise((r) => setTimeout(r, 100));
+      } else {
+        await h.task.delete({ id });
+      }
       await h.close();
       const t1 = performance.now();
       await h.runDelete();
-      dels.push(performance.now() - t1);
+      if (i < 0) continue;
+      starts.push(startMs);
+      (dead ? deadDels : dels).push(performance.now() - t1);
     } finally {
       await cleanup();
     }
   }
   await Deno.remove(dir, { recursive: true }).catch(() => {});
-  return { start: median(starts), del: median(dels) };
+  if (address) {
+    // The spare leaves once the pretend containerd's address is gone; then its files go too.
+    await new Promise((r) => setTimeout(r, 2_000));
+    const hex = Array.from(
+      new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(address))),
+      (b) => b.toString(16).padStart(2, "0"),
+    ).join("");
+    await Deno.remove(`/run/containerd/s/skiff-${hex.slice(0, 12)}`, { recursive: true })
+      .catch(() => {});
+  }
+  return { start: median(starts), del: median(dels), delDead: median(deadDels) };
 }
 
 async function timeCommand(cmd: string, args: string[]): Promise<number> {
@@ -88,17 +145,45 @@ export async function runStartupBench(
   const prefix = await Deno.makeTempDir({ prefix: "skiff-startup-" });
   try {
     const [skiff] = await installShims({ ...install, prefix });
+    // The same shim under a second name with its warm spare off: every `start` is cold.
+    const [cold] = await installShims({
+      ...install,
+      prefix,
+      shims: {
+        "containerd-shim-skiffcold-runc-v2": EXAMPLE_SHIMS["containerd-shim-skiff-runc-v2"],
+      },
+      spare: false,
+    });
     const go = "containerd-shim-runc-v2";
     const empty = await timeEmptyDeno();
     const v = [await timeCommand(go, ["-v"]), await timeCommand(skiff, ["-v"])];
     const info = [await timeCommand(go, ["-info"]), await timeCommand(skiff, ["-info"])];
     const g = await timeStartDelete(go);
-    const s = await timeStartDelete(skiff);
+    const c = await timeStartDelete(cold);
+    const w = await timeStartDelete(skiff, true);
     const rows = [
       { action: "`-v` (process start-up)", goMs: v[0], skiffMs: v[1] },
       { action: "`-info` (RuntimeInfo with runc's features)", goMs: info[0], skiffMs: info[1] },
-      { action: "`start` → server accepting", goMs: g.start, skiffMs: s.start },
-      { action: "`delete` after the server exited", goMs: g.del, skiffMs: s.del },
+      {
+        action: "`start` → server accepting, fresh container, handed to the warm spare",
+        goMs: g.start,
+        skiffMs: w.start,
+      },
+      {
+        action: "`start` → server accepting, fresh container, spare off (cold server)",
+        goMs: g.start,
+        skiffMs: c.start,
+      },
+      {
+        action: "`delete` after a clean Task Delete (the launcher's fast path)",
+        goMs: g.del,
+        skiffMs: w.del,
+      },
+      {
+        action: "`delete` after the server was killed (runtime clean-up)",
+        goMs: g.delDead,
+        skiffMs: w.delDead,
+      },
     ];
     const markdown = [
       `median of ${RUNS} runs each, driven by skiff's ShimHarness; \`deno run\` of an empty file: ` +

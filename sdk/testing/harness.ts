@@ -40,6 +40,14 @@ export interface ShimHarnessOptions {
   publishBinary?: string;
   /** Extra environment for the shim. */
   env?: Record<string, string>;
+  /**
+   * containerd's address (`-address`) to pretend to be. Default: a path in the harness's own
+   * temp dir. Harnesses that share one (one after another: each serves `<address>.ttrpc` for
+   * events while it lives) share one containerd's shim state, e.g. a skiff shim's warm spare;
+   * a placeholder file is made there if nothing exists, since a spare leaves once its
+   * containerd's socket is gone.
+   */
+  address?: string;
 }
 
 /** A recorded event, decoded by its bare type name when it is a task event. */
@@ -160,7 +168,7 @@ export class ShimHarness {
 
   /** The containerd address passed as `-address`. */
   get containerdAddress(): string {
-    return `${this.#dir}/containerd.sock`;
+    return this.#opts.address ?? `${this.#dir}/containerd.sock`;
   }
 
   /** Starts the events server, runs the shim's `start`, and connects. */
@@ -189,7 +197,11 @@ export class ShimHarness {
       }),
       "containerd.services.events.ttrpc.v1.Events",
     );
-    const ttrpcAddress = `${dir}/containerd.sock.ttrpc`;
+    const grpcAddress = opts.address ?? `${dir}/containerd.sock`;
+    if (opts.address) {
+      await Deno.writeFile(opts.address, new Uint8Array(), { createNew: true }).catch(() => {});
+    }
+    const ttrpcAddress = `${grpcAddress}.ttrpc`;
     await eventsServer.listen(ttrpcAddress);
 
     // containerd creates the log FIFO and keeps it open for reading before `start`.
@@ -210,7 +222,7 @@ export class ShimHarness {
       "-namespace",
       namespace,
       "-address",
-      `${dir}/containerd.sock`,
+      grpcAddress,
       "-publish-binary",
       opts.publishBinary ?? "/bin/true",
       "-id",
@@ -226,7 +238,7 @@ export class ShimHarness {
       stderr: "piped",
       env: {
         TTRPC_ADDRESS: ttrpcAddress,
-        GRPC_ADDRESS: `${dir}/containerd.sock`,
+        GRPC_ADDRESS: grpcAddress,
         NAMESPACE: namespace,
         MAX_SHIM_VERSION: "2",
         ...opts.env,
