@@ -154,7 +154,9 @@ async function adopt<T extends object>(
 ): Promise<never> {
   let handoff: SpareHandoff;
   try {
-    const v = await readJsonLine(conn);
+    // Whoever connected has 10 s to say what to become; we serve nobody else meanwhile.
+    const timer = setTimeout(() => conn.close(), 10_000);
+    const v = await readJsonLine(conn).finally(() => clearTimeout(timer));
     if (!validHandoff(v)) throw new Error("malformed handoff");
     if (v.codeId !== codeId) throw new Error("handoff from other code");
     handoff = v;
