@@ -124,7 +124,7 @@ export async function serveShim<T extends object>(
   });
   let inherited: T | undefined;
   try {
-    inherited = JSON.parse(await Deno.readTextFile(`${bundle}/options.json`)) as T;
+    inherited = JSON.parse(Deno.readTextFileSync(`${bundle}/options.json`)) as T;
   } catch { /* start had no options */ }
 
   // The endpoint this shim serves; containers routed here by a sandbox must name it.
