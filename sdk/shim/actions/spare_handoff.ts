@@ -291,6 +291,12 @@ export function spawnSpare(
   publishBinary: string,
 ): void {
   // Sync calls: this runs on start's path, and each async file call is a thread-pool hop.
+  try {
+    // A spare leaves once its containerd's socket is gone: none is worth loading without one.
+    Deno.statSync(address.replace(/^unix:\/\//, ""));
+  } catch {
+    return;
+  }
   Deno.mkdirSync(cfg.dir, { recursive: true, mode: 0o700 });
   const lock = Deno.openSync(cfg.lock, { read: true, write: true, create: true, mode: 0o600 });
   try {
