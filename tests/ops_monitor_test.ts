@@ -19,6 +19,8 @@ async function endpoint(dir: string, name: string, who: { ns: string; id: string
   });
   ops.onTaskCreate("ok");
   await ops.attach({
+    origin: "cold",
+    spareStats: undefined,
     socket: `${dir}/${name}`,
     bundle: dir,
     containers: () => new Map(),
