@@ -2,11 +2,14 @@
  * Shim benchmark, skiff's runc example against Debian's Go containerd-shim-runc-v2 under the same
  * private containerd in the same run:
  *
- * - wall time of `ctr run --rm <busybox> <id> true` (sequential runs, after a warm-up);
+ * - wall time of `ctr run --rm <busybox> <id> true` (sequential runs, after a warm-up), for
+ *   skiff with its warm spare server off (every `start` spawns a server: cold) and on (the
+ *   default: `start` hands the container to a waiting spare);
  * - memory of the shim server process(es) with 1 and with 10 running containers, one shim per
  *   container, and with 10 containers grouped into one shim (`io.containerd.runc.v2.group`
  *   annotation), from `/proc/<pid>/smaps_rollup`: PSS (each shared page split among the
- *   processes mapping it: the node's real cost), USS (private pages only) and RSS.
+ *   processes mapping it: the node's real cost), USS (private pages only) and RSS; with the
+ *   spare on, the one spare waiting for the next container is reported on its own row.
  *
  * Run: `deno run -A bench/shim_bench.ts [--containerd 2.1|1.7|1.6] [--runs 10]`. Needs root,
  * runc and busybox-static (tests/setup/prepare.sh installs them).
@@ -15,20 +18,26 @@
  */
 
 import { parseArgs } from "node:util";
-import { containerdVersions, startContainerd } from "../sdk/testing/containerd.ts";
+import {
+  containerdVersions,
+  type PrivateContainerd,
+  startContainerd,
+} from "../sdk/testing/containerd.ts";
 import { ctrRun } from "../sdk/testing/ctr.ts";
-import { installShims, type InstallShimsOptions } from "../sdk/testing/install.ts";
+import { EXAMPLE_SHIMS, installShims, type InstallShimsOptions } from "../sdk/testing/install.ts";
 import { benchInstallOptions } from "./install_options.ts";
 import { shimSocketAddress, socketPath } from "../sdk/shim/socket_address.ts";
 
 /** Results for one shim. */
 export interface ShimBenchRow {
-  /** Runtime name. */
+  /** Runtime name, and for skiff whether the warm spare was on. */
   runtime: string;
   /** `ctr run --rm … true` wall time, milliseconds. */
   runMs: { p50: number; p90: number; mean: number };
-  /** Shim memory in MiB: one container, ten containers (total), ten grouped into one shim. */
+  /** Shim server memory in MiB: one container, ten containers (total), ten grouped into one shim. */
   mem: { one: ShimMemory; ten: ShimMemory; tenGrouped: ShimMemory };
+  /** skiff with the spare on: the waiting spare's memory, and how the timed starts went. */
+  spare?: { mem: ShimMemory; adopted: number; cold: number };
 }
 
 /** Memory of a set of processes, MiB, summed over them. */
@@ -45,7 +54,7 @@ export interface ShimMemory {
 export interface ShimBenchResult {
   /** containerd version used. */
   containerd: string;
-  /** One row per shim. */
+  /** One row per shim: Go, skiff with the spare off (cold), skiff with it on (warm). */
   rows: ShimBenchRow[];
   /** Markdown table with skiff/Go ratios. */
   markdown: string;
@@ -54,6 +63,9 @@ export interface ShimBenchResult {
 const NS = "skiff-bench";
 const GO = "io.containerd.runc.v2";
 const SKIFF = "io.containerd.skiff-runc.v2";
+/** The same shim installed under a second name with the spare switched off. */
+const SKIFF_COLD = "io.containerd.skiffcold-runc.v2";
+const SKIFF_COLD_LAUNCHER = "containerd-shim-skiffcold-runc-v2";
 
 function percentile(xs: number[], p: number): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -71,18 +83,12 @@ export function parseSmapsRollup(text: string): { pss: number; uss: number; rss:
   };
 }
 
-/** PSS/USS/RSS (MiB) of every shim server process serving this containerd (`start` excluded). */
-async function shimMemory(address: string): Promise<ShimMemory> {
+/** PSS/USS/RSS (MiB) summed over processes. */
+async function memoryOf(pids: number[]): Promise<ShimMemory> {
   const total = { pss: 0, uss: 0, rss: 0 };
-  for await (const e of Deno.readDir("/proc")) {
-    if (!/^\d+$/.test(e.name)) continue;
+  for (const pid of pids) {
     try {
-      const argv = (await Deno.readTextFile(`/proc/${e.name}/cmdline`)).split("\0");
-      const i = argv.indexOf("-address");
-      if (i < 0 || argv[i + 1] !== address || argv.includes("start") || argv.includes("delete")) {
-        continue;
-      }
-      const m = parseSmapsRollup(await Deno.readTextFile(`/proc/${e.name}/smaps_rollup`));
+      const m = parseSmapsRollup(await Deno.readTextFile(`/proc/${pid}/smaps_rollup`));
       total.pss += m.pss;
       total.uss += m.uss;
       total.rss += m.rss;
@@ -91,11 +97,41 @@ async function shimMemory(address: string): Promise<ShimMemory> {
   return { pss: total.pss / 1024, uss: total.uss / 1024, rss: total.rss / 1024 };
 }
 
+/** The shim servers serving this containerd (`start`/`delete` and waiting spares excluded). */
+function servers(c: PrivateContainerd): number[] {
+  return c.shims().filter((s) => !s.argv.includes("start") && !s.argv.includes("delete"))
+    .map((s) => s.pid);
+}
+
 async function settle(): Promise<void> {
   await new Promise((r) => setTimeout(r, 1500));
 }
 
-/** Runs the benchmark and returns its numbers. */
+/** The spare counters of every launcher under this containerd, summed. */
+async function spareStats(c: PrivateContainerd): Promise<{ adopted: number; cold: number }> {
+  const hex = Array.from(
+    new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(c.address))),
+    (b) => b.toString(16).padStart(2, "0"),
+  ).join("");
+  const dir = `/run/containerd/s/skiff-${hex.slice(0, 12)}`;
+  const out = { adopted: 0, cold: 0 };
+  try {
+    for (const e of Deno.readDirSync(dir)) {
+      if (!e.name.startsWith("stats-")) continue;
+      const v = JSON.parse(Deno.readTextFileSync(`${dir}/${e.name}`));
+      out.adopted += Number(v.adopted) || 0;
+      out.cold += Number(v.cold) || 0;
+    }
+  } catch { /* no spare ever ran */ }
+  return out;
+}
+
+/**
+ * Runs the benchmark and returns its numbers. `ctr run` is timed in two rounds of
+ * [Go, skiff cold, skiff warm] blocks of back-to-back runs, so that drifting load spreads over
+ * all three; the warm block's runs follow each other as fast as ctr allows (the hard case for
+ * the spare, which must load between two of them).
+ */
 export async function runShimBench(
   opts: { containerd?: string; runs?: number; install?: Omit<InstallShimsOptions, "prefix"> } = {},
 ): Promise<ShimBenchResult> {
@@ -105,32 +141,51 @@ export async function runShimBench(
   if (!v) throw new Error(`containerd ${want} not found; run tests/setup/prepare.sh`);
   const prefix = await Deno.makeTempDir({ prefix: "skiff-bench-" });
   const [runcLauncher] = await installShims({ ...opts.install, prefix });
+  await installShims({
+    ...opts.install,
+    prefix,
+    shims: { [SKIFF_COLD_LAUNCHER]: EXAMPLE_SHIMS["containerd-shim-skiff-runc-v2"] },
+    spare: false,
+  });
   const c = await startContainerd({
     binDir: v.binDir,
     extraPath: [runcLauncher.slice(0, runcLauncher.lastIndexOf("/"))],
   });
+  const runtimes = [GO, SKIFF_COLD, SKIFF];
+  const tags: Record<string, string> = { [GO]: "go", [SKIFF_COLD]: "skc", [SKIFF]: "skw" };
+  const times: Record<string, number[]> = { [GO]: [], [SKIFF_COLD]: [], [SKIFF]: [] };
+  let warmStarts = { adopted: 0, cold: 0 };
   const rows: ShimBenchRow[] = [];
   try {
     const image = await c.importBusyboxImage(NS);
-    for (const runtime of [GO, SKIFF]) {
-      const tag = runtime === GO ? "go" : "sk";
-      // Warm-up: page cache, Deno's module cache, containerd's snapshot paths.
-      for (let i = 0; i < 2; i++) {
-        await ctrRun(c, { image, id: `${tag}-warm-${i}`, runtime, namespace: NS, args: ["true"] });
+    const run = async (runtime: string, id: string) => {
+      const t0 = performance.now();
+      const r = await ctrRun(c, { image, id, runtime, namespace: NS, args: ["true"] });
+      if (r.code !== 0) throw new Error(`${runtime} run failed: ${r.stderr}`);
+      return performance.now() - t0;
+    };
+    // Warm-up: page cache, V8's code cache, containerd's snapshot paths, the first spare.
+    for (const runtime of runtimes) {
+      for (let i = 0; i < 2; i++) await run(runtime, `${tags[runtime]}-warm-${i}`);
+    }
+    for (let round = 0; round < 2; round++) {
+      for (const runtime of runtimes) {
+        const before = await spareStats(c);
+        const n = round === 0 ? Math.ceil(runs / 2) : Math.floor(runs / 2);
+        for (let i = 0; i < n; i++) {
+          times[runtime].push(await run(runtime, `${tags[runtime]}-run-${round}-${i}`));
+        }
+        if (runtime === SKIFF) {
+          const after = await spareStats(c);
+          warmStarts = {
+            adopted: warmStarts.adopted + after.adopted - before.adopted,
+            cold: warmStarts.cold + after.cold - before.cold,
+          };
+        }
       }
-      const times: number[] = [];
-      for (let i = 0; i < runs; i++) {
-        const t0 = performance.now();
-        const r = await ctrRun(c, {
-          image,
-          id: `${tag}-run-${i}`,
-          runtime,
-          namespace: NS,
-          args: ["true"],
-        });
-        times.push(performance.now() - t0);
-        if (r.code !== 0) throw new Error(`${runtime} run failed: ${r.stderr}`);
-      }
+    }
+    for (const runtime of runtimes) {
+      const tag = tags[runtime];
       const detach = async (id: string, flags: string[] = []) => {
         const r = await ctrRun(c, {
           image,
@@ -156,52 +211,59 @@ export async function runShimBench(
       };
       await detach(`${tag}-one`);
       await settle();
-      const one = await shimMemory(c.address);
+      const one = await memoryOf(servers(c));
       const tenIds = Array.from({ length: 10 }, (_, i) => `${tag}-ten-${i}`);
       for (const id of tenIds.slice(1)) await detach(id);
       await settle();
-      const ten = await shimMemory(c.address);
+      const ten = await memoryOf(servers(c));
+      const spare = runtime === SKIFF
+        ? { mem: await memoryOf(c.spares().map((s) => s.pid)), ...warmStarts }
+        : undefined;
       await cleanup([`${tag}-one`, ...tenIds.slice(1)]);
       const grouped = Array.from({ length: 10 }, (_, i) => `${tag}-grp-${i}`);
       for (const id of grouped) {
         await detach(id, ["--annotation", `io.containerd.runc.v2.group=${tag}-group`]);
       }
       await settle();
-      const tenGrouped = await shimMemory(c.address);
+      const tenGrouped = await memoryOf(servers(c));
       await cleanup(grouped);
+      const t = times[runtime];
       rows.push({
-        runtime,
+        runtime: runtime === SKIFF_COLD ? `${SKIFF} (spare off)` : runtime,
         runMs: {
-          p50: percentile(times, 50),
-          p90: percentile(times, 90),
-          mean: times.reduce((a, b) => a + b, 0) / times.length,
+          p50: percentile(t, 50),
+          p90: percentile(t, 90),
+          mean: t.reduce((a, b) => a + b, 0) / t.length,
         },
         mem: { one, ten, tenGrouped },
+        ...(spare ? { spare } : {}),
       });
     }
   } finally {
     await c.stop();
     // Grouped shims listen on a socket named after the group, which stop() cannot know.
-    for (const tag of ["go", "sk"]) {
+    for (const tag of Object.values(tags)) {
       const path = socketPath(shimSocketAddress(c.address, NS, `${tag}-group`));
       await Deno.remove(path).catch(() => {});
     }
     await Deno.remove(prefix, { recursive: true }).catch(() => {});
   }
-  const [go, sk] = rows;
+  const [go, cold, warm] = rows;
   const f = (n: number) => n.toFixed(1);
   const r = (a: number, b: number) => `${(a / b).toFixed(2)}x`;
+  const spare = warm.spare!;
   const markdown = [
-    `containerd ${v.version}, ${runs} sequential runs each`,
+    `containerd ${v.version}, ${runs} sequential runs each (two rounds of Go, skiff spare off, ` +
+    `skiff spare on); with the spare on, ${spare.adopted} timed starts were handed to a spare ` +
+    `and ${spare.cold} started cold`,
     "",
-    "| metric | Go runc shim | skiff runc shim | skiff / Go |",
-    "| --- | ---: | ---: | ---: |",
-    `| \`ctr run --rm … true\` p50 (ms) | ${f(go.runMs.p50)} | ${f(sk.runMs.p50)} | ${
-      r(sk.runMs.p50, go.runMs.p50)
-    } |`,
-    `| \`ctr run --rm … true\` p90 (ms) | ${f(go.runMs.p90)} | ${f(sk.runMs.p90)} | ${
-      r(sk.runMs.p90, go.runMs.p90)
-    } |`,
+    "| metric | Go runc shim | skiff, spare off | skiff, spare on | off / Go | on / Go |",
+    "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ...(["p50", "p90"] as const).map((k) =>
+      `| \`ctr run --rm … true\` ${k} (ms) | ${f(go.runMs[k])} | ${f(cold.runMs[k])} | ${
+        f(warm.runMs[k])
+      } | ${r(cold.runMs[k], go.runMs[k])} | ${r(warm.runMs[k], go.runMs[k])} |`
+    ),
     ...([
       ["1 container", "one"],
       ["10 containers, 10 shims", "ten"],
@@ -209,9 +271,14 @@ export async function runShimBench(
     ] as const).flatMap(([label, key]) =>
       (["pss", "uss", "rss"] as const).map((k) =>
         `| shim ${k.toUpperCase()}, ${label} (MiB) | ${f(go.mem[key][k])} | ${
-          f(sk.mem[key][k])
-        } | ${r(sk.mem[key][k], go.mem[key][k])} |`
+          f(cold.mem[key][k])
+        } | ${f(warm.mem[key][k])} | ${r(cold.mem[key][k], go.mem[key][k])} | ${
+          r(warm.mem[key][k], go.mem[key][k])
+        } |`
       )
+    ),
+    ...(["pss", "uss", "rss"] as const).map((k) =>
+      `| the waiting spare, ${k.toUpperCase()} (MiB) | – | – | ${f(spare.mem[k])} | – | – |`
     ),
   ].join("\n");
   return { containerd: v.version, rows, markdown };

@@ -85,7 +85,10 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
 
   // The point of a spare: the server's modules are loaded and evaluated now, not at start.
   const { serveShim } = await import("./serve.ts");
-  const { libc } = await import("../linux/libc.ts");
+  const [{ libc }] = await Promise.all([
+    import("../linux/libc.ts"),
+    import("../linux/oom.ts"), // every container's Create loads it (linux_platform.ts)
+  ]);
   libc(); // dlopen now, not when the server first opens its log FIFO
   // containerd's version decides the format of `start`'s answer (1.7+ pass GRPC_ADDRESS).
   const containerd = Deno.env.get("GRPC_ADDRESS") !== undefined

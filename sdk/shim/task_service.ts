@@ -229,7 +229,8 @@ export class TaskService<T extends object> {
     for (const w of resolved.warnings) logger.warn(w, { id: r.id });
     if (resolved.endpoint) this.#d.onEndpoint?.(resolved.endpoint, r.id);
     const bundle = r.bundle;
-    await Deno.writeTextFile(`${bundle}/options.json`, JSON.stringify(resolved.options));
+    // A small file on Create's path: sync, without a thread-pool round trip.
+    Deno.writeTextFileSync(`${bundle}/options.json`, JSON.stringify(resolved.options));
 
     const clog = logger.with({ id: r.id, namespace });
     const runtime = shim.runtime({
