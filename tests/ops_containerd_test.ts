@@ -1,7 +1,8 @@
 /**
  * Operations metrics of the skiff shims under real containerd (1.6 and 2.1), driven by ctr:
  * every counter, gauge and histogram is scraped from the shim's `.ops` socket between steps
- * and must have moved exactly as the step dictates. Then the node monitor aggregates a skiff
+ * and must have moved exactly as the step dictates, including the node-wide start counters
+ * (cold starts, spares adopted) and each server's origin. Then the node monitor aggregates a skiff
  * runc shim and a skiff runsc shim into one scrape.
  */
 import assert from "node:assert/strict";
@@ -117,15 +118,18 @@ for (const want of ["1.6", "2.1"]) {
       const prefix = await Deno.makeTempDir({ prefix: "skiff-ops-ctrd-" });
       let c: PrivateContainerd | undefined;
       let ops = "";
+      let ops3 = "";
       try {
         await installShims({
           prefix,
           shims: { "containerd-shim-skiff-runc-v2": "examples/runc/main.ts" },
+          // Step 6 counts warm spares, which only bundle launchers use.
+          mode: "bundle",
         });
         c = await startContainerd({
           binDir: v!.binDir,
           extraPath: [`${prefix}/bin`],
-          env: { SKIFF_OPS: "1" },
+          env: { SKIFF_OPS: "1", SKIFF_SPARE: "1" },
         });
         const ns = uid("ops");
         const ctr = (args: string[]) => c!.ctr(args, { namespace: ns });
@@ -279,7 +283,33 @@ for (const want of ["1.6", "2.1"]) {
         }, "events forwarded");
         assert.equal(sum(await scrape(ops), "skiff_events_failed_total"), 0);
 
-        // 6. The last container goes: containerd shuts the shim down and the socket goes too.
+        // 6. A container outside the group gets a shim of its own: the warm spare that c1's
+        // start spawned takes it. Both shims read the same node-wide start counters.
+        const c3 = await ctrRun(c, {
+          image,
+          id: "c3",
+          namespace: ns,
+          runtime: RUNC,
+          detach: true,
+          args: ["sleep", "600"],
+        });
+        assert.equal(c3.code, 0, c3.stderr);
+        ops3 = await opsOf(c, ns, "c3");
+        assert.notEqual(ops3, ops);
+        for (const [socket, origin] of [[ops, "cold"], [ops3, "spare"]] as const) {
+          m = await scrape(socket);
+          assert.equal(sum(m, "skiff_shim_origin", { origin }), 1, `${socket}: ${origin}`);
+          assert.equal(sum(m, "skiff_cold_starts_total"), 1);
+          assert.equal(sum(m, "skiff_spares_adopted_total"), 1);
+        }
+        const pid3 = Number(
+          await Deno.readTextFile(`${c.state}/io.containerd.runtime.v2.task/${ns}/c3/shim.pid`),
+        );
+        assert.equal((await debugJson(ops3, "/debug/state") as { pid: number }).pid, pid3);
+        assert.equal((await ctr(["task", "kill", "--signal", "SIGKILL", "c3"])).code, 0);
+        await eventually(async () => (await ctr(["task", "delete", "c3"])).code === 0, "c3 goes");
+
+        // 7. The last container goes: containerd shuts the shim down and the socket goes too.
         assert.equal((await ctr(["task", "kill", "--signal", "SIGKILL", "c1"])).code, 0);
         await eventually(async () => {
           const s = await debugJson(ops, "/debug/state") as {
@@ -293,7 +323,7 @@ for (const want of ["1.6", "2.1"]) {
       } finally {
         await c?.stop();
         // Only a shim killed by stop() (after a failure above) leaves its socket behind.
-        if (ops) await Deno.remove(ops).catch(() => {});
+        for (const s of [ops, ops3]) if (s) await Deno.remove(s).catch(() => {});
         await Deno.remove(prefix, { recursive: true }).catch(() => {});
       }
     },

@@ -25,7 +25,9 @@ async function staleSocket(path: string): Promise<void> {
 }
 
 /** A ShimOps attached to a fake shim: a real ttrpc server, real sockets, fake containers. */
-async function fakeShim(opts: { debug?: boolean; eventHistory?: number } = {}) {
+async function fakeShim(
+  opts: { debug?: boolean; eventHistory?: number; origin?: "cold" | "spare"; stats?: string } = {},
+) {
   const dir = await Deno.makeTempDir({ prefix: "skiff-ops-" });
   const lines: string[] = [];
   const logger = new Logger({
@@ -61,7 +63,11 @@ async function fakeShim(opts: { debug?: boolean; eventHistory?: number } = {}) {
   const socket = `${dir}/shim.sock`;
   await server.listen(socket);
   await Deno.writeTextFile(`${dir}/address`, `unix://${socket}\n`);
+  const spareStats = opts.stats === undefined ? undefined : `${dir}/stats.json`;
+  if (spareStats) await Deno.writeTextFile(spareStats, opts.stats!);
   await ops.attach({
+    origin: opts.origin ?? "cold",
+    spareStats,
     socket,
     bundle: dir,
     containers: () => containers,
@@ -224,6 +230,34 @@ Deno.test("debug log: one line per RPC with rpc, id, namespace, code and duratio
   }
 });
 
+Deno.test("ops endpoint: the server's origin, and the node's start counters read at scrape time", async () => {
+  await using shim = await fakeShim({ origin: "spare", stats: '{"adopted":4,"cold":2}\n' });
+  const metrics = async () => (await shim.get("/metrics")).body;
+  let text = await metrics();
+  assert.equal(sampleValue(text, "skiff_shim_origin", { origin: "spare" }), "1");
+  assert.equal(sampleValue(text, "skiff_shim_origin", { origin: "cold" }), "absent");
+  assert.equal(sampleValue(text, "skiff_spares_adopted_total", {}), "4");
+  assert.equal(sampleValue(text, "skiff_cold_starts_total", {}), "2");
+  // Other servers count into the same file: the next scrape shows their starts.
+  await Deno.writeTextFile(`${shim.dir}/stats.json`, '{"adopted":5,"cold":2}\n');
+  text = await metrics();
+  assert.equal(sampleValue(text, "skiff_spares_adopted_total", {}), "5");
+  const s = JSON.parse((await shim.get("/debug/state")).body);
+  assert.equal(s.origin, "spare");
+  assert.deepEqual(s.starts, { adopted: 5, cold: 2 });
+  // A file that went away (or was torn) counts nothing rather than failing the scrape.
+  await Deno.writeTextFile(`${shim.dir}/stats.json`, "{not json");
+  assert.equal(sampleValue(await metrics(), "skiff_cold_starts_total", {}), "0");
+});
+
+Deno.test("ops endpoint: spares off shows the origin but no start counters", async () => {
+  await using shim = await fakeShim();
+  const text = (await shim.get("/metrics")).body;
+  assert.equal(sampleValue(text, "skiff_shim_origin", { origin: "cold" }), "1");
+  assert.equal(sampleValue(text, "skiff_spares_adopted_total", {}), "absent");
+  assert.equal(sampleValue(text, "skiff_cold_starts_total", {}), "absent");
+});
+
 Deno.test("/debug/state shows containers, processes, endpoint and options", async () => {
   await using shim = await fakeShim();
   shim.containers.set("c1", {
@@ -260,6 +294,8 @@ Deno.test("/debug/state shows containers, processes, endpoint and options", asyn
     ops: shim.opsSocket,
   });
   assert.deepEqual(s.options, { binaryName: "runc" });
+  assert.equal(s.origin, "cold");
+  assert.equal(s.starts, null, "spares off: no counters");
   assert.equal(s.processes, 1);
   assert.deepEqual(s.containers, [{
     id: "c1",
@@ -367,6 +403,8 @@ Deno.test("ShimOps.attach() logs and carries on when the socket cannot be served
     logger: new Logger({ sink: (l) => lines.push(l) }),
   });
   await ops.attach({
+    origin: "cold",
+    spareStats: undefined,
     socket: "/nonexistent-dir-for-skiff-ops/shim.sock",
     bundle: "/nonexistent",
     containers: () => new Map(),
@@ -407,6 +445,8 @@ Deno.test("ShimOps.close() during attach() still removes the socket attach creat
       });
       const socket = `${dir}/shim.sock`;
       const attaching = ops.attach({
+        origin: "cold",
+        spareStats: undefined,
         socket,
         bundle: dir,
         containers: () => new Map(),

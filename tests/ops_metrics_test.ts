@@ -5,6 +5,11 @@ import { mergeFamilies } from "../sdk/ops/monitor.ts";
 import { grpcCodeName } from "../sdk/ops/rpc.ts";
 import { liveProcesses, ShimMetrics } from "../sdk/ops/shim_metrics.ts";
 import { opsSettings, opsSocketPath } from "../sdk/ops/load.ts";
+import {
+  countServerStart,
+  readSpareStatsSync,
+  spareStatsPath,
+} from "../sdk/shim/actions/spare_handoff.ts";
 import type { OpsContainerView, OpsProcessView } from "../sdk/ops/load.ts";
 
 Deno.test("MetricsRegistry.render() writes HELP, TYPE and samples in registration order", () => {
@@ -200,6 +205,69 @@ Deno.test("ShimMetrics starts both create results at 0 and counts each outcome",
   assert.ok(
     m.render().includes('skiff_sandbox_create_requests_total{runtime="rt",result="ok"} 1\n'),
   );
+});
+
+Deno.test("ShimMetrics shows the server's origin, and start counters only when a source has them", () => {
+  const m = new ShimMetrics({ runtime: "rt", namespace: "ns", id: "x", version: "1" });
+  const names = () => parseExposition(m.render()).map((f) => f.name);
+  assert.ok(!names().includes("skiff_shim_origin"));
+  const starts = { adopted: 0, cold: 1 };
+  m.setSource({
+    containers: () => [],
+    events: () => ({ published: 0, failed: 0, queued: 0 }),
+    origin: () => "spare",
+    starts: () => starts,
+  });
+  starts.adopted = 7;
+  const text = m.render();
+  assert.ok(text.includes('skiff_shim_origin{origin="spare"} 1\n'), text);
+  assert.ok(
+    text.includes("# TYPE skiff_spares_adopted_total counter\nskiff_spares_adopted_total 7\n"),
+  );
+  assert.ok(text.includes("# TYPE skiff_cold_starts_total counter\nskiff_cold_starts_total 1\n"));
+  // A second source registers nothing twice; without starts the counters read 0, not stale.
+  m.setSource({ containers: () => [], events: () => ({ published: 0, failed: 0, queued: 0 }) });
+  assert.equal(parseExposition(m.render()).filter((f) => f.name === "skiff_shim_origin").length, 1);
+  assert.ok(m.render().includes("skiff_spares_adopted_total 0\n"));
+
+  const off = new ShimMetrics({ runtime: "rt", namespace: "ns", id: "y", version: "1" }, {
+    containers: () => [],
+    events: () => ({ published: 0, failed: 0, queued: 0 }),
+    origin: () => "cold",
+  });
+  assert.ok(off.render().includes('skiff_shim_origin{origin="cold"} 1\n'));
+  assert.ok(!off.render().includes("skiff_cold_starts_total"));
+});
+
+Deno.test("start counters: one file per launcher and containerd, parallel counts all kept", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "skiff-stats-" });
+  try {
+    const launcher = `${dir}/containerd-shim-x-v2`;
+    await Deno.writeTextFile(launcher, "#!/bin/sh\n");
+    const env = new Map([["SKIFF_SHIM_LAUNCHER", launcher], ["SKIFF_SHIM_BUNDLE", "/b.js"]]);
+    const a = spareStatsPath("/run/a.sock", `${dir}/s/abc`, env)!;
+    const b = spareStatsPath("/run/b.sock", `${dir}/s/def`, env)!;
+    assert.match(a, new RegExp(`^${dir}/s/skiff-[0-9a-f]{12}/stats-[0-9a-f]{16}\\.json$`));
+    assert.notEqual(a.slice(0, a.lastIndexOf("/")), b.slice(0, b.lastIndexOf("/")));
+    // Same containerd, other shim socket in the same directory: the same file.
+    assert.equal(spareStatsPath("/run/a.sock", `${dir}/s/zzz`, env), a);
+    // Spares off: nothing is counted.
+    assert.equal(
+      spareStatsPath("/run/a.sock", `${dir}/s/abc`, new Map([...env, ["SKIFF_SPARE", "0"]])),
+      undefined,
+    );
+    assert.deepEqual(readSpareStatsSync(a), { adopted: 0, cold: 0 });
+    await Promise.all([
+      ...Array.from({ length: 6 }, () => countServerStart(a, "spare")),
+      ...Array.from({ length: 4 }, () => countServerStart(a, "cold")),
+    ]);
+    assert.deepEqual(readSpareStatsSync(a), { adopted: 6, cold: 4 });
+    assert.equal((await Deno.stat(a)).mode! & 0o777, 0o600);
+    assert.equal((await Deno.stat(a.slice(0, a.lastIndexOf("/")))).mode! & 0o777, 0o700);
+    assert.deepEqual(readSpareStatsSync(b), { adopted: 0, cold: 0 });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });
 
 Deno.test("opsSettings(): -debug or SKIFF_OPS=1 enable the endpoint, SKIFF_OPS=0 vetoes", () => {

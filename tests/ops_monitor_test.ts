@@ -7,7 +7,12 @@ import { ShimOps } from "../sdk/ops/shim_ops.ts";
 import { serveUnixHttp } from "../sdk/ops/unix_http.ts";
 
 /** A shim's operations endpoint (the real ShimOps) with no ttrpc server behind it. */
-async function endpoint(dir: string, name: string, who: { ns: string; id: string; rt: string }) {
+async function endpoint(
+  dir: string,
+  name: string,
+  who: { ns: string; id: string; rt: string },
+  origin: "cold" | "spare" = "cold",
+) {
   const ops = new ShimOps({
     runtime: who.rt,
     version: "0.0.1",
@@ -19,6 +24,8 @@ async function endpoint(dir: string, name: string, who: { ns: string; id: string
   });
   ops.onTaskCreate("ok");
   await ops.attach({
+    origin,
+    spareStats: undefined,
     socket: `${dir}/${name}`,
     bundle: dir,
     containers: () => new Map(),
@@ -190,7 +197,12 @@ Deno.test("node create totals keep what exited shims counted, once, across scrap
 
 Deno.test("serveMonitor() serves /metrics, /shims and /healthz on loopback; 404 and 405 otherwise", async () => {
   const dir = await Deno.makeTempDir({ prefix: "skiff-mon-" });
-  const a = await endpoint(dir, "s1", { ns: "n1", id: "c1", rt: "io.containerd.skiff-runc.v2" });
+  const a = await endpoint(
+    dir,
+    "s1",
+    { ns: "n1", id: "c1", rt: "io.containerd.skiff-runc.v2" },
+    "spare",
+  );
   const m = await serveMonitor({ hostname: "127.0.0.1", port: 0, socketDirs: [dir] });
   try {
     assert.match(m.url, /^http:\/\/127\.0\.0\.1:\d+$/);
@@ -205,6 +217,7 @@ Deno.test("serveMonitor() serves /metrics, /shims and /healthz on loopback; 404 
       socket: `${dir}/s1.ops`,
       status: "ok",
       shim: { namespace: "n1", id: "c1", runtime: "io.containerd.skiff-runc.v2" },
+      origin: "spare",
     }]);
     assert.equal(await (await fetch(`${m.url}/healthz`)).text(), "ok\n");
     const post = await fetch(`${m.url}/metrics`, { method: "POST", body: "x" });

@@ -131,11 +131,19 @@ export interface OpsContainerView {
  *
  * @example Usage
  * ```ts ignore
- * await ops?.attach({ socket: path, bundle, containers: () => tasks.containers,
- *   sandboxes: () => sandboxes.size, events: () => publisher.stats, options: () => inherited });
+ * await ops?.attach({ origin: "cold", spareStats: undefined, socket: path, bundle,
+ *   containers: () => tasks.containers, sandboxes: () => sandboxes.size,
+ *   events: () => publisher.stats, options: () => inherited });
  * ```
  */
 export interface ShimOpsContext {
+  /** How this server came to run: spawned by `start` (`cold`) or a warm spare it adopted. */
+  origin: "cold" | "spare";
+  /**
+   * The node-wide counters file (`{"adopted":N,"cold":M}`) of this shim's launcher under this
+   * containerd, or undefined when spares are off (nothing is counted then).
+   */
+  spareStats: string | undefined;
   /** The ttrpc socket path the server listens on. */
   socket: string;
   /** The bundle the server runs in (its `address` file holds the advertised endpoint). */

@@ -100,6 +100,8 @@ export interface ShimScrape {
   status: "ok" | "gone" | "error";
   /** Who the shim is (when it answered). */
   shim?: ShimIdentityLabels;
+  /** How its server came to run, `cold` or `spare` (when it answered and says so). */
+  origin?: string;
   /** What went wrong (status `error`). */
   error?: string;
   /** Its families, relabelled (status `ok`). */
@@ -130,6 +132,12 @@ function identityOf(families: MetricFamily[]): ShimIdentityLabels | undefined {
   const runtime = get("runtime");
   if (namespace === undefined || id === undefined || runtime === undefined) return undefined;
   return { namespace, id, runtime };
+}
+
+function originOf(families: MetricFamily[]): string | undefined {
+  const sample = families.find((f) => f.name === "skiff_shim_origin")?.samples
+    .find((x) => x.value === "1");
+  return sample?.labels.find(([n]) => n === "origin")?.[1];
 }
 
 function relabel(families: MetricFamily[], shim: ShimIdentityLabels): MetricFamily[] {
@@ -263,7 +271,14 @@ export class NodeMonitor {
       const families = parseExposition(r.body);
       const shim = identityOf(families);
       if (!shim) return { socket, status: "error", error: "no skiff_shim_info in the exposition" };
-      return { socket, status: "ok", shim, families: relabel(families, shim) };
+      const origin = originOf(families);
+      return {
+        socket,
+        status: "ok",
+        shim,
+        ...(origin ? { origin } : {}),
+        families: relabel(families, shim),
+      };
     } catch (e) {
       if (e instanceof TypeError && await refuses(socket)) return { socket, status: "gone" };
       const err = e as Error;

@@ -44,6 +44,13 @@ export interface ShimMetricsSource {
   containers(): Iterable<OpsContainerView>;
   /** Event publisher counters. */
   events(): { published: number; failed: number; queued: number };
+  /** How the server came to run (`skiff_shim_origin`); absent: not shown. */
+  origin?(): "cold" | "spare";
+  /**
+   * Node-wide server starts of this shim's launcher under this containerd, read at scrape
+   * time; absent when spares are off (the counters are not shown then).
+   */
+  starts?(): { adopted: number; cold: number };
 }
 
 /**
@@ -85,6 +92,8 @@ export class ShimMetrics {
   #sandboxCreates: Counter;
   #requests: Counter;
   #durations: Histogram;
+  #originShown = false;
+  #startsShown = false;
 
   /**
    * Registers the metrics.
@@ -162,6 +171,7 @@ export class ShimMetrics {
       help: "Start time of the shim process since the Unix epoch in seconds.",
       read: () => Math.round(performance.timeOrigin) / 1000,
     });
+    this.#registerStarts();
   }
 
   /** Who the shim is. */
@@ -172,6 +182,37 @@ export class ShimMetrics {
   /** Sets where scrape-time values come from. */
   setSource(source: ShimMetricsSource): void {
     this.#source = source;
+    this.#registerStarts();
+  }
+
+  /** Registers the origin and start counters the first time a source offers them. */
+  #registerStarts(): void {
+    const source = this.#source;
+    const r = this.registry;
+    if (source?.origin && !this.#originShown) {
+      this.#originShown = true;
+      r.gauge({
+        name: "skiff_shim_origin",
+        help: "How this shim server came to run: always 1, with origin cold (spawned by start) " +
+          "or spare (a warm spare adopted by start).",
+        labelNames: ["origin"],
+      }).set({ origin: source.origin() }, 1);
+    }
+    if (source?.starts && !this.#startsShown) {
+      this.#startsShown = true;
+      r.counter({
+        name: "skiff_spares_adopted_total",
+        help: "Starts that handed their container to a warm spare, node-wide for this shim's " +
+          "launcher and containerd (the same value in every such shim).",
+        read: () => this.#source?.starts?.().adopted ?? 0,
+      });
+      r.counter({
+        name: "skiff_cold_starts_total",
+        help: "Starts that spawned a server and waited for it, node-wide for this shim's " +
+          "launcher and containerd (the same value in every such shim).",
+        read: () => this.#source?.starts?.().cold ?? 0,
+      });
+    }
   }
 
   /** Counts a Task API Create outcome. */

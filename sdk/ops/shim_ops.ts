@@ -18,6 +18,7 @@ import type { ShimOpsContext, ShimOpsHooks } from "./load.ts";
 import { rpcInterceptor } from "./rpc.ts";
 import { liveProcesses, ShimMetrics } from "./shim_metrics.ts";
 import type { UnixHttpServer } from "./unix_http.ts";
+import { readSpareStatsSync } from "../shim/actions/spare_handoff.ts";
 
 const EVENT_SCHEMAS: ReadonlyMap<string, DescMessage> = new Map(
   (Object.values(taskEvents) as unknown[])
@@ -163,9 +164,12 @@ export class ShimOps implements ShimOpsHooks {
 
   async #attach(ctx: ShimOpsContext): Promise<void> {
     this.#ctx = ctx;
+    const stats = ctx.spareStats;
     this.metrics.setSource({
       containers: () => ctx.containers().values(),
       events: () => ctx.events(),
+      origin: () => ctx.origin,
+      ...(stats ? { starts: () => readSpareStatsSync(stats) } : {}),
     });
     const path = opsSocketPath(ctx.socket);
     try {
@@ -243,6 +247,8 @@ export class ShimOps implements ShimOpsHooks {
       containerdAddress: o.containerdAddress,
       bundle: ctx?.bundle ?? "",
       debug: o.debug,
+      origin: ctx?.origin ?? "",
+      starts: ctx?.spareStats ? readSpareStatsSync(ctx.spareStats) : null,
       options: ctx?.options() ?? null,
       sandboxes: ctx?.sandboxes() ?? 0,
       events,

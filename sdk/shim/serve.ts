@@ -25,7 +25,7 @@ import { shimSocketAddress, socketPath } from "./socket_address.ts";
 import { groupKey } from "./actions/start.ts";
 import { formatTaskApiEndpoint, type TaskApiEndpoint } from "./endpoint.ts";
 import { loadShimOps } from "../ops/load.ts";
-import { countServerStart } from "./actions/spare_handoff.ts";
+import { countServerStart, spareStatsPath } from "./actions/spare_handoff.ts";
 
 /** Service names the Task implementation is registered under. */
 export const TASK_SERVICE_NAMES: readonly string[] = [
@@ -209,9 +209,13 @@ export async function serveShim<T extends object>(
 
   await server.listen(path);
   await options.onListening?.();
+  const origin = options.origin ?? "cold";
   // Node-wide counters of spares adopted and cold starts (when spares are on).
-  void countServerStart(flags.address, path, options.origin ?? "cold").catch(() => {});
+  const spareStats = spareStatsPath(flags.address, path);
+  if (spareStats) void countServerStart(spareStats, origin).catch(() => {});
   await ops?.attach({
+    origin,
+    spareStats,
     socket: path,
     bundle,
     containers: () => tasks.containers,
@@ -230,7 +234,7 @@ export async function serveShim<T extends object>(
     id: flags.id,
     endpoint: formatTaskApiEndpoint(endpoint),
     pid: Deno.pid,
-    origin: options.origin ?? "cold",
+    origin,
   });
   await server.closed;
 }

@@ -366,24 +366,58 @@ export async function recordStart(path: string, origin: "spare" | "cold"): Promi
 }
 
 /**
- * Counts a server's start in its launcher's counters, when spares are on: a cold server calls
- * it once it listens, an adopted spare once it has answered its `start`.
+ * Reads a counters file synchronously (the operations endpoint reads it at scrape time); a
+ * missing or unreadable one counts nothing.
+ *
+ * @example Usage
+ * ```ts
+ * import { readSpareStatsSync } from "./spare_handoff.ts";
+ * console.assert(readSpareStatsSync("/nonexistent/stats.json").adopted === 0);
+ * ```
+ */
+export function readSpareStatsSync(path: string): SpareStats {
+  try {
+    const v = JSON.parse(Deno.readTextFileSync(path)) as Partial<SpareStats>;
+    return { adopted: Number(v.adopted) || 0, cold: Number(v.cold) || 0 };
+  } catch {
+    return { adopted: 0, cold: 0 };
+  }
+}
+
+/**
+ * The counters file of the server serving `socket` for containerd at `address`, or undefined
+ * when spares are off for it (then nothing is counted).
  *
  * @param address containerd's address
  * @param socket the socket the server serves (its directory holds the spares' directory)
+ * @example Usage
+ * ```ts
+ * import { spareStatsPath } from "./spare_handoff.ts";
+ * // A shim run by hand (no launcher in its environment) keeps no counters.
+ * console.assert(spareStatsPath("/run/containerd/containerd.sock", "/run/containerd/s/x", new Map()) === undefined);
+ * ```
+ */
+export function spareStatsPath(
+  address: string,
+  socket: string,
+  env: { get(key: string): string | undefined } = Deno.env,
+): string | undefined {
+  return spareConfig(address, socket.slice(0, socket.lastIndexOf("/")) || "/", env)?.stats;
+}
+
+/**
+ * Counts a server's start in its launcher's counters file: a cold server calls it once it
+ * listens, an adopted spare once it has answered its `start`.
+ *
+ * @param stats the counters file ({@linkcode spareStatsPath})
  * @param origin how the server came to run
  * @example Usage
  * ```ts ignore
- * await countServerStart(flags.address, path, "cold");
+ * const stats = spareStatsPath(flags.address, path);
+ * if (stats) await countServerStart(stats, "cold");
  * ```
  */
-export async function countServerStart(
-  address: string,
-  socket: string,
-  origin: "spare" | "cold",
-): Promise<void> {
-  const cfg = spareConfig(address, socket.slice(0, socket.lastIndexOf("/")) || "/");
-  if (!cfg) return;
-  await Deno.mkdir(cfg.dir, { recursive: true, mode: 0o700 });
-  await recordStart(cfg.stats, origin);
+export async function countServerStart(stats: string, origin: "spare" | "cold"): Promise<void> {
+  await Deno.mkdir(stats.slice(0, stats.lastIndexOf("/")), { recursive: true, mode: 0o700 });
+  await recordStart(stats, origin);
 }
