@@ -210,8 +210,13 @@ export async function serveShim<T extends object>(
   await server.listen(path);
   await options.onListening?.();
   const origin = options.origin ?? "cold";
-  // Node-wide counters of spares adopted and cold starts (when spares are on).
-  const spareStats = spareStatsPath(flags.address, path);
+  // Node-wide counters of spares adopted and cold starts (when spares are on, for a containerd
+  // that exists: a server run by hand or by a test harness leaves no counters behind).
+  let daemonExists = false;
+  try {
+    daemonExists = Deno.statSync(flags.address.replace(/^unix:\/\//, "")) !== undefined;
+  } catch { /* no containerd socket */ }
+  const spareStats = daemonExists ? spareStatsPath(flags.address, path) : undefined;
   if (spareStats) void countServerStart(spareStats, origin).catch(() => {});
   await ops?.attach({
     origin,

@@ -15,10 +15,10 @@
 import type { ShimFlags } from "./flags.ts";
 import type { Shim } from "./shim.ts";
 import {
-  DEFAULT_SPARE_IDLE_SECONDS,
   readJsonLine,
   spareCodeId,
   type SpareHandoff,
+  spareIdleSeconds,
   writeJsonLine,
 } from "./actions/spare_handoff.ts";
 import { effectiveIds, PeerCredentialResolver } from "../ttrpc/_peer_cred.ts";
@@ -110,8 +110,7 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
     } catch { /* gone */ }
   };
 
-  const idleMs = 1000 * (Number(Deno.env.get("SKIFF_SPARE_IDLE_SECONDS")) ||
-    DEFAULT_SPARE_IDLE_SECONDS);
+  const idleMs = 1000 * spareIdleSeconds();
   const deadline = Date.now() + idleMs;
   const daemonSocket = flags.address.replace(/^unix:\/\//, "");
   const watch = setInterval(() => {

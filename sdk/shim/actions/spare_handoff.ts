@@ -82,6 +82,23 @@ export const DEFAULT_SPARE_IDLE_SECONDS = 600;
 const OFF = /^(0|off|false|no)$/i;
 
 /**
+ * How long an unused spare waits: `SKIFF_SPARE_IDLE_SECONDS` when it is a positive number,
+ * else {@linkcode DEFAULT_SPARE_IDLE_SECONDS}.
+ *
+ * @example Usage
+ * ```ts
+ * import { spareIdleSeconds } from "./spare_handoff.ts";
+ * console.assert(spareIdleSeconds(new Map([["SKIFF_SPARE_IDLE_SECONDS", "-1"]])) === 600);
+ * ```
+ */
+export function spareIdleSeconds(
+  env: { get(key: string): string | undefined } = Deno.env,
+): number {
+  const idle = Number(env.get("SKIFF_SPARE_IDLE_SECONDS") ?? DEFAULT_SPARE_IDLE_SECONDS);
+  return Number.isFinite(idle) && idle > 0 ? idle : DEFAULT_SPARE_IDLE_SECONDS;
+}
+
+/**
  * The code identity of an installed launcher: the SHA-256 of its text.
  *
  * @example Usage
@@ -121,7 +138,6 @@ export function spareConfig(
   } catch {
     return undefined; // the launcher is gone: nothing to key a spare on
   }
-  const idle = Number(env.get("SKIFF_SPARE_IDLE_SECONDS") ?? DEFAULT_SPARE_IDLE_SECONDS);
   const dir = `${socketDir}/skiff-${sha256Hex(address).slice(0, 12)}`;
   const code = codeId.slice(0, 16);
   return {
@@ -131,7 +147,7 @@ export function spareConfig(
     stats: `${dir}/stats-${sha256Hex(launcher).slice(0, 16)}.json`,
     codeId,
     launcher,
-    idleSeconds: Number.isFinite(idle) && idle > 0 ? idle : DEFAULT_SPARE_IDLE_SECONDS,
+    idleSeconds: spareIdleSeconds(env),
   };
 }
 
