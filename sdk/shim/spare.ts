@@ -15,7 +15,7 @@
 import type { ShimFlags } from "./flags.ts";
 import type { Shim } from "./shim.ts";
 import {
-  readJsonLine,
+  JsonLines,
   spareCodeId,
   type SpareHandoff,
   spareIdleSeconds,
@@ -77,7 +77,7 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
     await new Promise((r) => setTimeout(r, 5));
   }
   if (!locked) Deno.exit(0);
-  // Our pid, for a `start` that has to kill us after a stalled handoff.
+  // Our pid, for operators: which process is the waiting spare.
   await lock.truncate(0);
   await lock.write(new TextEncoder().encode(`${Deno.pid}\n`));
   const codeId = spareCodeId(launcher);
@@ -155,7 +155,8 @@ async function adopt<T extends object>(
   try {
     // Whoever connected has 10 s to say what to become; we serve nobody else meanwhile.
     const timer = setTimeout(() => conn.close(), 10_000);
-    const v = await readJsonLine(conn).finally(() => clearTimeout(timer));
+    await writeJsonLine(conn, { pid: Deno.pid, codeId });
+    const v = await new JsonLines(conn).next().finally(() => clearTimeout(timer));
     if (!validHandoff(v)) throw new Error("malformed handoff");
     if (v.codeId !== codeId) throw new Error("handoff from other code");
     handoff = v;

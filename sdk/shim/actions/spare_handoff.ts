@@ -9,8 +9,9 @@
  * spare, and two containerds on one node never share one. It is on for bundled launchers unless
  * `SKIFF_SPARE=0`; source launchers never use one (their code can change under the same text).
  *
- * The exchange on the spare's 0600 socket is two JSON lines: `start`'s {@linkcode SpareHandoff},
- * and the spare's answer (`{"ok":true,"pid":…}`) once it serves the container's socket. The
+ * The exchange on the spare's 0600 socket is JSON lines: the spare's hello (`{"pid":…,"codeId":…}`,
+ * sent on accepting), `start`'s {@linkcode SpareHandoff} (sent on connecting, without waiting),
+ * and the spare's answer (`{"ok":true,…}`) once it serves the container's socket. The
  * counters are kept by the servers themselves, off `start`'s path: an adopted spare counts
  * itself after answering, a cold server once it listens.
  *
@@ -151,24 +152,35 @@ export function spareConfig(
   };
 }
 
-/** Reads one `\n`-terminated JSON line (at most 1 MiB). */
-export async function readJsonLine(conn: Deno.Conn): Promise<unknown> {
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  const buf = new Uint8Array(64 * 1024);
-  for (;;) {
-    const n = await conn.read(buf);
-    if (n === null) throw new Error("connection closed before a full line");
-    const nl = buf.subarray(0, n).indexOf(10);
-    chunks.push(buf.slice(0, nl === -1 ? n : nl));
-    size += n;
-    if (nl !== -1) break;
-    if (size > 1 << 20) throw new Error("line longer than 1 MiB");
+/** Reads `\n`-terminated JSON lines (each at most 1 MiB) from a connection, keeping what follows. */
+export class JsonLines {
+  #conn: Deno.Conn;
+  #buf = new Uint8Array(0);
+
+  /** Reads from `conn`. */
+  constructor(conn: Deno.Conn) {
+    this.#conn = conn;
   }
-  const all = new Uint8Array(chunks.reduce((a, c) => a + c.length, 0));
-  let off = 0;
-  for (const c of chunks) all.set(c, (off += c.length) - c.length);
-  return JSON.parse(new TextDecoder().decode(all));
+
+  /** The next line, parsed; throws when the connection ends first or the line is too long. */
+  async next(): Promise<unknown> {
+    for (;;) {
+      const nl = this.#buf.indexOf(10);
+      if (nl !== -1) {
+        const line = this.#buf.subarray(0, nl);
+        this.#buf = this.#buf.slice(nl + 1);
+        return JSON.parse(new TextDecoder().decode(line));
+      }
+      if (this.#buf.length > 1 << 20) throw new Error("line longer than 1 MiB");
+      const chunk = new Uint8Array(64 * 1024);
+      const n = await this.#conn.read(chunk);
+      if (n === null) throw new Error("connection closed before a full line");
+      const next = new Uint8Array(this.#buf.length + n);
+      next.set(this.#buf);
+      next.set(chunk.subarray(0, n), this.#buf.length);
+      this.#buf = next;
+    }
+  }
 }
 
 /** Writes one JSON line. */
@@ -180,8 +192,8 @@ export async function writeJsonLine(conn: Deno.Conn, value: unknown): Promise<vo
 /**
  * Hands a container to the waiting spare. Resolves with its answer (its pid) once it serves
  * `handoff.flags.socket`, or undefined when there is no usable spare (none, dead, other code,
- * or it failed): the caller then starts a server cold. A spare that stalls is killed (its pid is
- * in the lock file), so that it cannot serve the socket behind the cold server.
+ * or it failed): the caller then starts a server cold. A spare that took the handoff and then
+ * stalls is killed, so that it cannot serve the socket behind the cold server.
  *
  * @example Usage
  * ```ts ignore
@@ -196,20 +208,38 @@ export async function handOff(
 ): Promise<Adopted | undefined> {
   const conn = await connectSpare(cfg);
   if (!conn) return undefined;
-  const timer = setTimeout(() => conn.close(), timeoutMs);
-  let sent = false;
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    conn.close();
+  }, timeoutMs);
+  // The spare's hello (its pid) comes unasked, so the handoff costs one round trip.
+  let pid: number | undefined;
   try {
     await writeJsonLine(conn, handoff);
-    sent = true;
-    const answer = await readJsonLine(conn) as Partial<Adopted> & { ok?: boolean };
-    if (answer.ok === true && Number.isInteger(answer.pid)) {
+    const lines = new JsonLines(conn);
+    const hello = await lines.next() as { pid?: number; codeId?: string };
+    if (hello.codeId !== cfg.codeId || !Number.isInteger(hello.pid)) return undefined;
+    pid = hello.pid;
+    const answer = await lines.next() as Partial<Adopted> & { ok?: boolean };
+    if (answer.ok === true) {
       const v = answer.containerd;
       const known = Array.isArray(v) && v.length === 2 && v.every(Number.isInteger);
-      return { pid: answer.pid!, ...(known ? { containerd: v } : {}) };
+      return { pid: pid!, ...(known ? { containerd: v } : {}) };
     }
     return undefined; // it refused (other code, or it could not become the server); it exits
   } catch {
-    if (sent) await killStalledSpare(cfg, handoff.flags.socket);
+    // Refused before its hello (another start took it: the connection was reset), or it died
+    // or stalled after: only a spare known to have taken this handoff is killed, so that it
+    // cannot serve the socket behind the cold server.
+    if (pid !== undefined) {
+      if (timedOut) {
+        try {
+          Deno.kill(pid, "SIGKILL");
+        } catch { /* gone */ }
+      }
+      await Deno.remove(handoff.flags.socket).catch(() => {});
+    }
     return undefined;
   } finally {
     clearTimeout(timer);
@@ -279,14 +309,6 @@ async function connectSpare(cfg: SpareConfig): Promise<Deno.Conn | undefined> {
   } finally {
     claim.close(); // the handoff itself needs no claim: the spare takes one container only
   }
-}
-
-async function killStalledSpare(cfg: SpareConfig, socket: string): Promise<void> {
-  try {
-    const pid = Number((await Deno.readTextFile(cfg.lock)).trim());
-    if (pid > 1) Deno.kill(pid, "SIGKILL");
-  } catch { /* gone, or the next spare owns the lock already */ }
-  await Deno.remove(socket).catch(() => {});
 }
 
 /**
