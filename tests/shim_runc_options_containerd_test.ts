@@ -47,17 +47,16 @@ function runcOptions(init: MessageInitShape<typeof RuncOptionsSchema>): Any {
   });
 }
 
-/** The shim server process (not `start`/`delete`) serving `id` for this containerd. */
-async function shimServer(c: PrivateContainerd, id: string): Promise<number | undefined> {
-  for await (const e of Deno.readDir("/proc")) {
-    if (!/^\d+$/.test(e.name)) continue;
-    try {
-      const argv = (await Deno.readTextFile(`/proc/${e.name}/cmdline`)).split("\0");
-      const at = (flag: string) => argv[argv.indexOf(flag) + 1];
-      if (argv.indexOf("-id") < 0 || at("-id") !== id || at("-address") !== c.address) continue;
-      if (argv.includes("start") || argv.includes("delete")) continue;
-      return Number(e.name);
-    } catch { /* gone */ }
+/**
+ * The shim server process (not `start`/`delete`) serving `id` for this containerd. Through
+ * `c.shims()`, which also lists a warm spare adopted for `id` (its own argv names no container).
+ */
+function shimServer(c: PrivateContainerd, id: string): number | undefined {
+  for (const { pid, argv } of c.shims()) {
+    const at = (flag: string) => argv[argv.indexOf(flag) + 1];
+    if (argv.indexOf("-id") < 0 || at("-id") !== id) continue;
+    if (argv.includes("start") || argv.includes("delete")) continue;
+    return pid;
   }
   return undefined;
 }
@@ -122,7 +121,7 @@ async function runTask(
     stderr: `file://${o.out}`,
   });
   assert.ok(task.pid > 0, `${o.which}: task ${o.id} has a pid`);
-  const server = await shimServer(c, o.id);
+  const server = shimServer(c, o.id);
   assert.ok(server, `${o.which}: a shim server serves ${o.id}`);
   return server;
 }
