@@ -28,10 +28,13 @@ const ALLOWED: Record<string, string[]> = {
   "-info": ["sdk/shim/actions/info.ts"],
   start: [
     "sdk/shim/actions/start.ts",
+    "sdk/shim/actions/server_socket.ts",
     "sdk/shim/socket_address.ts",
     "sdk/shim/sha256.ts",
     // The warm spare's start side (handoff, next spare, counters): a few small functions.
     "sdk/shim/actions/spare_handoff.ts",
+    // The spare's containerd, told apart from a reused pid by its start time.
+    "sdk/linux/proc_stat.ts",
     // The server's OOM score (containerd's plus one), set by start as the Go shims do.
     "sdk/linux/oom_score.ts",
     // Only with runc options naming shim_cgroup.
@@ -41,12 +44,9 @@ const ALLOWED: Record<string, string[]> = {
   delete: [
     "sdk/shim/actions/delete.ts",
     "sdk/shim/actions/bundle_files.ts",
-    "sdk/shim/actions/start.ts",
+    "sdk/shim/actions/server_socket.ts",
     "sdk/shim/socket_address.ts",
     "sdk/shim/sha256.ts",
-    // Evaluated with start.ts (which delete imports), not used by delete.
-    "sdk/shim/actions/spare_handoff.ts",
-    "sdk/linux/oom_score.ts",
     // mount.ts reads mountinfo; libc is opened only when a dead server left a mount.
     "sdk/linux/mount.ts",
     "sdk/linux/libc.ts",

@@ -713,6 +713,22 @@ for (const v of chosen) {
           );
           await d.stop();
           assert.ok(!exists(await spareDir(d)));
+
+          // containerd SIGKILLed: its socket file stays, but the process the spare was spawned
+          // under is gone, and the spare notices that too.
+          const e = await k.containerd();
+          await ok(k.run(e, { id: uid("z"), namespace: "left", args: ["true"] }), "z");
+          const orphan2 = await waitingSpare(e);
+          const socketFile = e.address;
+          Deno.kill(e.pid!, "SIGKILL");
+          await eventually("containerd's exit", () => e.pid === undefined ? true : undefined);
+          assert.ok(exists(socketFile), "a SIGKILLed containerd leaves its socket file");
+          await eventually(
+            `spare ${orphan2} exits once its containerd was killed`,
+            () => alive(orphan2) ? undefined : true,
+          );
+          await e.stop();
+          assert.ok(!exists(await spareDir(e)));
         });
       } finally {
         for (const c of k.started) await c.stop();

@@ -22,7 +22,7 @@ import type { Shim } from "./shim.ts";
 import { linuxPlatform } from "./linux_platform.ts";
 import { TaskService } from "./task_service.ts";
 import { shimSocketAddress, socketPath } from "./socket_address.ts";
-import { groupKey } from "./actions/start.ts";
+import { groupKey } from "./actions/server_socket.ts";
 import { formatTaskApiEndpoint, type TaskApiEndpoint } from "./endpoint.ts";
 import { loadShimOps } from "../ops/load.ts";
 import { countServerStart, spareStatsPath } from "./actions/spare_handoff.ts";

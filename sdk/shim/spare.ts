@@ -6,7 +6,7 @@
  * cgroups, `shim_cgroup`, OOM score, log FIFO, `-debug`) and runs {@linkcode serveShim}.
  *
  * It exits, removing its socket, when it has waited `SKIFF_SPARE_IDLE_SECONDS`, when its
- * containerd's socket is gone, or when the launcher that spawned it was reinstalled. Only one
+ * containerd's socket or process is gone, or when the launcher that spawned it was reinstalled. Only one
  * spare waits per key: the lock file is held from before loading until adoption.
  *
  * @module
@@ -24,6 +24,7 @@ import {
 import { effectiveIds, PeerCredentialResolver } from "../ttrpc/_peer_cred.ts";
 import { joinCgroup, joinCgroupsOf } from "../linux/cgroup_join.ts";
 import { setOomScoreAdj } from "../linux/oom_score.ts";
+import { processStartTime } from "../linux/proc_stat.ts";
 import { containerdVersion } from "./actions/start.ts";
 
 /** How often the spare checks its idle time, containerd and its launcher. */
@@ -113,6 +114,12 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
   const idleMs = 1000 * spareIdleSeconds();
   const deadline = Date.now() + idleMs;
   const daemonSocket = flags.address.replace(/^unix:\/\//, "");
+  // The containerd that ran the spawning `start` ("<pid>:<start time>"): gone means leave.
+  const [daemonPid, daemonStart] = (Deno.env.get("SKIFF_SPARE_DAEMON") ?? "").split(":");
+  Deno.env.delete("SKIFF_SPARE_DAEMON");
+  const daemonGone = () =>
+    Number(daemonPid) > 1 && daemonStart !== "" &&
+    String(processStartTime(Number(daemonPid)) ?? "") !== daemonStart;
   const watch = setInterval(() => {
     let reinstalled = false;
     try {
@@ -120,7 +127,10 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
     } catch {
       reinstalled = true; // the launcher is gone
     }
-    if (Date.now() >= deadline || reinstalled || (daemonSocket && !exists(daemonSocket))) {
+    if (
+      Date.now() >= deadline || reinstalled || (daemonSocket && !exists(daemonSocket)) ||
+      daemonGone()
+    ) {
       leave();
       Deno.exit(0);
     }

@@ -11,7 +11,7 @@ import { encodeDeleteResponse } from "./wire.ts";
 import type { ShimFlags } from "../flags.ts";
 import type { Shim } from "../shim.ts";
 import { Logger } from "../logger.ts";
-import { groupKey, socketAlive } from "./start.ts";
+import { groupKey, socketAlive } from "./server_socket.ts";
 import { shimSocketAddress, socketPath } from "../socket_address.ts";
 import { RUNTIME_DELETED_FILE } from "./bundle_files.ts";
 

@@ -19,6 +19,7 @@
  */
 
 import { sha256Hex } from "../sha256.ts";
+import { processStartTime } from "../../linux/proc_stat.ts";
 
 /** Where one shim binary's spare lives for one containerd, and how it behaves. */
 export interface SpareConfig {
@@ -343,8 +344,12 @@ export function spawnSpare(
   } finally {
     lock.close();
   }
+  // containerd is our parent: the spare leaves when that process is gone (even SIGKILLed, when
+  // its socket file stays), told apart from a later process with its pid by its start time.
+  const daemon = `${Deno.ppid}:${processStartTime(Deno.ppid) ?? ""}`;
   const child = new Deno.Command(cfg.launcher, {
     args: ["-spare", "-address", address, "-publish-binary", publishBinary, "-socket", cfg.socket],
+    env: { SKIFF_SPARE_DAEMON: daemon },
     cwd: "/",
     stdin: "null",
     stdout: "null",

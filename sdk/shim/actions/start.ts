@@ -22,12 +22,9 @@ import type { Shim } from "../shim.ts";
 import { DEFAULT_SOCKET_DIR, shimSocketAddress, socketPath } from "../socket_address.ts";
 import { setOomScoreAdj, shimOomScore } from "../../linux/oom_score.ts";
 import { handOff, spareConfig, spawnSpare } from "./spare_handoff.ts";
+import { groupKey, socketAlive } from "./server_socket.ts";
 
-/** Annotations that group containers into one shim (a pod, or an explicit group). */
-export const GROUP_ANNOTATIONS: readonly string[] = [
-  "io.containerd.runc.v2.group",
-  "io.kubernetes.cri.sandbox-id",
-];
+export { GROUP_ANNOTATIONS, groupKey, socketAlive } from "./server_socket.ts";
 
 /** Which protocol dialect containerd spoke on `start`'s stdin. */
 export interface StartInput {
@@ -117,28 +114,6 @@ export function shimCgroupOf(carriers: readonly Any[]): string | undefined {
     } catch { /* undecodable options: Create reports them */ }
   }
   return cgroup;
-}
-
-/** The grouping key of a bundle: a group annotation in config.json, else the id. */
-export function groupKey(bundle: string, id: string): string {
-  try {
-    // Sync file calls on start's path: each async one costs a thread-pool round trip.
-    const spec = JSON.parse(Deno.readTextFileSync(`${bundle}/config.json`));
-    const ann = (spec?.annotations ?? {}) as Record<string, string>;
-    for (const key of GROUP_ANNOTATIONS) if (ann[key]) return ann[key];
-  } catch { /* no spec (sandboxes may have none): no grouping */ }
-  return id;
-}
-
-/** True when something accepts connections on the unix socket. */
-export async function socketAlive(path: string): Promise<boolean> {
-  try {
-    const c = await Deno.connect({ transport: "unix", path });
-    c.close();
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /** containerd's version from its binary (`-publish-binary`), or undefined. */
