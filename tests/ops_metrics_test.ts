@@ -184,6 +184,16 @@ Deno.test("ShimMetrics reads containers, live processes and event counters at sc
   assert.equal(value("skiff_events_failed_total"), "1");
   assert.equal(value("skiff_events_queued"), "2");
   assert.ok(Number(value("process_resident_memory_bytes")) > 0);
+  // PSS and USS from smaps_rollup: positive, and never above RSS.
+  const rss = Number(value("process_resident_memory_bytes"));
+  for (
+    const name of ["skiff_process_proportional_memory_bytes", "skiff_process_unique_memory_bytes"]
+  ) {
+    assert.ok(
+      Number(value(name)) > 0 && Number(value(name)) <= rss * 1.5,
+      `${name}=${value(name)}`,
+    );
+  }
   assert.equal(
     parseExposition(m.render()).find((f) => f.name === "skiff_shim_info")!.samples[0]!.labels
       .map(([k, v]) => `${k}=${v}`).join(","),

@@ -10,6 +10,17 @@ import { type Counter, type Histogram, MetricsRegistry } from "./metrics.ts";
 import type { OpsContainerView } from "./load.ts";
 import type { RpcObservation } from "./rpc.ts";
 
+/** PSS and USS of this process in bytes, from `/proc/self/smaps_rollup` (0 where unreadable). */
+function smapsRollup(): { pss: number; uss: number } {
+  let text = "";
+  try {
+    text = Deno.readTextFileSync("/proc/self/smaps_rollup");
+  } catch { /* not Linux, or no procfs */ }
+  const kb = (name: string) =>
+    Number(new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(text)?.[1] ?? 0);
+  return { pss: kb("Pss") * 1024, uss: (kb("Private_Clean") + kb("Private_Dirty")) * 1024 };
+}
+
 /**
  * Who a shim is; carried by `skiff_shim_info` and the create counters.
  *
@@ -165,6 +176,18 @@ export class ShimMetrics {
       name: "process_resident_memory_bytes",
       help: "Resident memory size of the shim process in bytes.",
       read: () => Deno.memoryUsage().rss,
+    });
+    // RSS counts every page of the deno binary in every shim; PSS (shared pages split among the
+    // processes mapping them) is what a shim costs the node, USS what its exit would free.
+    r.gauge({
+      name: "skiff_process_proportional_memory_bytes",
+      help: "Proportional set size (PSS) of the shim process in bytes (smaps_rollup).",
+      read: () => smapsRollup().pss,
+    });
+    r.gauge({
+      name: "skiff_process_unique_memory_bytes",
+      help: "Unique set size (USS: private pages) of the shim process in bytes (smaps_rollup).",
+      read: () => smapsRollup().uss,
     });
     r.gauge({
       name: "process_start_time_seconds",
