@@ -6,7 +6,9 @@
  * - memory of the shim server process(es) with 1 and with 10 running containers, one shim per
  *   container, and with 10 containers grouped into one shim (`io.containerd.runc.v2.group`
  *   annotation), from `/proc/<pid>/smaps_rollup`: PSS (each shared page split among the
- *   processes mapping it: the node's real cost), USS (private pages only) and RSS.
+ *   processes mapping it: the node's real cost), USS (private pages only) and RSS. skiff's
+ *   waiting warm spare (a loaded server no container uses yet) is not one of the shims: it is
+ *   reported on its own row, measured with the 10 containers running.
  *
  * Run: `deno run -A bench/shim_bench.ts [--containerd 2.1|1.7|1.6] [--runs 10]`. Needs root,
  * runc and busybox-static (tests/setup/prepare.sh installs them).
@@ -27,8 +29,11 @@ export interface ShimBenchRow {
   runtime: string;
   /** `ctr run --rm … true` wall time, milliseconds. */
   runMs: { p50: number; p90: number; mean: number };
-  /** Shim memory in MiB: one container, ten containers (total), ten grouped into one shim. */
-  mem: { one: ShimMemory; ten: ShimMemory; tenGrouped: ShimMemory };
+  /**
+   * Shim memory in MiB: one container, ten containers (total), ten grouped into one shim, and
+   * the waiting warm spares (skiff only; zero for Go) while the ten run.
+   */
+  mem: { one: ShimMemory; ten: ShimMemory; tenGrouped: ShimMemory; spare: ShimMemory };
 }
 
 /** Memory of a set of processes, MiB, summed over them. */
@@ -71,8 +76,16 @@ export function parseSmapsRollup(text: string): { pss: number; uss: number; rss:
   };
 }
 
-/** PSS/USS/RSS (MiB) of every shim server process serving this containerd (`start` excluded). */
-async function shimMemory(address: string): Promise<ShimMemory> {
+/**
+ * PSS/USS/RSS (MiB) of the shim server processes serving this containerd (`start` and `delete`
+ * excluded): those with a container (`spares` false), or the waiting spares (`spares` true).
+ */
+async function shimMemory(
+  c: { address: string; spares(): { pid: number }[] },
+  spares = false,
+): Promise<ShimMemory> {
+  const address = c.address;
+  const waiting = new Set(c.spares().map((s) => s.pid));
   const total = { pss: 0, uss: 0, rss: 0 };
   for await (const e of Deno.readDir("/proc")) {
     if (!/^\d+$/.test(e.name)) continue;
@@ -82,6 +95,7 @@ async function shimMemory(address: string): Promise<ShimMemory> {
       if (i < 0 || argv[i + 1] !== address || argv.includes("start") || argv.includes("delete")) {
         continue;
       }
+      if (waiting.has(Number(e.name)) !== spares) continue;
       const m = parseSmapsRollup(await Deno.readTextFile(`/proc/${e.name}/smaps_rollup`));
       total.pss += m.pss;
       total.uss += m.uss;
@@ -156,18 +170,19 @@ export async function runShimBench(
       };
       await detach(`${tag}-one`);
       await settle();
-      const one = await shimMemory(c.address);
+      const one = await shimMemory(c);
       const tenIds = Array.from({ length: 10 }, (_, i) => `${tag}-ten-${i}`);
       for (const id of tenIds.slice(1)) await detach(id);
       await settle();
-      const ten = await shimMemory(c.address);
+      const ten = await shimMemory(c);
+      const spare = await shimMemory(c, true);
       await cleanup([`${tag}-one`, ...tenIds.slice(1)]);
       const grouped = Array.from({ length: 10 }, (_, i) => `${tag}-grp-${i}`);
       for (const id of grouped) {
         await detach(id, ["--annotation", `io.containerd.runc.v2.group=${tag}-group`]);
       }
       await settle();
-      const tenGrouped = await shimMemory(c.address);
+      const tenGrouped = await shimMemory(c);
       await cleanup(grouped);
       rows.push({
         runtime,
@@ -176,7 +191,7 @@ export async function runShimBench(
           p90: percentile(times, 90),
           mean: times.reduce((a, b) => a + b, 0) / times.length,
         },
-        mem: { one, ten, tenGrouped },
+        mem: { one, ten, tenGrouped, spare },
       });
     }
   } finally {
@@ -212,6 +227,11 @@ export async function runShimBench(
           f(sk.mem[key][k])
         } | ${r(sk.mem[key][k], go.mem[key][k])} |`
       )
+    ),
+    ...(["pss", "uss", "rss"] as const).map((k) =>
+      `| waiting warm spare ${k.toUpperCase()}, with 10 containers (MiB) | - | ${
+        f(sk.mem.spare[k])
+      } | - |`
     ),
   ].join("\n");
   return { containerd: v.version, rows, markdown };
