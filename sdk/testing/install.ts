@@ -98,7 +98,9 @@ export type InstallMode = "bundle" | "source";
  * {@linkcode SHIM_MALLOC_ARENA_MAX} it took the PSS of 10 one-container runc shim servers on
  * containerd 2.1.9 from 194 to 167 MiB (Go's shim: 57 MiB; 161 MiB with the minified bundle
  * of `installShims`), the waiting spare's from 18.0 to 15.8 MiB, with no slower `ctr run`
- * (p50 218 → 172 ms, within this loaded machine's noise).
+ * (p50 218 → 172 ms, within this loaded machine's noise); those runs kept other variants'
+ * spares alive, so shared pages split further. `bench/shim_bench.ts --containerd 2.1` then
+ * gave 173.8 MiB against Go's 56.5 (3.07x), the spare 16.5 MiB.
  */
 export const DEFAULT_SHIM_V8_FLAGS: readonly string[] = [
   "--lite-mode",
