@@ -34,6 +34,7 @@ const SYMBOLS = {
   umount2: { parameters: ["buffer", "i32"], result: "i32" },
   inotify_init1: { parameters: ["i32"], result: "i32" },
   inotify_add_watch: { parameters: ["i32", "buffer", "u32"], result: "i32" },
+  malloc_trim: { parameters: ["usize"], result: "i32" },
 } as const;
 
 /**

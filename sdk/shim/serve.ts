@@ -26,6 +26,7 @@ import { groupKey } from "./actions/server_socket.ts";
 import { formatTaskApiEndpoint, type TaskApiEndpoint } from "./endpoint.ts";
 import { loadShimOps } from "../ops/load.ts";
 import { countServerStart, spareStatsPath } from "./actions/spare_handoff.ts";
+import { trimMemoryLater } from "./memory_trim.ts";
 
 /** Service names the Task implementation is registered under. */
 export const TASK_SERVICE_NAMES: readonly string[] = [
@@ -209,6 +210,7 @@ export async function serveShim<T extends object>(
 
   await server.listen(path);
   await options.onListening?.();
+  trimMemoryLater(); // idle memory back to the kernel once the first requests are done
   const origin = options.origin ?? "cold";
   // Node-wide counters of spares adopted and cold starts (when spares are on, for a containerd
   // that exists: a server run by hand or by a test harness leaves no counters behind).

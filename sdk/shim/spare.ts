@@ -26,6 +26,7 @@ import { joinCgroup, joinCgroupsOf } from "../linux/cgroup_join.ts";
 import { setOomScoreAdj } from "../linux/oom_score.ts";
 import { processStartTime } from "../linux/proc_stat.ts";
 import { containerdVersion } from "./actions/start.ts";
+import { trimMemory } from "./memory_trim.ts";
 
 /** How often the spare checks its idle time, containerd and its launcher. */
 const WATCH_MS = 1_000;
@@ -96,6 +97,7 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
     ? await containerdVersion(flags.publishBinary)
     : undefined;
 
+  trimMemory(); // a spare may wait for minutes: leave the loading's garbage behind first
   // We hold the lock, so a socket file left here is a dead spare's.
   await Deno.remove(flags.socket).catch(() => {});
   const listener = Deno.listen({ transport: "unix", path: flags.socket });
