@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import {
   checkoutRoot,
   currentDenoDir,
+  deleteFastPath,
   EXAMPLE_SHIMS,
   installShims,
   launcherScript,
@@ -239,5 +240,49 @@ Deno.test("a bundled launcher reads a dynamically imported chunk only when the i
     assert.equal(dec.decode(out.stdout).trim(), "ran");
   } finally {
     for (const d of [prefix, root]) await Deno.remove(d, { recursive: true });
+  }
+});
+
+Deno.test("the launchers' delete fast path prints the server's answer only when nothing is left to clean", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "skiff-fastpath-" });
+  try {
+    const script = `${dir}/launcher`;
+    // The fast path, then a stand-in for `exec deno …` that says it was reached.
+    await Deno.writeTextFile(
+      script,
+      ["#!/bin/sh", ...deleteFastPath(), "echo FELL-THROUGH"].join("\n"),
+    );
+    const bundle = `${dir}/bundle`;
+    await Deno.mkdir(bundle);
+    const answer = new Uint8Array([0x08, 0x2a, 0x10, 0x89, 0x01]);
+    const run = async (...args: string[]) => {
+      const out = await new Deno.Command("sh", { args: [script, ...args], stdout: "piped" })
+        .output();
+      assert.equal(out.code, 0);
+      return out.stdout;
+    };
+    const fell = (b: Uint8Array) => dec.decode(b).trim() === "FELL-THROUGH";
+    const flags = ["-namespace", "n", "-address", "/a", "-publish-binary", "/p", "-id", "c1"];
+
+    // No answer left by a server: the delete action runs.
+    assert.ok(fell(await run(...flags, "-bundle", bundle, "delete")));
+    await Deno.writeFile(`${bundle}/skiff-runtime-deleted`, answer);
+    // An answer, but no address file: the action runs (it knows where to look).
+    assert.ok(fell(await run(...flags, "-bundle", bundle, "delete")));
+    // An answer and the socket gone: printed as is, both flag spellings, nothing started.
+    await Deno.writeTextFile(`${bundle}/address`, `unix://${dir}/gone.sock`);
+    assert.deepEqual(await run(...flags, "-bundle", bundle, "delete"), answer);
+    assert.deepEqual(await run(...flags, `--bundle=${bundle}`, "-debug", "delete"), answer);
+    // The socket still there (a group's live server, or a dead one's leftover): the action runs.
+    await Deno.writeTextFile(`${dir}/gone.sock`, "");
+    assert.ok(fell(await run(...flags, "-bundle", bundle, "delete")));
+    await Deno.remove(`${dir}/gone.sock`);
+    // Other actions, and an empty answer, never take the fast path.
+    assert.ok(fell(await run(...flags, "-bundle", bundle, "start")));
+    assert.ok(fell(await run("-v")));
+    await Deno.writeFile(`${bundle}/skiff-runtime-deleted`, new Uint8Array());
+    assert.ok(fell(await run(...flags, "-bundle", bundle, "delete")));
+  } finally {
+    await Deno.remove(dir, { recursive: true });
   }
 });

@@ -60,7 +60,7 @@ import { ExitWindow, isExitOf } from "./exit_window.ts";
 import { sharesPidNamespace } from "./bundle_spec.ts";
 import type { Shim } from "./shim.ts";
 import type { TaskApiEndpoint } from "./endpoint.ts";
-import { RUNTIME_DELETED_FILE } from "./actions/bundle_files.ts";
+import { DEAD_SHIM_EXIT_STATUS, RUNTIME_DELETED_FILE } from "./actions/bundle_files.ts";
 import { encodeDeleteResponse } from "./actions/wire.ts";
 
 type TaskImpl = ServiceImpl<typeof Task>;
@@ -453,11 +453,8 @@ export class TaskService<T extends object> {
     // (or the launcher, without starting deno) prints this DeleteResponse.
     await Deno.writeFile(
       `${c.bundle}/${RUNTIME_DELETED_FILE}`,
-      encodeDeleteResponse({
-        pid: p.pid,
-        exitStatus: out.exitStatus ?? 0,
-        exitedAt: exit?.exitedAt ?? new Date(),
-      }),
+      // As containerd's shims answer `delete`, whatever the init's own status was.
+      encodeDeleteResponse({ pid: p.pid, exitStatus: DEAD_SHIM_EXIT_STATUS, exitedAt: new Date() }),
     ).catch(() => {});
     this.#containers.delete(c.id);
     this.#d.events.publish("/tasks/delete", TaskDeleteSchema, {

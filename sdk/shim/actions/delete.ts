@@ -13,10 +13,9 @@ import type { Shim } from "../shim.ts";
 import { Logger } from "../logger.ts";
 import { groupKey, socketAlive } from "./server_socket.ts";
 import { shimSocketAddress, socketPath } from "../socket_address.ts";
-import { RUNTIME_DELETED_FILE } from "./bundle_files.ts";
+import { DEAD_SHIM_EXIT_STATUS, RUNTIME_DELETED_FILE } from "./bundle_files.ts";
 
-/** Exit status containerd reports for a task cleaned up after its shim died (128+SIGKILL). */
-export const DEAD_SHIM_EXIT_STATUS = 137;
+export { DEAD_SHIM_EXIT_STATUS } from "./bundle_files.ts";
 
 /**
  * Runs `delete` and returns the marshalled `DeleteResponse`.
@@ -39,8 +38,8 @@ export async function runDelete<T extends object>(
     Deno.readFile(`${bundle}/${RUNTIME_DELETED_FILE}`).catch(() => undefined),
     removeDeadSocket(bundle, flags),
   ]);
-  // After a clean Task Delete the server left its answer (containerd ignores it then: the task
-  // is gone); otherwise the server died, and the task is reported killed.
+  // After a clean Task Delete the server left the answer (the same, with that delete's time);
+  // containerd ignores it then, the task being gone.
   if (answer && answer.length > 0) return answer;
   return encodeDeleteResponse({ pid, exitStatus: DEAD_SHIM_EXIT_STATUS, exitedAt: new Date() });
 }
