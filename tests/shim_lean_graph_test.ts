@@ -37,6 +37,9 @@ const ALLOWED: Record<string, string[]> = {
     "sdk/linux/proc_stat.ts",
     // The server's OOM score (containerd's plus one), set by start as the Go shims do.
     "sdk/linux/oom_score.ts",
+    // start's nice value for the spare, read from /proc (libc's table only: nothing is opened).
+    "sdk/linux/nice.ts",
+    "sdk/linux/libc.ts",
     // Only with runc options naming shim_cgroup.
     "sdk/linux/cgroup_join.ts",
     "sdk/linux/cgroup_paths.ts",

@@ -401,6 +401,13 @@ for (const v of chosen) {
           assert.equal(coldCgroup, readProc(containerdPid, "cgroup"), "cold: containerd's cgroups");
           const spare = await waitingSpare(c);
           assert.equal(readProc(spare, "cgroup"), coldCgroup, "the spare starts there too");
+          // A spare loads and waits at the lowest priority where it can be raised back (root).
+          const nices = (pid: number) =>
+            [...Deno.readDirSync(`/proc/${pid}/task`)].map((t) => {
+              const st = Deno.readTextFileSync(`/proc/${pid}/task/${t.name}/stat`);
+              return Number(st.slice(st.lastIndexOf(")") + 2).split(" ")[16]);
+            });
+          assert.ok(nices(spare).every((n) => n === 19), `waiting spare: ${nices(spare)}`);
 
           // containerd moves to another cgroup while the spare waits (in the old one): a
           // server spawned now would be in the new one, so the adopted spare must move too.
@@ -430,6 +437,13 @@ for (const v of chosen) {
           const want = Math.min(1000, Number(readProc(containerdPid, "oom_score_adj")) + 1);
           assert.equal(Number(readProc(coldPid, "oom_score_adj")), want, "cold oom_score_adj");
           assert.equal(Number(readProc(warmPid, "oom_score_adj")), want, "adopted oom_score_adj");
+          // Priority: containerd's, on every thread, as a cold server inherits it.
+          const containerdNice = nices(containerdPid)[0];
+          assert.ok(nices(coldPid).every((n) => n === containerdNice), `cold: ${nices(coldPid)}`);
+          assert.ok(
+            nices(warmPid).every((n) => n === containerdNice),
+            `adopted: ${nices(warmPid)}`,
+          );
 
           // Environment: what each server hands its children (the binary logger).
           const envOf = (id: string) =>

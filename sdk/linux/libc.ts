@@ -35,6 +35,7 @@ const SYMBOLS = {
   inotify_init1: { parameters: ["i32"], result: "i32" },
   inotify_add_watch: { parameters: ["i32", "buffer", "u32"], result: "i32" },
   malloc_trim: { parameters: ["usize"], result: "i32" },
+  setpriority: { parameters: ["i32", "u32", "i32"], result: "i32" },
 } as const;
 
 /**

@@ -25,6 +25,7 @@ import { effectiveIds, PeerCredentialResolver } from "../ttrpc/_peer_cred.ts";
 import { joinCgroup, joinCgroupsOf } from "../linux/cgroup_join.ts";
 import { setOomScoreAdj } from "../linux/oom_score.ts";
 import { processStartTime } from "../linux/proc_stat.ts";
+import { niceOf, setProcessNice } from "../linux/nice.ts";
 import { containerdVersion } from "./actions/start.ts";
 import { trimMemory } from "./memory_trim.ts";
 
@@ -178,6 +179,10 @@ async function adopt<T extends object>(
     await joinCgroupsOf(Deno.pid, peer);
     if (handoff.shimCgroup) await joinCgroup(Deno.pid, handoff.shimCgroup);
     if (handoff.oomScore !== undefined) setOomScoreAdj("self", handoff.oomScore);
+    // Loaded at the lowest priority (spawnSpare); serve at the one a cold server would have.
+    if (handoff.nice !== undefined && niceOf("self") !== handoff.nice) {
+      setProcessNice(handoff.nice);
+    }
   } catch (e) {
     await writeJsonLine(conn, { ok: false, error: (e as Error).message }).catch(() => {});
     Deno.exit(1);

@@ -20,6 +20,7 @@
 
 import { sha256Hex } from "../sha256.ts";
 import { processStartTime } from "../../linux/proc_stat.ts";
+import { mayRaisePriority } from "../../linux/nice.ts";
 
 /** Where one shim binary's spare lives for one containerd, and how it behaves. */
 export interface SpareConfig {
@@ -60,6 +61,8 @@ export interface SpareHandoff {
   shimCgroup?: string;
   /** The OOM score the server takes (containerd's plus one). */
   oomScore?: number;
+  /** `start`'s nice value, which a cold server would have inherited. */
+  nice?: number;
 }
 
 /** A spare's answer once it serves the container's socket. */
@@ -68,6 +71,17 @@ export interface Adopted {
   pid: number;
   /** containerd's version as `[major, minor]`, when the spare asked its binary. */
   containerd?: [number, number];
+}
+
+/** coreutils' `nice`, which starts a spare at the lowest priority. */
+const NICE = "/usr/bin/nice";
+
+function isFile(path: string): boolean {
+  try {
+    return Deno.statSync(path).isFile;
+  } catch {
+    return false;
+  }
 }
 
 /** Node-wide counters of one launcher under one containerd. */
@@ -347,8 +361,20 @@ export function spawnSpare(
   // containerd is our parent: the spare leaves when that process is gone (even SIGKILLed, when
   // its socket file stays), told apart from a later process with its pid by its start time.
   const daemon = `${Deno.ppid}:${processStartTime(Deno.ppid) ?? ""}`;
-  const child = new Deno.Command(cfg.launcher, {
-    args: ["-spare", "-address", address, "-publish-binary", publishBinary, "-socket", cfg.socket],
+  // Loading at the lowest priority takes CPU from idle time, not from the container being
+  // started; only where the spare may raise its priority back once adopted.
+  const args = [
+    "-spare",
+    "-address",
+    address,
+    "-publish-binary",
+    publishBinary,
+    "-socket",
+    cfg.socket,
+  ];
+  const nice = mayRaisePriority() && isFile(NICE) ? [NICE, "-n", "19"] : [];
+  const child = new Deno.Command(nice[0] ?? cfg.launcher, {
+    args: [...nice.slice(1), ...(nice.length ? [cfg.launcher] : []), ...args],
     env: { SKIFF_SPARE_DAEMON: daemon },
     cwd: "/",
     stdin: "null",

@@ -21,6 +21,7 @@ import { bareTypeName, resolveOptions, RUNC_OPTIONS_TYPE } from "../options.ts";
 import type { Shim } from "../shim.ts";
 import { DEFAULT_SOCKET_DIR, shimSocketAddress, socketPath } from "../socket_address.ts";
 import { setOomScoreAdj, shimOomScore } from "../../linux/oom_score.ts";
+import { niceOf } from "../../linux/nice.ts";
 import { handOff, spareConfig, spawnSpare } from "./spare_handoff.ts";
 import { groupKey, socketAlive } from "./server_socket.ts";
 
@@ -198,6 +199,7 @@ export async function runStart<T extends object>(
       env: Deno.env.toObject(),
       shimCgroup,
       oomScore,
+      nice: niceOf("self"),
     });
     // A spare knows containerd's version already; else ask containerd while the server starts.
     if (adopted?.containerd) daemon = Promise.resolve(adopted.containerd);

@@ -1,0 +1,76 @@
+/**
+ * Scheduling niceness, per thread. A warm spare server loads at the lowest priority, so that on
+ * a busy node it takes CPU only from idle time and not from the container being started; once
+ * adopted it takes the priority its `start` had. Raising a priority again needs
+ * `CAP_SYS_NICE`, so a spare is only lowered where it could be raised back.
+ *
+ * @module
+ */
+
+import { check, libc } from "./libc.ts";
+
+/** `PRIO_PROCESS`: on Linux, `setpriority` with it sets one thread. */
+const PRIO_PROCESS = 0;
+/** Bit of `CAP_SYS_NICE` in the capability sets. */
+const CAP_SYS_NICE = 23;
+
+/**
+ * The nice value of process (thread-group leader) `pid` from `/proc/<pid>/stat`.
+ *
+ * @example Usage
+ * ```ts
+ * import { niceOf } from "./nice.ts";
+ * console.assert(Number.isInteger(niceOf("self")));
+ * ```
+ */
+export function niceOf(pid: number | "self"): number {
+  const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+  return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[16]);
+}
+
+/**
+ * True when this process may raise a priority again (`CAP_SYS_NICE` effective).
+ *
+ * @example Usage
+ * ```ts
+ * import { mayRaisePriority } from "./nice.ts";
+ * console.assert(typeof mayRaisePriority() === "boolean");
+ * ```
+ */
+export function mayRaisePriority(): boolean {
+  try {
+    const status = Deno.readTextFileSync("/proc/self/status");
+    const hex = /^CapEff:\s*([0-9a-f]+)$/m.exec(status)?.[1];
+    return hex !== undefined && ((BigInt(`0x${hex}`) >> BigInt(CAP_SYS_NICE)) & 1n) === 1n;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Sets the nice value of every thread of this process (threads created later inherit their
+ * creator's).
+ *
+ * @throws Error naming the thread and value when the kernel refuses
+ * @example Usage
+ * ```ts ignore
+ * setProcessNice(0);
+ * ```
+ */
+export function setProcessNice(nice: number): void {
+  for (const task of Deno.readDirSync("/proc/self/task")) {
+    const tid = Number(task.name);
+    try {
+      check(`setpriority(thread ${tid}, ${nice})`, libc().setpriority(PRIO_PROCESS, tid, nice));
+    } catch (e) {
+      // A thread that exited since the listing is no error.
+      let alive = true;
+      try {
+        Deno.statSync(`/proc/self/task/${tid}`);
+      } catch {
+        alive = false;
+      }
+      if (alive) throw e;
+    }
+  }
+}
