@@ -25,7 +25,12 @@ import { shimSocketAddress, socketPath } from "./socket_address.ts";
 import { groupKey } from "./actions/server_socket.ts";
 import { formatTaskApiEndpoint, type TaskApiEndpoint } from "./endpoint.ts";
 import { loadShimOps } from "../ops/load.ts";
-import { countServerStart, spareStatsPath } from "./actions/spare_handoff.ts";
+import {
+  countServerStart,
+  spareConfig,
+  spareStatsPath,
+  spawnSpare,
+} from "./actions/spare_handoff.ts";
 import { trimMemoryLater } from "./memory_trim.ts";
 
 /** Service names the Task implementation is registered under. */
@@ -69,6 +74,11 @@ export interface ServeOptions {
   origin?: "cold" | "spare";
   /** Called once the socket accepts connections (a spare answers its `start` then). */
   onListening?: () => Promise<void> | void;
+  /**
+   * containerd's process (`<pid>:<start time>`), which the next warm spare watches. Default:
+   * `SKIFF_SPARE_DAEMON` from the environment `start` gave a cold server.
+   */
+  daemon?: string;
 }
 
 /**
@@ -85,6 +95,9 @@ export async function serveShim<T extends object>(
   options: ServeOptions = {},
 ): Promise<void> {
   const bundle = Deno.cwd();
+  // Ours, not the environment containerd gave: the runtime's processes must not see it.
+  const daemon = options.daemon ?? Deno.env.get("SKIFF_SPARE_DAEMON") ?? "";
+  Deno.env.delete("SKIFF_SPARE_DAEMON");
   // Leave the bundle: containerd removes it when that container is deleted, while a shim that
   // serves a group of containers lives on, and Deno cannot spawn runc from a deleted cwd
   // ("failed resolving cwd"). Everything below uses absolute paths.
@@ -211,6 +224,18 @@ export async function serveShim<T extends object>(
   await server.listen(path);
   await options.onListening?.();
   trimMemoryLater(); // idle memory back to the kernel once the first requests are done
+  // The next container's warm spare, spawned from here rather than by `start`, which then
+  // answers containerd sooner; it loads at low priority while this container is created.
+  const nextSpare = spareConfig(flags.address, path.slice(0, path.lastIndexOf("/")) || "/");
+  if (nextSpare) {
+    setTimeout(() => {
+      try {
+        spawnSpare(nextSpare, flags.address, flags.publishBinary, daemon, (c) => reaper.spawn(c));
+      } catch (e) {
+        logger.debug("no next spare", { error: (e as Error).message });
+      }
+    }, 0);
+  }
   const origin = options.origin ?? "cold";
   // Node-wide counters of spares adopted and cold starts (when spares are on, for a containerd
   // that exists: a server run by hand or by a test harness leaves no counters behind).

@@ -93,6 +93,7 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
     import("../linux/oom.ts"), // every container's Create loads it (linux_platform.ts)
   ]);
   libc(); // dlopen now, not when the server first opens its log FIFO
+  void Deno.Command; // Deno loads its process module on first use: now, not at the first runc
   // containerd's version decides the format of `start`'s answer (1.7+ pass GRPC_ADDRESS).
   const containerd = Deno.env.get("GRPC_ADDRESS") !== undefined
     ? await containerdVersion(flags.publishBinary)
@@ -202,6 +203,7 @@ async function adopt<T extends object>(
   try {
     await serveShim(shim, flags, {
       origin: "spare",
+      ...(handoff.daemon ? { daemon: handoff.daemon } : {}),
       onListening: async () => {
         await writeJsonLine(conn, { ok: true, pid: Deno.pid, containerd }).catch(() => {});
         conn.close();

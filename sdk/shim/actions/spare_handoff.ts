@@ -63,6 +63,8 @@ export interface SpareHandoff {
   oomScore?: number;
   /** `start`'s nice value, which a cold server would have inherited. */
   nice?: number;
+  /** containerd's process ({@linkcode containerdProcess}), for the next spare. */
+  daemon?: string;
 }
 
 /** A spare's answer once it serves the container's socket. */
@@ -327,21 +329,24 @@ async function connectSpare(cfg: SpareConfig): Promise<Deno.Conn | undefined> {
 }
 
 /**
- * Spawns the next spare unless one is alive or loading (it holds the lock). The spare inherits
- * this `start`'s environment, cgroups and session settings, as a cold server would.
+ * Spawns the next spare unless one is alive or loading (it holds the lock). A server calls it
+ * once it serves (off `start`'s path); the spare inherits its environment (`start`'s), and takes
+ * the cgroups, OOM score and priority of the `start` that adopts it.
  *
  * @param cfg the spare's place
  * @param address containerd's address
  * @param publishBinary containerd's binary
  * @example Usage
  * ```ts ignore
- * spawnSpare(cfg, flags.address, flags.publishBinary);
+ * spawnSpare(cfg, flags.address, flags.publishBinary, daemon);
  * ```
  */
 export function spawnSpare(
   cfg: SpareConfig,
   address: string,
   publishBinary: string,
+  daemon: string,
+  spawn: (cmd: Deno.Command) => Deno.ChildProcess = (cmd) => cmd.spawn(),
 ): void {
   // Sync calls: this runs on start's path, and each async file call is a thread-pool hop.
   try {
@@ -358,9 +363,6 @@ export function spawnSpare(
   } finally {
     lock.close();
   }
-  // containerd is our parent: the spare leaves when that process is gone (even SIGKILLed, when
-  // its socket file stays), told apart from a later process with its pid by its start time.
-  const daemon = `${Deno.ppid}:${processStartTime(Deno.ppid) ?? ""}`;
   // Loading at the lowest priority takes CPU from idle time, not from the container being
   // started; only where the spare may raise its priority back once adopted.
   const args = [
@@ -373,16 +375,32 @@ export function spawnSpare(
     cfg.socket,
   ];
   const nice = mayRaisePriority() && isFile(NICE) ? [NICE, "-n", "19"] : [];
-  const child = new Deno.Command(nice[0] ?? cfg.launcher, {
-    args: [...nice.slice(1), ...(nice.length ? [cfg.launcher] : []), ...args],
-    env: { SKIFF_SPARE_DAEMON: daemon },
-    cwd: "/",
-    stdin: "null",
-    stdout: "null",
-    stderr: "null",
-    detached: true,
-  }).spawn();
+  const child = spawn(
+    new Deno.Command(nice[0] ?? cfg.launcher, {
+      args: [...nice.slice(1), ...(nice.length ? [cfg.launcher] : []), ...args],
+      env: { SKIFF_SPARE_DAEMON: daemon },
+      cwd: "/",
+      stdin: "null",
+      stdout: "null",
+      stderr: "null",
+      detached: true,
+    }),
+  );
   child.unref();
+}
+
+/**
+ * containerd's process as `<pid>:<start time>`, from `start` (whose parent it is): a spare
+ * leaves once that process is gone, even SIGKILLed with its socket file left behind; the start
+ * time tells it from a later process with the same pid.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const daemon = containerdProcess();
+ * ```
+ */
+export function containerdProcess(): string {
+  return `${Deno.ppid}:${processStartTime(Deno.ppid) ?? ""}`;
 }
 
 /**

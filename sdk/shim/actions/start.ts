@@ -22,7 +22,7 @@ import type { Shim } from "../shim.ts";
 import { DEFAULT_SOCKET_DIR, shimSocketAddress, socketPath } from "../socket_address.ts";
 import { setOomScoreAdj, shimOomScore } from "../../linux/oom_score.ts";
 import { niceOf } from "../../linux/nice.ts";
-import { handOff, spareConfig, spawnSpare } from "./spare_handoff.ts";
+import { containerdProcess, handOff, spareConfig } from "./spare_handoff.ts";
 import { groupKey, socketAlive } from "./server_socket.ts";
 
 export { GROUP_ANNOTATIONS, groupKey, socketAlive } from "./server_socket.ts";
@@ -200,6 +200,7 @@ export async function runStart<T extends object>(
       shimCgroup,
       oomScore,
       nice: niceOf("self"),
+      daemon: containerdProcess(),
     });
     // A spare knows containerd's version already; else ask containerd while the server starts.
     if (adopted?.containerd) daemon = Promise.resolve(adopted.containerd);
@@ -210,12 +211,6 @@ export async function runStart<T extends object>(
     try {
       Deno.writeTextFileSync(`${bundle}/shim.pid`, String(pid));
     } catch { /* the bundle is containerd's; the pid file is a courtesy */ }
-    if (spare) {
-      // The next container's spare; it loads while this one is created.
-      try {
-        spawnSpare(spare, flags.address, flags.publishBinary);
-      } catch { /* no next spare: the next start is cold */ }
-    }
   }
   Deno.writeTextFileSync(`${bundle}/address`, address);
   return formatStartAnswer(input.dialect, ep, await version());
@@ -256,6 +251,8 @@ async function spawnServer(
     stdout: "null",
     stderr: "null",
     detached: true,
+    // For the next spare, which the server spawns (serve.ts); the server drops it from its env.
+    env: { SKIFF_SPARE_DAEMON: containerdProcess() },
   }).spawn();
   child.unref();
   if (oomScore !== undefined) {
