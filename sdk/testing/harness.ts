@@ -107,6 +107,11 @@ export class ShimHarness {
   readonly address: string;
   /** The Task API version the shim advertised. */
   readonly version: number;
+  /**
+   * Wall time of the shim's `start` process, from spawn to exit, in milliseconds: what
+   * containerd waits for (the harness's own set-up around it is not counted).
+   */
+  readonly startMs: number;
   /** Typed Task API client (the namespace header is set). */
   readonly task: Client<typeof Task>;
   /** Typed Sandbox API client. */
@@ -133,8 +138,10 @@ export class ShimHarness {
     log: string[];
     logFile: Deno.FsFile;
     logReader: Promise<void>;
+    startMs: number;
   }) {
     this.#opts = init.opts;
+    this.startMs = init.startMs;
     this.id = init.opts.id ?? "skiff-harness";
     this.namespace = init.opts.namespace ?? "skiff-test";
     this.bundle = init.opts.bundle;
@@ -230,6 +237,7 @@ export class ShimHarness {
       ...(opts.debug ? ["-debug"] : []),
       "start",
     ];
+    const t0 = performance.now();
     const child = new Deno.Command(opts.shim, {
       args,
       cwd: opts.bundle,
@@ -248,6 +256,7 @@ export class ShimHarness {
     await w.write(opts.stdin ?? new Uint8Array());
     await w.close();
     const out = await child.output();
+    const startMs = performance.now() - t0;
     const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
     if (!out.success) {
       await eventsServer.close();
@@ -274,6 +283,7 @@ export class ShimHarness {
       log: logLines,
       logFile,
       logReader,
+      startMs,
     });
     notify = () => h.#notify();
     return h;
