@@ -26,6 +26,7 @@ import {
 import { ctrRun } from "../sdk/testing/ctr.ts";
 import { EXAMPLE_SHIMS, installShims, type InstallShimsOptions } from "../sdk/testing/install.ts";
 import { benchInstallOptions } from "./install_options.ts";
+import { processMemory } from "../sdk/linux/smaps.ts";
 import { shimSocketAddress, socketPath } from "../sdk/shim/socket_address.ts";
 
 /** Results for one shim. */
@@ -72,29 +73,17 @@ function percentile(xs: number[], p: number): number {
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
 }
 
-/** Memory of one process from `/proc/<pid>/smaps_rollup`, KiB. */
-export function parseSmapsRollup(text: string): { pss: number; uss: number; rss: number } {
-  const field = (name: string) =>
-    Number(new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(text)?.[1] ?? 0);
-  return {
-    pss: field("Pss"),
-    uss: field("Private_Clean") + field("Private_Dirty"),
-    rss: field("Rss"),
-  };
-}
-
 /** PSS/USS/RSS (MiB) summed over processes. */
-async function memoryOf(pids: number[]): Promise<ShimMemory> {
+function memoryOf(pids: number[]): ShimMemory {
   const total = { pss: 0, uss: 0, rss: 0 };
   for (const pid of pids) {
-    try {
-      const m = parseSmapsRollup(await Deno.readTextFile(`/proc/${pid}/smaps_rollup`));
-      total.pss += m.pss;
-      total.uss += m.uss;
-      total.rss += m.rss;
-    } catch { /* exited */ }
+    const m = processMemory(pid);
+    total.pss += m.pss;
+    total.uss += m.uss;
+    total.rss += m.rss;
   }
-  return { pss: total.pss / 1024, uss: total.uss / 1024, rss: total.rss / 1024 };
+  const mib = 1024 * 1024;
+  return { pss: total.pss / mib, uss: total.uss / mib, rss: total.rss / mib };
 }
 
 /** The shim servers serving this containerd (`start`/`delete` and waiting spares excluded). */
@@ -211,13 +200,13 @@ export async function runShimBench(
       };
       await detach(`${tag}-one`);
       await settle();
-      const one = await memoryOf(servers(c));
+      const one = memoryOf(servers(c));
       const tenIds = Array.from({ length: 10 }, (_, i) => `${tag}-ten-${i}`);
       for (const id of tenIds.slice(1)) await detach(id);
       await settle();
-      const ten = await memoryOf(servers(c));
+      const ten = memoryOf(servers(c));
       const spare = runtime === SKIFF
-        ? { mem: await memoryOf(c.spares().map((s) => s.pid)), ...warmStarts }
+        ? { mem: memoryOf(c.spares().map((s) => s.pid)), ...warmStarts }
         : undefined;
       await cleanup([`${tag}-one`, ...tenIds.slice(1)]);
       const grouped = Array.from({ length: 10 }, (_, i) => `${tag}-grp-${i}`);
@@ -225,7 +214,7 @@ export async function runShimBench(
         await detach(id, ["--annotation", `io.containerd.runc.v2.group=${tag}-group`]);
       }
       await settle();
-      const tenGrouped = await memoryOf(servers(c));
+      const tenGrouped = memoryOf(servers(c));
       await cleanup(grouped);
       const t = times[runtime];
       rows.push({

@@ -13,6 +13,7 @@ import assert from "node:assert/strict";
 import { create, fromBinary, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
 import { type Any, AnySchema } from "@bufbuild/protobuf/wkt";
 import { findExecutable, integrationTest } from "./_integration.ts";
+import { makeCgroup, procsOf } from "./_cgroups.ts";
 import {
   containerdVersions,
   type PrivateContainerd,
@@ -27,7 +28,6 @@ import {
   RuntimeRequestSchema,
 } from "../proto/gen/containerd/types/introspection_pb.ts";
 import { decodeOciFeatures, type OciFeatures } from "../sdk/runtime/oci_features.ts";
-import { cgroupVersion } from "../sdk/linux/cgroup_paths.ts";
 
 const NS = "skiff-test";
 const SPEC_TYPE = "types.containerd.io/opencontainers/runtime-spec/1/Spec";
@@ -59,43 +59,6 @@ function shimServer(c: PrivateContainerd, id: string): number | undefined {
     return pid;
   }
   return undefined;
-}
-
-/** Where a cgroup path lives in every hierarchy this host uses for it (v1: each controller). */
-function cgroupDirs(path: string): string[] {
-  if (cgroupVersion() === 2) return [`/sys/fs/cgroup${path}`];
-  const dirs: string[] = [];
-  for (const line of Deno.readTextFileSync("/proc/self/mountinfo").split("\n")) {
-    const [pre, post] = line.split(" - ");
-    if (pre && post?.startsWith("cgroup ")) dirs.push(`${pre.split(" ")[4]}${path}`);
-  }
-  return dirs;
-}
-
-/** Creates a cgroup in every hierarchy; a new v1 cpuset level gets its parent's cpus and mems. */
-async function makeCgroup(path: string): Promise<string[]> {
-  const dirs = cgroupDirs(path);
-  for (const dir of dirs) {
-    const levels = path.split("/").filter(Boolean);
-    let at = dir.slice(0, dir.length - path.length);
-    for (const level of levels) {
-      const parent = at;
-      at = `${at}/${level}`;
-      await Deno.mkdir(at).catch((e) => {
-        if (!(e instanceof Deno.errors.AlreadyExists)) throw e;
-      });
-      for (const file of ["cpuset.cpus", "cpuset.mems"]) {
-        const own = await Deno.readTextFile(`${at}/${file}`).catch(() => undefined);
-        if (own === undefined || own.trim() !== "") continue;
-        await Deno.writeTextFile(`${at}/${file}`, await Deno.readTextFile(`${parent}/${file}`));
-      }
-    }
-  }
-  return dirs;
-}
-
-function procsOf(dir: string): number[] {
-  return Deno.readTextFileSync(`${dir}/cgroup.procs`).split("\n").filter(Boolean).map(Number);
 }
 
 /** A task of `runtime` running `script` (as CRI does: runtime options on the container). */

@@ -19,6 +19,7 @@ import assert from "node:assert/strict";
 import { create, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
 import { type Any, AnySchema } from "@bufbuild/protobuf/wkt";
 import { integrationTest } from "./_integration.ts";
+import { makeCgroup, procsOf } from "./_cgroups.ts";
 import {
   containerdVersions,
   type CtrResult,
@@ -31,7 +32,6 @@ import { installShims } from "../sdk/testing/install.ts";
 import { containerdClient } from "../sdk/testing/containerd_client.ts";
 import { createBusyboxBundle, createOciSpec } from "../sdk/testing/bundle.ts";
 import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc/v1/oci_pb.ts";
-import { cgroupVersion } from "../sdk/linux/cgroup_paths.ts";
 import { processAlive } from "../sdk/linux/proc_stat.ts";
 
 const RUNTIME = "io.containerd.skiff-runc.v2";
@@ -176,42 +176,6 @@ function runcOptions(init: MessageInitShape<typeof RuncOptionsSchema>): Any {
     typeUrl: "containerd.runc.v1.Options",
     value: toBinary(RuncOptionsSchema, create(RuncOptionsSchema, init)),
   });
-}
-
-/** Where a cgroup path lives in every v1 hierarchy (or the v2 tree). */
-function cgroupDirs(path: string): string[] {
-  if (cgroupVersion() === 2) return [`/sys/fs/cgroup${path}`];
-  const dirs: string[] = [];
-  for (const line of Deno.readTextFileSync("/proc/self/mountinfo").split("\n")) {
-    const [pre, post] = line.split(" - ");
-    if (pre && post?.startsWith("cgroup ")) dirs.push(`${pre.split(" ")[4]}${path}`);
-  }
-  return dirs;
-}
-
-/** Creates a cgroup in every hierarchy; a new v1 cpuset level gets its parent's cpus and mems. */
-async function makeCgroup(path: string): Promise<string[]> {
-  const dirs = cgroupDirs(path);
-  for (const dir of dirs) {
-    let at = dir.slice(0, dir.length - path.length);
-    for (const level of path.split("/").filter(Boolean)) {
-      const parent = at;
-      at = `${at}/${level}`;
-      await Deno.mkdir(at).catch((e) => {
-        if (!(e instanceof Deno.errors.AlreadyExists)) throw e;
-      });
-      for (const file of ["cpuset.cpus", "cpuset.mems"]) {
-        const own = await Deno.readTextFile(`${at}/${file}`).catch(() => undefined);
-        if (own === undefined || own.trim() !== "") continue;
-        await Deno.writeTextFile(`${at}/${file}`, await Deno.readTextFile(`${parent}/${file}`));
-      }
-    }
-  }
-  return dirs;
-}
-
-function procsOf(dir: string): number[] {
-  return Deno.readTextFileSync(`${dir}/cgroup.procs`).split("\n").filter(Boolean).map(Number);
 }
 
 function readProc(pid: number, file: string): string {

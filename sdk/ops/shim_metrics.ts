@@ -9,17 +9,7 @@
 import { type Counter, type Histogram, MetricsRegistry } from "./metrics.ts";
 import type { OpsContainerView } from "./load.ts";
 import type { RpcObservation } from "./rpc.ts";
-
-/** PSS and USS of this process in bytes, from `/proc/self/smaps_rollup` (0 where unreadable). */
-function smapsRollup(): { pss: number; uss: number } {
-  let text = "";
-  try {
-    text = Deno.readTextFileSync("/proc/self/smaps_rollup");
-  } catch { /* not Linux, or no procfs */ }
-  const kb = (name: string) =>
-    Number(new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(text)?.[1] ?? 0);
-  return { pss: kb("Pss") * 1024, uss: (kb("Private_Clean") + kb("Private_Dirty")) * 1024 };
-}
+import { processMemory } from "../linux/smaps.ts";
 
 /**
  * Who a shim is; carried by `skiff_shim_info` and the create counters.
@@ -182,12 +172,12 @@ export class ShimMetrics {
     r.gauge({
       name: "skiff_process_proportional_memory_bytes",
       help: "Proportional set size (PSS) of the shim process in bytes (smaps_rollup).",
-      read: () => smapsRollup().pss,
+      read: () => processMemory().pss,
     });
     r.gauge({
       name: "skiff_process_unique_memory_bytes",
       help: "Unique set size (USS: private pages) of the shim process in bytes (smaps_rollup).",
-      read: () => smapsRollup().uss,
+      read: () => processMemory().uss,
     });
     r.gauge({
       name: "process_start_time_seconds",
