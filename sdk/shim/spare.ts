@@ -121,6 +121,9 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
   // The containerd that ran the spawning `start` ("<pid>:<start time>"): gone means leave.
   const [daemonPid, daemonStart] = (Deno.env.get("SKIFF_SPARE_DAEMON") ?? "").split(":");
   Deno.env.delete("SKIFF_SPARE_DAEMON");
+  // The priority a server gets back from its lowered loading one, once a start connects.
+  const baseNice = Number(Deno.env.get("SKIFF_SPARE_NICE") ?? NaN);
+  Deno.env.delete("SKIFF_SPARE_NICE");
   const daemonGone = () =>
     Number(daemonPid) > 1 && daemonStart !== "" &&
     String(processStartTime(Number(daemonPid)) ?? "") !== daemonStart;
@@ -151,6 +154,12 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
       continue;
     }
     clearInterval(watch);
+    // The handoff is on start's path: off the lowest priority at once, not after reading it.
+    if (Number.isInteger(baseNice) && niceOf("self") !== baseNice) {
+      try {
+        setProcessNice(baseNice);
+      } catch { /* adopt() sets start's priority, or refuses */ }
+    }
     leave();
     await adopt(shim, conn, pid, codeId, lock, serveShim, containerd);
   }

@@ -20,7 +20,7 @@
 
 import { sha256Hex } from "../sha256.ts";
 import { processStartTime } from "../../linux/proc_stat.ts";
-import { mayRaisePriority } from "../../linux/nice.ts";
+import { mayRaisePriority, niceOf } from "../../linux/nice.ts";
 
 /** Where one shim binary's spare lives for one containerd, and how it behaves. */
 export interface SpareConfig {
@@ -378,7 +378,8 @@ export function spawnSpare(
   const child = spawn(
     new Deno.Command(nice[0] ?? cfg.launcher, {
       args: [...nice.slice(1), ...(nice.length ? [cfg.launcher] : []), ...args],
-      env: { SKIFF_SPARE_DAEMON: daemon },
+      // The priority to return to as soon as a start connects (the handoff then says start's).
+      env: { SKIFF_SPARE_DAEMON: daemon, SKIFF_SPARE_NICE: String(niceOf("self")) },
       cwd: "/",
       stdin: "null",
       stdout: "null",
