@@ -79,6 +79,8 @@ export interface ServeOptions {
    * `SKIFF_SPARE_DAEMON` from the environment `start` gave a cold server.
    */
   daemon?: string;
+  /** A reaper already started (a spare starts its own while it waits). Default: a new one. */
+  reaper?: Reaper;
 }
 
 /**
@@ -128,7 +130,7 @@ export async function serveShim<T extends object>(
     logger.error("unhandled rejection", { error: String(e.reason?.stack ?? e.reason) });
   });
 
-  const reaper = Reaper.start();
+  const reaper = options.reaper ?? Reaper.start();
   const platform = linuxPlatform(reaper);
   const publisher = new EventPublisher({
     address: Deno.env.get("TTRPC_ADDRESS") ?? `${flags.address}.ttrpc`,

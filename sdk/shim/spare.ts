@@ -16,6 +16,7 @@ import type { ShimFlags } from "./flags.ts";
 import type { Shim } from "./shim.ts";
 import {
   JsonLines,
+  SPARE_ADOPTION_MS,
   spareCodeId,
   type SpareHandoff,
   spareIdleSeconds,
@@ -83,15 +84,19 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
   // Our pid, for operators: which process is the waiting spare.
   await lock.truncate(0);
   await lock.write(new TextEncoder().encode(`${Deno.pid}\n`));
+  const launcherText = Deno.readFileSync(launcher);
   const codeId = spareCodeId(launcher);
   if (!flags.socket.endsWith(`/spare-${codeId.slice(0, 16)}.sock`)) Deno.exit(0); // reinstalled
 
   // The point of a spare: the server's modules are loaded and evaluated now, not at start.
   const { serveShim } = await import("./serve.ts");
-  const [{ libc }] = await Promise.all([
+  const [{ libc }, { Reaper }] = await Promise.all([
     import("../linux/libc.ts"),
+    import("../linux/reaper.ts"),
     import("../linux/oom.ts"), // every container's Create loads it (linux_platform.ts)
   ]);
+  // The server's reaper (the subreaper flag, SIGCHLD, the sweep), ready before any handoff.
+  const reaper = Reaper.start();
   libc(); // dlopen now, not when the server first opens its log FIFO
   void Deno.Command; // Deno loads its process module on first use: now, not at the first runc
   // containerd's version decides the format of `start`'s answer (1.7+ pass GRPC_ADDRESS).
@@ -130,7 +135,9 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
   const watch = setInterval(() => {
     let reinstalled = false;
     try {
-      reinstalled = spareCodeId(launcher) !== codeId;
+      // The bytes, not their hash: this runs every second for as long as the spare waits.
+      const now = Deno.readFileSync(launcher);
+      reinstalled = now.length !== launcherText.length || now.some((b, i) => b !== launcherText[i]);
     } catch {
       reinstalled = true; // the launcher is gone
     }
@@ -154,6 +161,9 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
       continue;
     }
     clearInterval(watch);
+    // A start waits for us without a timer of its own: serve within the bound, or go (the
+    // start then goes cold).
+    const deadline = setTimeout(() => Deno.exit(1), SPARE_ADOPTION_MS);
     // The handoff is on start's path: off the lowest priority at once, not after reading it.
     if (Number.isInteger(baseNice) && niceOf("self") !== baseNice) {
       try {
@@ -161,7 +171,7 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
       } catch { /* adopt() sets start's priority, or refuses */ }
     }
     leave();
-    await adopt(shim, conn, pid, codeId, lock, serveShim, containerd);
+    await adopt(shim, conn, pid, codeId, lock, serveShim, { containerd, deadline, reaper });
   }
 }
 
@@ -172,14 +182,17 @@ async function adopt<T extends object>(
   codeId: string,
   lock: Deno.FsFile,
   serveShim: typeof import("./serve.ts").serveShim,
-  containerd: [number, number] | undefined,
+  ready: {
+    containerd: [number, number] | undefined;
+    deadline: ReturnType<typeof setTimeout>;
+    reaper: import("../linux/reaper.ts").Reaper;
+  },
 ): Promise<never> {
+  const { containerd, deadline, reaper } = ready;
   let handoff: SpareHandoff;
   try {
-    // Whoever connected has 10 s to say what to become; we serve nobody else meanwhile.
-    const timer = setTimeout(() => conn.close(), 10_000);
     await writeJsonLine(conn, { pid: Deno.pid, codeId });
-    const v = await new JsonLines(conn).next().finally(() => clearTimeout(timer));
+    const v = await new JsonLines(conn).next();
     if (!validHandoff(v)) throw new Error("malformed handoff");
     if (v.codeId !== codeId) throw new Error("handoff from other code");
     handoff = v;
@@ -212,8 +225,10 @@ async function adopt<T extends object>(
   try {
     await serveShim(shim, flags, {
       origin: "spare",
+      reaper,
       ...(handoff.daemon ? { daemon: handoff.daemon } : {}),
       onListening: async () => {
+        clearTimeout(deadline);
         await writeJsonLine(conn, { ok: true, pid: Deno.pid, containerd }).catch(() => {});
         conn.close();
       },
