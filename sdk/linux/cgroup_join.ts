@@ -7,7 +7,7 @@
  * @module
  */
 
-import { cgroupMounts, cgroupVersion } from "./cgroup_paths.ts";
+import { cgroupDir, cgroupMounts, cgroupVersion, procCgroup } from "./cgroup_paths.ts";
 
 /** The mount points of one cgroup filesystem type. */
 function mountPoints(fsType: "cgroup" | "cgroup2"): string[] {
@@ -63,16 +63,6 @@ export async function joinCgroup(
   return written;
 }
 
-/** `/proc/<pid>/cgroup` as hierarchy (its controllers, or "" for v2) → path. */
-function cgroupsOf(pid: number | "self"): Map<string, string> {
-  const out = new Map<string, string>();
-  for (const line of Deno.readTextFileSync(`/proc/${pid}/cgroup`).split("\n")) {
-    const m = /^\d+:([^:]*):(.*)$/.exec(line);
-    if (m) out.set(m[1], m[2]);
-  }
-  return out;
-}
-
 /**
  * Moves `pid` into every cgroup process `of` is in, hierarchy by hierarchy, where the two
  * differ. A warm spare server uses it to take the cgroups of the `start` that adopts it, which
@@ -89,22 +79,25 @@ function cgroupsOf(pid: number | "self"): Map<string, string> {
  * ```
  */
 export async function joinCgroupsOf(pid: number, of: number): Promise<string[]> {
-  const want = cgroupsOf(of);
-  const have = cgroupsOf(pid);
+  const key = (controllers: string[]) => controllers.join(",");
+  const have = new Map(procCgroup(pid).map((c) => [key(c.controllers), c.path]));
+  const differ = procCgroup(of).filter((c) => have.get(key(c.controllers)) !== c.path);
+  if (differ.length === 0) return [];
   const mounts = cgroupMounts();
   const written: string[] = [];
-  for (const [controllers, path] of want) {
-    if (have.get(controllers) === path) continue;
-    const wanted = controllers.split(",");
-    const mount = controllers === ""
+  for (const { controllers, path } of differ) {
+    const mount = controllers.length === 0
       ? mounts.find((m) => m.fsType === "cgroup2")
       : mounts.find((m) =>
-        m.fsType === "cgroup" && wanted.every((c) => m.superOptions.includes(c))
+        m.fsType === "cgroup" && controllers.every((c) => m.superOptions.includes(c))
       );
-    if (!mount) continue;
-    const root = mount.root === "/" ? "" : mount.root;
-    if (root && path !== root && !path.startsWith(`${root}/`)) continue;
-    const procs = `${mount.mountPoint}${path.slice(root.length)}/cgroup.procs`.replace(/\/+/g, "/");
+    // Not mounted here, or mounted below the path: nothing to write.
+    if (
+      !mount || (mount.root !== "/" && path !== mount.root && !path.startsWith(`${mount.root}/`))
+    ) {
+      continue;
+    }
+    const procs = `${cgroupDir(mount, path)}/cgroup.procs`;
     try {
       await Deno.writeTextFile(procs, `${pid}\n`, { append: true, create: false });
     } catch (e) {

@@ -92,7 +92,17 @@ export function cgroupVersion(): 1 | 2 {
 }
 
 /** The (hierarchy-id, controllers, path) lines of /proc/<pid>/cgroup. */
-function procCgroup(pid: number): { controllers: string[]; path: string }[] {
+/**
+ * `/proc/<pid>/cgroup` as one entry per hierarchy: its controllers (none for v2) and the path.
+ * Throws {@linkcode CgroupNotFoundError} when the process is gone or a zombie.
+ *
+ * @example Usage
+ * ```ts
+ * import { procCgroup } from "./cgroup_paths.ts";
+ * console.assert(procCgroup(Deno.pid).length > 0);
+ * ```
+ */
+export function procCgroup(pid: number): { controllers: string[]; path: string }[] {
   let text: string;
   try {
     text = Deno.readTextFileSync(`/proc/${pid}/cgroup`);
@@ -118,7 +128,17 @@ function procCgroup(pid: number): { controllers: string[]; path: string }[] {
   });
 }
 
-function join(mount: CgroupMount, path: string): string {
+/**
+ * The directory of cgroup `path` under `mount`, relative to the sub-tree the mount exposes.
+ *
+ * @example Usage
+ * ```ts
+ * import { cgroupDir } from "./cgroup_paths.ts";
+ * const m = { root: "/", mountPoint: "/sys/fs/cgroup/pids", fsType: "cgroup", superOptions: ["pids"] };
+ * console.assert(cgroupDir(m, "/a/b") === "/sys/fs/cgroup/pids/a/b");
+ * ```
+ */
+export function cgroupDir(mount: CgroupMount, path: string): string {
   // The mount may expose a sub-tree (root != "/"): make `path` relative to it.
   const rel = mount.root !== "/" && (path === mount.root || path.startsWith(`${mount.root}/`))
     ? path.slice(mount.root.length)
@@ -143,7 +163,7 @@ export function cgroupV1Paths(pid: number): Map<string, string> {
     for (const controller of controllers) {
       const mount = mounts.find((m) => m.superOptions.includes(controller));
       if (!mount) continue;
-      const dir = join(mount, path);
+      const dir = cgroupDir(mount, path);
       if (exists(dir)) dirs.set(controller, dir);
     }
   }
@@ -167,7 +187,7 @@ export function cgroupV2Path(pid: number): string {
   if (line.path.endsWith(" (deleted)")) {
     throw new CgroupNotFoundError(pid, `cgroup "${line.path}" was removed`);
   }
-  const dir = join(mount, line.path);
+  const dir = cgroupDir(mount, line.path);
   if (!exists(dir)) throw new CgroupNotFoundError(pid, `directory "${dir}" does not exist`);
   return dir;
 }
