@@ -27,6 +27,7 @@ import { ctrRun } from "../sdk/testing/ctr.ts";
 import { EXAMPLE_SHIMS, installShims, type InstallShimsOptions } from "../sdk/testing/install.ts";
 import { benchInstallOptions } from "./install_options.ts";
 import { processMemory } from "../sdk/linux/smaps.ts";
+import { readSpareStatsSync, spareDir } from "../sdk/shim/actions/spare_handoff.ts";
 import { shimSocketAddress, socketPath } from "../sdk/shim/socket_address.ts";
 
 /** Results for one shim. */
@@ -97,19 +98,15 @@ async function settle(): Promise<void> {
 }
 
 /** The spare counters of every launcher under this containerd, summed. */
-async function spareStats(c: PrivateContainerd): Promise<{ adopted: number; cold: number }> {
-  const hex = Array.from(
-    new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(c.address))),
-    (b) => b.toString(16).padStart(2, "0"),
-  ).join("");
-  const dir = `/run/containerd/s/skiff-${hex.slice(0, 12)}`;
+function spareStats(c: PrivateContainerd): { adopted: number; cold: number } {
+  const dir = spareDir(c.address);
   const out = { adopted: 0, cold: 0 };
   try {
     for (const e of Deno.readDirSync(dir)) {
       if (!e.name.startsWith("stats-")) continue;
-      const v = JSON.parse(Deno.readTextFileSync(`${dir}/${e.name}`));
-      out.adopted += Number(v.adopted) || 0;
-      out.cold += Number(v.cold) || 0;
+      const v = readSpareStatsSync(`${dir}/${e.name}`);
+      out.adopted += v.adopted;
+      out.cold += v.cold;
     }
   } catch { /* no spare ever ran */ }
   return out;
@@ -159,13 +156,13 @@ export async function runShimBench(
     }
     for (let round = 0; round < 2; round++) {
       for (const runtime of runtimes) {
-        const before = await spareStats(c);
+        const before = spareStats(c);
         const n = round === 0 ? Math.ceil(runs / 2) : Math.floor(runs / 2);
         for (let i = 0; i < n; i++) {
           times[runtime].push(await run(runtime, `${tags[runtime]}-run-${round}-${i}`));
         }
         if (runtime === SKIFF) {
-          const after = await spareStats(c);
+          const after = spareStats(c);
           warmStarts = {
             adopted: warmStarts.adopted + after.adopted - before.adopted,
             cold: warmStarts.cold + after.cold - before.cold,

@@ -12,6 +12,7 @@
  */
 import { ShimHarness } from "../sdk/testing/harness.ts";
 import { containerdVersions } from "../sdk/testing/containerd.ts";
+import { spareDir } from "../sdk/shim/actions/spare_handoff.ts";
 import { createBusyboxBundle } from "../sdk/testing/bundle.ts";
 import { EXAMPLE_SHIMS, installShims, type InstallShimsOptions } from "../sdk/testing/install.ts";
 import { benchInstallOptions } from "./install_options.ts";
@@ -120,12 +121,7 @@ async function timeStartDelete(
   if (address) {
     // The spare leaves once the pretend containerd's address is gone; then its files go too.
     await new Promise((r) => setTimeout(r, 2_000));
-    const hex = Array.from(
-      new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(address))),
-      (b) => b.toString(16).padStart(2, "0"),
-    ).join("");
-    await Deno.remove(`/run/containerd/s/skiff-${hex.slice(0, 12)}`, { recursive: true })
-      .catch(() => {});
+    await Deno.remove(spareDir(address), { recursive: true }).catch(() => {});
   }
   return { start: median(starts), del: median(dels), delDead: median(deadDels) };
 }

@@ -33,6 +33,7 @@ import { containerdClient } from "../sdk/testing/containerd_client.ts";
 import { createBusyboxBundle, createOciSpec } from "../sdk/testing/bundle.ts";
 import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc/v1/oci_pb.ts";
 import { processAlive } from "../sdk/linux/proc_stat.ts";
+import { spareDir } from "../sdk/shim/actions/spare_handoff.ts";
 
 const RUNTIME = "io.containerd.skiff-runc.v2";
 const LAUNCHER = "containerd-shim-skiff-runc-v2";
@@ -85,23 +86,13 @@ function describe(r: CtrResult): string {
   }\nstdout: ${r.stdout}\nstderr: ${r.stderr}`;
 }
 
-async function sha256Hex(text: string): Promise<string> {
-  const h = new Uint8Array(await crypto.subtle.digest("SHA-256", enc.encode(text)));
-  return Array.from(h, (b) => b.toString(16).padStart(2, "0")).join("");
-}
-
-/** The directory of this containerd's spares (sockets, locks, counters). */
-async function spareDir(c: PrivateContainerd): Promise<string> {
-  return `/run/containerd/s/skiff-${(await sha256Hex(c.address)).slice(0, 12)}`;
-}
-
 function bundleOf(c: PrivateContainerd, ns: string, id: string): string {
   return `${c.state}/io.containerd.runtime.v2.task/${ns}/${id}`;
 }
 
 /** The counters of the (one) installed launcher; zeros when none was written. */
 async function stats(c: PrivateContainerd): Promise<{ adopted: number; cold: number }> {
-  const dir = await spareDir(c);
+  const dir = spareDir(c.address);
   const files: string[] = [];
   try {
     for (const e of Deno.readDirSync(dir)) {
@@ -132,7 +123,7 @@ async function statsReach(c: PrivateContainerd, want: { adopted: number; cold: n
  * pid is in the lock file) and whose socket exists.
  */
 async function waitingSpare(c: PrivateContainerd): Promise<number> {
-  const dir = await spareDir(c);
+  const dir = spareDir(c.address);
   return await eventually(`a waiting spare of ${c.address}`, () => {
     const spares = new Set(c.spares().map((s) => s.pid));
     try {
@@ -613,7 +604,7 @@ for (const v of chosen) {
               () => alive(shortSpare) ? undefined : true,
             );
             assert.equal(short.spares().length, 0, "no spare left for the short-idle containerd");
-            const sock = [...Deno.readDirSync(await spareDir(short))].filter((e) =>
+            const sock = [...Deno.readDirSync(spareDir(short.address))].filter((e) =>
               e.name.endsWith(".sock")
             );
             assert.deepEqual(sock, [], "the expired spare removed its socket");
@@ -636,7 +627,7 @@ for (const v of chosen) {
           assert.ok(listed && !listed.argv.includes("-spare"), "a cold server (its own argv)");
           assert.equal(await servingOrigin(c, id), "cold");
           assert.deepEqual(c.spares(), [], "no spare process");
-          assert.ok(!exists(await spareDir(c)), "no spare directory, so no counters");
+          assert.ok(!exists(spareDir(c.address)), "no spare directory, so no counters");
           await c.stop();
         });
 
@@ -655,7 +646,7 @@ for (const v of chosen) {
           assert.ok(alive(spareA) && a.spares().some((s) => s.pid === spareA), "a's still waits");
           const spareB = await waitingSpare(b);
           assert.notEqual(spareA, spareB);
-          assert.notEqual(await spareDir(a), await spareDir(b));
+          assert.notEqual(spareDir(a.address), spareDir(b.address));
           const a1 = uid("a1");
           const b1 = uid("b1");
           await ok(k.run(a, { id: a1, namespace: ns, detach: true, args: ["sleep", "600"] }), "a1");
@@ -672,7 +663,7 @@ for (const v of chosen) {
           const c = await k.containerd();
           await ok(k.run(c, { id: uid("x"), namespace: "left", args: ["true"] }), "x");
           const spare = await waitingSpare(c);
-          const dir = await spareDir(c);
+          const dir = spareDir(c.address);
           assert.ok(exists(dir));
           await c.stop();
           assert.ok(!alive(spare), `spare ${spare} killed by stop()`);
@@ -690,7 +681,7 @@ for (const v of chosen) {
             () => alive(orphan) ? undefined : true,
           );
           await d.stop();
-          assert.ok(!exists(await spareDir(d)));
+          assert.ok(!exists(spareDir(d.address)));
 
           // containerd SIGKILLed: its socket file stays, but the process the spare was spawned
           // under is gone, and the spare notices that too.
@@ -706,7 +697,7 @@ for (const v of chosen) {
             () => alive(orphan2) ? undefined : true,
           );
           await e.stop();
-          assert.ok(!exists(await spareDir(e)));
+          assert.ok(!exists(spareDir(e.address)));
         });
       } finally {
         for (const c of k.started) await c.stop();

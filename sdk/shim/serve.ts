@@ -25,12 +25,7 @@ import { shimSocketAddress, socketPath } from "./socket_address.ts";
 import { groupKey } from "./actions/server_socket.ts";
 import { formatTaskApiEndpoint, type TaskApiEndpoint } from "./endpoint.ts";
 import { loadShimOps } from "../ops/load.ts";
-import {
-  countServerStart,
-  spareConfig,
-  spareStatsPath,
-  spawnSpare,
-} from "./actions/spare_handoff.ts";
+import { countServerStart, loadSpareConfig, spawnSpare } from "./actions/spare_handoff.ts";
 import { trimMemoryLater } from "./memory_trim.ts";
 
 /** Service names the Task implementation is registered under. */
@@ -228,11 +223,11 @@ export async function serveShim<T extends object>(
   trimMemoryLater(); // idle memory back to the kernel once the first requests are done
   // The next container's warm spare, spawned from here rather than by `start`, which then
   // answers containerd sooner; it loads at low priority while this container is created.
-  const nextSpare = spareConfig(flags.address, path.slice(0, path.lastIndexOf("/")) || "/");
-  if (nextSpare) {
+  const spare = await loadSpareConfig(flags.address, path.slice(0, path.lastIndexOf("/")) || "/");
+  if (spare) {
     setTimeout(() => {
       try {
-        spawnSpare(nextSpare, flags.address, flags.publishBinary, daemon, (c) => reaper.spawn(c));
+        spawnSpare(spare, flags.address, flags.publishBinary, daemon, (c) => reaper.spawn(c));
       } catch (e) {
         logger.debug("no next spare", { error: (e as Error).message });
       }
@@ -245,7 +240,7 @@ export async function serveShim<T extends object>(
   try {
     daemonExists = Deno.statSync(flags.address.replace(/^unix:\/\//, "")) !== undefined;
   } catch { /* no containerd socket */ }
-  const spareStats = daemonExists ? spareStatsPath(flags.address, path) : undefined;
+  const spareStats = daemonExists ? spare?.stats : undefined;
   if (spareStats) void countServerStart(spareStats, origin).catch(() => {});
   await ops?.attach({
     origin,

@@ -26,6 +26,7 @@ import { buildBusyboxImage, buildPauseImage, BUSYBOX_IMAGE_REF, PAUSE_IMAGE_REF 
 import { type CriHandler, criPlugins, criRuntimePlugin } from "./cri_config.ts";
 import { CRI_NAMESPACE, criClient } from "./cri_client.ts";
 import { processAlive } from "../linux/proc_stat.ts";
+import { spareDir } from "../shim/actions/spare_handoff.ts";
 
 /**
  * A runtime a private containerd should know about.
@@ -825,8 +826,7 @@ export class PrivateContainerd {
       await Deno.remove(`/run/containerd/s/${hex}.ops`).catch(() => undefined);
     }
     // skiff's warm spares of this containerd: their sockets, locks and counters.
-    const spareDir = `/run/containerd/s/skiff-${(await sha256Hex(this.address)).slice(0, 12)}`;
-    await Deno.remove(spareDir, { recursive: true }).catch(() => undefined);
+    await Deno.remove(spareDir(this.address), { recursive: true }).catch(() => undefined);
     await this.#removeCgroups();
     this.#finalLog = await this.logs();
     await removeTree(this.dir);

@@ -19,6 +19,7 @@
  */
 
 import { sha256Hex } from "../sha256.ts";
+import { DEFAULT_SOCKET_DIR } from "../socket_address.ts";
 import { processStartTime } from "../../linux/proc_stat.ts";
 import { mayRaisePriority, niceOf } from "../../linux/nice.ts";
 
@@ -155,7 +156,7 @@ export function spareConfig(
   } catch {
     return undefined; // the launcher is gone: nothing to key a spare on
   }
-  const dir = `${socketDir}/skiff-${sha256Hex(address).slice(0, 12)}`;
+  const dir = spareDir(address, socketDir);
   const code = codeId.slice(0, 16);
   return {
     dir,
@@ -168,6 +169,21 @@ export function spareConfig(
   };
 }
 
+/**
+ * The directory of one containerd's spares and counters: `<socket dir>/skiff-<sha256(address)[:12]>`.
+ *
+ * @param address containerd's address (`-address`)
+ * @param socketDir the directory of shim sockets
+ * @example Usage
+ * ```ts
+ * import { spareDir } from "./spare_handoff.ts";
+ * console.assert(spareDir("/run/containerd/containerd.sock").startsWith("/run/containerd/s/skiff-"));
+ * ```
+ */
+export function spareDir(address: string, socketDir: string = DEFAULT_SOCKET_DIR): string {
+  return `${socketDir}/skiff-${sha256Hex(address).slice(0, 12)}`;
+}
+
 /** The launcher a spare is keyed on, or undefined when spares are off. */
 function spareLauncher(env: { get(key: string): string | undefined }): string | undefined {
   const launcher = env.get("SKIFF_SHIM_LAUNCHER");
@@ -178,15 +194,16 @@ function spareLauncher(env: { get(key: string): string | undefined }): string | 
 }
 
 /**
- * {@linkcode spareConfig} for `start`: the launcher's hash comes from WebCrypto (native: 0.5 ms
- * here, against 2.5 ms for the TypeScript SHA-256 of a launcher in V8's lite mode).
+ * {@linkcode spareConfig} where time counts (`start`, a server that has just begun to serve):
+ * the launcher's hash comes from WebCrypto (native: 0.5 ms here, against 2.5 ms for the
+ * TypeScript SHA-256 of a launcher in V8's lite mode).
  *
  * @example Usage
  * ```ts ignore
- * const spare = await startSpareConfig(flags.address, socketDir);
+ * const spare = await loadSpareConfig(flags.address, socketDir);
  * ```
  */
-export async function startSpareConfig(
+export async function loadSpareConfig(
   address: string,
   socketDir: string,
   env: { get(key: string): string | undefined } = Deno.env,
@@ -429,23 +446,6 @@ export function containerdProcess(): string {
 }
 
 /**
- * Reads a counters file; a missing or unreadable one counts nothing.
- *
- * @example Usage
- * ```ts ignore
- * const { adopted, cold } = await readSpareStats(cfg.stats);
- * ```
- */
-export async function readSpareStats(path: string): Promise<SpareStats> {
-  try {
-    const v = JSON.parse(await Deno.readTextFile(path)) as Partial<SpareStats>;
-    return { adopted: Number(v.adopted) || 0, cold: Number(v.cold) || 0 };
-  } catch {
-    return { adopted: 0, cold: 0 };
-  }
-}
-
-/**
  * Counts one start (under the file's lock: parallel starts lose no count).
  *
  * @example Usage
@@ -461,11 +461,7 @@ export async function recordStart(path: string, origin: "spare" | "cold"): Promi
     let len = 0;
     for (let n; len < buf.length && (n = await file.read(buf.subarray(len))) !== null;) len += n;
     const text = new TextDecoder().decode(buf.subarray(0, len)).trim();
-    let stats: SpareStats = { adopted: 0, cold: 0 };
-    try {
-      const v = JSON.parse(text || "{}") as Partial<SpareStats>;
-      stats = { adopted: Number(v.adopted) || 0, cold: Number(v.cold) || 0 };
-    } catch { /* a torn or foreign file restarts the count */ }
+    const stats = parseSpareStats(text); // a torn or foreign file restarts the count
     if (origin === "spare") stats.adopted++;
     else stats.cold++;
     const next = new TextEncoder().encode(JSON.stringify(stats) + "\n");
@@ -489,7 +485,16 @@ export async function recordStart(path: string, origin: "spare" | "cold"): Promi
  */
 export function readSpareStatsSync(path: string): SpareStats {
   try {
-    const v = JSON.parse(Deno.readTextFileSync(path)) as Partial<SpareStats>;
+    return parseSpareStats(Deno.readTextFileSync(path));
+  } catch {
+    return { adopted: 0, cold: 0 };
+  }
+}
+
+/** A counters file's text as counts; anything unreadable counts nothing. */
+function parseSpareStats(text: string): SpareStats {
+  try {
+    const v = JSON.parse(text || "{}") as Partial<SpareStats>;
     return { adopted: Number(v.adopted) || 0, cold: Number(v.cold) || 0 };
   } catch {
     return { adopted: 0, cold: 0 };

@@ -22,7 +22,7 @@ import type { Shim } from "../shim.ts";
 import { DEFAULT_SOCKET_DIR, shimSocketAddress, socketPath } from "../socket_address.ts";
 import { setOomScoreAdj, shimOomScore } from "../../linux/oom_score.ts";
 import { niceOf } from "../../linux/nice.ts";
-import { containerdProcess, handOff, startSpareConfig } from "./spare_handoff.ts";
+import { containerdProcess, handOff, loadSpareConfig } from "./spare_handoff.ts";
 import { groupKey, socketAlive } from "./server_socket.ts";
 
 export { GROUP_ANNOTATIONS, groupKey, socketAlive } from "./server_socket.ts";
@@ -184,7 +184,7 @@ export async function runStart<T extends object>(
       oomScore = shimOomScore();
     } catch { /* our parent is gone: nothing to be one above */ }
     // A warm spare (actions/spare_handoff.ts) takes the container if one waits; else cold.
-    const spare = await startSpareConfig(flags.address, socketDir);
+    const spare = await loadSpareConfig(flags.address, socketDir);
     const adopted = spare && await handOff(spare, {
       codeId: spare.codeId,
       flags: {
