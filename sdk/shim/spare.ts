@@ -17,7 +17,6 @@ import type { Shim } from "./shim.ts";
 import {
   JsonLines,
   SPARE_ADOPTION_MS,
-  spareCodeId,
   type SpareHandoff,
   spareIdleSeconds,
   writeJsonLine,
@@ -25,6 +24,7 @@ import {
 import { effectiveIds, PeerCredentialResolver } from "../ttrpc/_peer_cred.ts";
 import { joinCgroup, joinCgroupsOf } from "../linux/cgroup_join.ts";
 import { setOomScoreAdj } from "../linux/oom_score.ts";
+import { sha256Hex } from "./sha256.ts";
 import { processStartTime } from "../linux/proc_stat.ts";
 import { niceOf, setProcessNice } from "../linux/nice.ts";
 import { containerdVersion } from "./actions/start.ts";
@@ -85,7 +85,7 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
   await lock.truncate(0);
   await lock.write(new TextEncoder().encode(`${Deno.pid}\n`));
   const launcherText = Deno.readFileSync(launcher);
-  const codeId = spareCodeId(launcher);
+  const codeId = sha256Hex(launcherText); // as spareCodeId, from the bytes the watch compares
   if (!flags.socket.endsWith(`/spare-${codeId.slice(0, 16)}.sock`)) Deno.exit(0); // reinstalled
 
   // The point of a spare: the server's modules are loaded and evaluated now, not at start.
