@@ -169,6 +169,16 @@ function runcOptions(init: MessageInitShape<typeof RuncOptionsSchema>): Any {
   });
 }
 
+/** The nice value of `pid`'s autogroup, or undefined without autogroups (`/autogroup-N nice 19`). */
+function autogroupNice(pid: number): number | undefined {
+  try {
+    const m = /\snice\s+(-?\d+)/.exec(Deno.readTextFileSync(`/proc/${pid}/autogroup`));
+    return m ? Number(m[1]) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 function readProc(pid: number, file: string): string {
   return Deno.readTextFileSync(`/proc/${pid}/${file}`).trim();
 }
@@ -363,6 +373,11 @@ for (const v of chosen) {
               return Number(st.slice(st.lastIndexOf(")") + 2).split(" ")[16]);
             });
           assert.ok(nices(spare).every((n) => n === 19), `waiting spare: ${nices(spare)}`);
+          // Its own session is its own autogroup, which weighs against the container's as a
+          // whole: that is lowered too, or the loading spare slows runc down (sched_autogroup).
+          const autogroup = autogroupNice;
+          const autogroups = autogroup(spare) !== undefined;
+          if (autogroups) assert.equal(autogroup(spare), 19, "the waiting spare's autogroup");
 
           // containerd moves to another cgroup while the spare waits (in the old one): a
           // server spawned now would be in the new one, so the adopted spare must move too.
@@ -399,6 +414,12 @@ for (const v of chosen) {
             nices(warmPid).every((n) => n === containerdNice),
             `adopted: ${nices(warmPid)}`,
           );
+          // A cold server's new session starts a new autogroup at 0; an adopted spare's is raised
+          // back to that.
+          if (autogroups) {
+            assert.equal(autogroup(coldPid), 0, "cold: a new autogroup");
+            assert.equal(autogroup(warmPid), 0, "adopted: its autogroup raised back");
+          }
 
           // Environment: what each server hands its children (the binary logger).
           const envOf = (id: string) =>

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import {
+  bundleLauncherScript,
   checkoutRoot,
   currentDenoDir,
   deleteFastPath,
@@ -8,6 +9,8 @@ import {
   launcherScript,
 } from "../sdk/testing/install.ts";
 import { parseInstallArgs } from "../sdk/testing/install_cli.ts";
+import { launcherCodeId } from "../sdk/shim/actions/spare_handoff.ts";
+import { sha256Hex } from "../sdk/shim/sha256.ts";
 
 const dec = new TextDecoder();
 
@@ -113,7 +116,10 @@ Deno.test("a bundled launcher needs neither the checkout nor deno's cache, and k
       installShims({ prefix, root, shims: { "containerd-shim-probe-v1": "probe.ts" } });
     const [launcher] = await install();
     const text = await Deno.readTextFile(launcher!);
-    assert.match(text, /--no-config --no-lock --cached-only '--v8-flags=[^']*' '[^']+\/probe\.js'/);
+    assert.match(
+      text,
+      /--no-config --no-lock --cached-only --no-code-cache '--v8-flags=[^']*' '[^']+\/probe\.js'/,
+    );
     assert.ok(!text.includes(root), text);
     const run = async () => {
       const out = await new Deno.Command(launcher!, {
@@ -285,4 +291,29 @@ Deno.test("the launchers' delete fast path prints the server's answer only when 
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+Deno.test("a bundle launcher states its code identity: the hash of the rest of its text", () => {
+  const spec = { deno: "/usr/bin/deno", denoDir: "/c", entry: "/b/0123/main.js", v8Flags: [] };
+  const text = bundleLauncherScript(spec);
+  const line = /^SKIFF_SHIM_CODE=([0-9a-f]{64})$/m.exec(text);
+  assert.ok(line, text);
+  assert.match(text, /^export SKIFF_SHIM_CODE$/m);
+  const enc = new TextEncoder();
+  // What start reads from its environment is what a spare reads from the launcher's bytes.
+  assert.equal(launcherCodeId(enc.encode(text)), line[1]);
+  assert.equal(line[1], sha256Hex(enc.encode(text.replace(`${line[0]}\n`, ""))));
+  // Other code (another bundle), other flags, other spare settings: another identity.
+  for (
+    const other of [
+      { ...spec, entry: "/b/4567/main.js" },
+      { ...spec, v8Flags: ["--lite-mode"] },
+      { ...spec, spare: { idleSeconds: 60 } },
+    ]
+  ) {
+    assert.notEqual(launcherCodeId(enc.encode(bundleLauncherScript(other))), line[1]);
+  }
+  // A launcher that states none (an older install) is known by the hash of its whole text.
+  const old = enc.encode("#!/bin/sh\nexec deno run main.js\n");
+  assert.equal(launcherCodeId(old), sha256Hex(old));
 });

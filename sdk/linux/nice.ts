@@ -74,3 +74,26 @@ export function setProcessNice(nice: number): void {
     }
   }
 }
+
+/**
+ * Sets the nice value of the autogroup of process `pid` (`/proc/<pid>/autogroup`), best
+ * effort. With `sched_autogroup` on, as on most desktop and server kernels, each session in
+ * the root CPU cgroup is one scheduling entity, and a thread's own nice value only weighs
+ * against threads of the same session; a process that called `setsid` therefore competes at
+ * full weight whatever its nice value, unless its autogroup is lowered too. A new autogroup
+ * starts at 0.
+ *
+ * @returns false when the kernel has no autogroups or refused (no error: priority is a hint)
+ * @example Usage
+ * ```ts ignore
+ * setAutogroupNice(child.pid, 19);
+ * ```
+ */
+export function setAutogroupNice(pid: number | "self", nice: number): boolean {
+  try {
+    Deno.writeTextFileSync(`/proc/${pid}/autogroup`, String(nice));
+    return true;
+  } catch {
+    return false;
+  }
+}

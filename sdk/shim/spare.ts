@@ -16,6 +16,7 @@ import type { ShimFlags } from "./flags.ts";
 import type { Shim } from "./shim.ts";
 import {
   JsonLines,
+  launcherCodeId,
   SPARE_ADOPTION_MS,
   type SpareHandoff,
   spareIdleSeconds,
@@ -24,9 +25,8 @@ import {
 import { effectiveIds, PeerCredentialResolver } from "../ttrpc/_peer_cred.ts";
 import { joinCgroup, joinCgroupsOf } from "../linux/cgroup_join.ts";
 import { setOomScoreAdj } from "../linux/oom_score.ts";
-import { sha256Hex } from "./sha256.ts";
 import { processStartTime } from "../linux/proc_stat.ts";
-import { niceOf, setProcessNice } from "../linux/nice.ts";
+import { niceOf, setAutogroupNice, setProcessNice } from "../linux/nice.ts";
 import { containerdVersion } from "./actions/start.ts";
 import { trimMemory } from "./memory_trim.ts";
 
@@ -85,7 +85,7 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
   await lock.truncate(0);
   await lock.write(new TextEncoder().encode(`${Deno.pid}\n`));
   const launcherText = Deno.readFileSync(launcher);
-  const codeId = sha256Hex(launcherText); // as spareCodeId, from the bytes the watch compares
+  const codeId = launcherCodeId(launcherText); // from the bytes the watch compares
   if (!flags.socket.endsWith(`/spare-${codeId.slice(0, 16)}.sock`)) Deno.exit(0); // reinstalled
 
   // The point of a spare: the server's modules are loaded and evaluated now, not at start.
@@ -169,6 +169,7 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
       try {
         setProcessNice(baseNice);
       } catch { /* adopt() sets start's priority, or refuses */ }
+      setAutogroupNice("self", 0); // where a cold server's new session starts
     }
     leave();
     await adopt(shim, conn, pid, codeId, lock, serveShim, { containerd, deadline, reaper });

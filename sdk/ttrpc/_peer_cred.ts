@@ -2,11 +2,12 @@
  * Internal: SO_PEERCRED for connections accepted by a Deno unix listener.
  *
  * Deno exposes no file descriptor for an accepted `Deno.UnixConn`, so the descriptor is found
- * indirectly: the kernel lists every server-side socket of a listener in /proc/net/unix with the
- * listener's path, and /proc/self/fd maps socket inodes to our descriptors. Called right after
- * each `accept()` (and before the next one), exactly one socket of that listener is new, which
- * is the connection just accepted. Anything else (zero or several candidates, no FFI) is
- * reported as unknown so that the caller can fail closed.
+ * among our own: an accepted socket is named (getsockname) after its listener's path and is not
+ * itself listening (SO_ACCEPTCONN). Called right after each `accept()` (and before the next
+ * one), exactly one such socket is new, which is the connection just accepted. Anything else
+ * (zero or several candidates, no FFI) is reported as unknown so that the caller can fail
+ * closed. Only this process's descriptors are looked at: the node-wide /proc/net/unix grows with
+ * every container on the node.
  *
  * @module
  */
@@ -20,11 +21,12 @@ export interface PeerCredentials {
 
 const SOL_SOCKET = 1;
 const SO_PEERCRED = 17;
-/** In /proc/net/unix, the flag of a listening socket (__SO_ACCEPTCON). */
-const ACCEPTCON = 0x10000;
+const SO_ACCEPTCONN = 30;
+const AF_UNIX = 1;
 
 type Libc = Deno.DynamicLibrary<{
   getsockopt: { parameters: ["i32", "i32", "i32", "buffer", "buffer"]; result: "i32" };
+  getsockname: { parameters: ["i32", "buffer", "buffer"]; result: "i32" };
   geteuid: { parameters: []; result: "u32" };
   getegid: { parameters: []; result: "u32" };
 }>;
@@ -35,6 +37,7 @@ function openLibc(): Libc {
   // Opened lazily: only servers that ask for the peer check need --allow-ffi.
   libc ??= Deno.dlopen("libc.so.6", {
     getsockopt: { parameters: ["i32", "i32", "i32", "buffer", "buffer"], result: "i32" },
+    getsockname: { parameters: ["i32", "buffer", "buffer"], result: "i32" },
     geteuid: { parameters: [], result: "u32" },
     getegid: { parameters: [], result: "u32" },
   });
@@ -47,34 +50,30 @@ export function effectiveIds(): { uid: number; gid: number } {
   return { uid: lib.symbols.geteuid(), gid: lib.symbols.getegid() };
 }
 
-/** Inodes of the server-side sockets of the listener bound to `path`. */
-function acceptedInodes(path: string): Set<number> {
-  const out = new Set<number>();
-  const lines = Deno.readTextFileSync("/proc/net/unix").split("\n");
-  for (let i = 1; i < lines.length; i++) {
-    // Num RefCount Protocol Flags Type St Inode Path
-    const cols = lines[i].trim().split(/\s+/);
-    if (cols.length < 8 || cols.slice(7).join(" ") !== path) continue;
-    if ((parseInt(cols[3], 16) & ACCEPTCON) !== 0) continue;
-    out.add(Number(cols[6]));
-  }
-  return out;
+/** True when `fd` is a unix socket named `path` that is not listening: one `accept` gave us. */
+function acceptedFrom(lib: Libc, fd: number, path: Uint8Array): boolean {
+  // struct sockaddr_un: sa_family_t (2 bytes), then sun_path[108].
+  const addr = new Uint8Array(110);
+  const len = new Uint32Array([addr.length]);
+  if (lib.symbols.getsockname(fd, addr, len) !== 0) return false; // not a socket
+  if ((addr[0] | (addr[1] << 8)) !== AF_UNIX) return false;
+  let end = Math.min(len[0], addr.length);
+  while (end > 2 && addr[end - 1] === 0) end--;
+  if (end - 2 !== path.length || path.some((b, i) => addr[2 + i] !== b)) return false;
+  const listening = new Int32Array(1);
+  const optLen = new Uint32Array([4]);
+  if (lib.symbols.getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, listening, optLen) !== 0) return false;
+  return listening[0] === 0;
 }
 
-/** Maps socket inodes to our descriptors. */
-function socketFds(): Map<number, number> {
-  const out = new Map<number, number>();
-  for (const entry of Deno.readDirSync("/proc/self/fd")) {
-    let target: string;
-    try {
-      target = Deno.readLinkSync(`/proc/self/fd/${entry.name}`);
-    } catch {
-      continue; // closed meanwhile
-    }
-    const m = /^socket:\[(\d+)\]$/.exec(target);
-    if (m) out.set(Number(m[1]), Number(entry.name));
+/** The inode of socket descriptor `fd`, or undefined when it is no longer one. */
+function socketInode(fd: number): number | undefined {
+  try {
+    const m = /^socket:\[(\d+)\]$/.exec(Deno.readLinkSync(`/proc/self/fd/${fd}`));
+    return m ? Number(m[1]) : undefined;
+  } catch {
+    return undefined; // closed meanwhile
   }
-  return out;
 }
 
 /**
@@ -82,11 +81,13 @@ function socketFds(): Map<number, number> {
  * accepted last can be identified.
  */
 export class PeerCredentialResolver {
-  #path: string;
+  #path: Uint8Array;
+  #pathText: string;
   #known = new Set<number>();
 
   constructor(listenerPath: string) {
-    this.#path = listenerPath;
+    this.#path = new TextEncoder().encode(listenerPath);
+    this.#pathText = listenerPath;
   }
 
   /**
@@ -95,22 +96,27 @@ export class PeerCredentialResolver {
    */
   resolveLatest(): { inode: number; creds: PeerCredentials } {
     const lib = openLibc();
-    const fds = socketFds();
-    const fresh: number[] = [];
-    for (const inode of acceptedInodes(this.#path)) {
-      if (fds.has(inode) && !this.#known.has(inode)) fresh.push(inode);
+    const fresh: { fd: number; inode: number }[] = [];
+    const open = new Set<number>();
+    for (const entry of Deno.readDirSync("/proc/self/fd")) {
+      const fd = Number(entry.name);
+      if (!acceptedFrom(lib, fd, this.#path)) continue;
+      const inode = socketInode(fd);
+      if (inode === undefined) continue;
+      open.add(inode);
+      if (!this.#known.has(inode)) fresh.push({ fd, inode });
     }
     // Forget inodes whose sockets are gone (connections closed without release()).
-    for (const inode of this.#known) if (!fds.has(inode)) this.#known.delete(inode);
+    for (const inode of this.#known) if (!open.has(inode)) this.#known.delete(inode);
     if (fresh.length !== 1) {
       throw new Error(
-        `cannot identify the accepted socket of ${this.#path}: ${fresh.length} candidates`,
+        `cannot identify the accepted socket of ${this.#pathText}: ${fresh.length} candidates`,
       );
     }
-    const inode = fresh[0];
+    const { fd, inode } = fresh[0];
     const cred = new Uint8Array(12);
     const len = new Uint32Array([12]);
-    const rc = lib.symbols.getsockopt(fds.get(inode)!, SOL_SOCKET, SO_PEERCRED, cred, len);
+    const rc = lib.symbols.getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, len);
     if (rc !== 0) throw new Error(`getsockopt(SO_PEERCRED) failed on socket inode ${inode}`);
     this.#known.add(inode);
     // struct ucred { pid_t pid; uid_t uid; gid_t gid; } in native byte order.

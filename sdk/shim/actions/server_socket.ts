@@ -25,6 +25,12 @@ export function groupKey(bundle: string, id: string): string {
 /** True when something accepts connections on the unix socket. */
 export async function socketAlive(path: string): Promise<boolean> {
   try {
+    // No file, no server: the usual case of a fresh container, answered without a connect.
+    Deno.lstatSync(path);
+  } catch {
+    return false;
+  }
+  try {
     const c = await Deno.connect({ transport: "unix", path });
     c.close();
     return true;

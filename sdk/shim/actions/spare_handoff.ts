@@ -21,7 +21,7 @@
 import { sha256Hex } from "../sha256.ts";
 import { DEFAULT_SOCKET_DIR } from "../socket_address.ts";
 import { processStartTime } from "../../linux/proc_stat.ts";
-import { mayRaisePriority, niceOf } from "../../linux/nice.ts";
+import { mayRaisePriority, niceOf, setAutogroupNice } from "../../linux/nice.ts";
 
 /** Where one shim binary's spare lives for one containerd, and how it behaves. */
 export interface SpareConfig {
@@ -117,8 +117,28 @@ export function spareIdleSeconds(
   return Number.isFinite(idle) && idle > 0 ? idle : DEFAULT_SPARE_IDLE_SECONDS;
 }
 
+/** The launcher line that states its code identity (installShims writes it). */
+const CODE_LINE = /^SKIFF_SHIM_CODE=([0-9a-f]{64})$/m;
+
 /**
- * The code identity of an installed launcher: the SHA-256 of its text.
+ * The code identity of an installed launcher, from its text: the `SKIFF_SHIM_CODE=` line that
+ * `installShims` writes (the SHA-256 of the rest of the text, so that `start` reads it from its
+ * environment instead of hashing the file), else the SHA-256 of the whole text.
+ *
+ * @example Usage
+ * ```ts
+ * import { launcherCodeId } from "./spare_handoff.ts";
+ * const id = "ab".repeat(32);
+ * console.assert(launcherCodeId(new TextEncoder().encode(`#!/bin/sh\nSKIFF_SHIM_CODE=${id}\n`)) === id);
+ * ```
+ */
+export function launcherCodeId(text: Uint8Array): string {
+  const m = CODE_LINE.exec(new TextDecoder().decode(text));
+  return m ? m[1] : sha256Hex(text);
+}
+
+/**
+ * The code identity of an installed launcher file ({@linkcode launcherCodeId}).
  *
  * @example Usage
  * ```ts ignore
@@ -126,7 +146,7 @@ export function spareIdleSeconds(
  * ```
  */
 export function spareCodeId(launcher: string): string {
-  return sha256Hex(Deno.readFileSync(launcher));
+  return launcherCodeId(Deno.readFileSync(launcher));
 }
 
 /**
@@ -210,6 +230,9 @@ export async function loadSpareConfig(
 ): Promise<SpareConfig | undefined> {
   const launcher = spareLauncher(env);
   if (!launcher) return undefined;
+  // The launcher states it (and exported it): no file to read, nothing to hash.
+  const stated = env.get("SKIFF_SHIM_CODE");
+  if (stated && /^[0-9a-f]{64}$/.test(stated)) return spareConfig(address, socketDir, env, stated);
   let text: Uint8Array<ArrayBuffer>;
   try {
     text = Deno.readFileSync(launcher);
@@ -428,6 +451,8 @@ export function spawnSpare(
       detached: true,
     }),
   );
+  // Its new session is its own autogroup, which would weigh as much as the container's.
+  if (nice.length) setAutogroupNice(child.pid, 19);
   child.unref();
 }
 

@@ -173,11 +173,19 @@ export async function runStart<T extends object>(
     Deno.writeTextFileSync(`${bundle}/options.json`, JSON.stringify(options));
   }
 
-  if (!(await socketAlive(path))) {
+  let present = true;
+  try {
+    Deno.lstatSync(path);
+  } catch {
+    present = false; // a fresh container's: nothing to ask, nothing to remove
+  }
+  if (!present || !(await socketAlive(path))) {
     Deno.mkdirSync(socketDir, { recursive: true, mode: 0o700 });
-    try {
-      Deno.removeSync(path);
-    } catch { /* no stale socket */ }
+    if (present) {
+      try {
+        Deno.removeSync(path); // a dead server's
+      } catch { /* gone meanwhile */ }
+    }
     const shimCgroup = shimCgroupOf(input.carriers);
     let oomScore: number | undefined;
     try {
