@@ -99,12 +99,15 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
   const reaper = Reaper.start();
   libc(); // dlopen now, not when the server first opens its log FIFO
   void Deno.Command; // Deno loads its process module on first use: now, not at the first runc
-  // containerd's version decides the format of `start`'s answer (1.7+ pass GRPC_ADDRESS).
+  const { rehearse } = await import("./rehearsal.ts");
+  // containerd's version decides the format of `start`'s answer (1.7+ pass GRPC_ADDRESS); asked
+  // now, needed only when a start is answered.
   const containerd = Deno.env.get("GRPC_ADDRESS") !== undefined
-    ? await containerdVersion(flags.publishBinary)
-    : undefined;
+    ? containerdVersion(flags.publishBinary)
+    : Promise.resolve(undefined);
 
-  trimMemory(); // a spare may wait for minutes: leave the loading's garbage behind first
+  // Listening comes first: in a burst of starts the next one comes as soon as this spare can be
+  // ready, and a start waits for a spare still loading.
   // We hold the lock, so a socket file left here is a dead spare's.
   await Deno.remove(flags.socket).catch(() => {});
   const listener = Deno.listen({ transport: "unix", path: flags.socket });
@@ -119,6 +122,20 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
       Deno.removeSync(flags.socket);
     } catch { /* gone */ }
   };
+
+  // While nobody needs it, serve one pretend container, so that the adopted server's first calls
+  // run code V8 has compiled; a start that connects stops it at its next step. Then leave the
+  // loading's and the rehearsal's garbage behind: a spare may wait for minutes.
+  const rehearsal = new AbortController();
+  void rehearse(
+    shim,
+    reaper,
+    flags.socket.slice(0, flags.socket.lastIndexOf("/")),
+    rehearsal.signal,
+  )
+    .then((done) => {
+      if (done) trimMemory();
+    });
 
   const idleMs = 1000 * spareIdleSeconds();
   const deadline = Date.now() + idleMs;
@@ -161,6 +178,7 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
       continue;
     }
     clearInterval(watch);
+    rehearsal.abort();
     // A start waits for us without a timer of its own: serve within the bound, or go (the
     // start then goes cold).
     const deadline = setTimeout(() => Deno.exit(1), SPARE_ADOPTION_MS);
@@ -184,7 +202,7 @@ async function adopt<T extends object>(
   lock: Deno.FsFile,
   serveShim: typeof import("./serve.ts").serveShim,
   ready: {
-    containerd: [number, number] | undefined;
+    containerd: Promise<[number, number] | undefined>;
     deadline: ReturnType<typeof setTimeout>;
     reaper: import("../linux/reaper.ts").Reaper;
   },
@@ -230,7 +248,8 @@ async function adopt<T extends object>(
       ...(handoff.daemon ? { daemon: handoff.daemon } : {}),
       onListening: async () => {
         clearTimeout(deadline);
-        await writeJsonLine(conn, { ok: true, pid: Deno.pid, containerd }).catch(() => {});
+        await writeJsonLine(conn, { ok: true, pid: Deno.pid, containerd: await containerd })
+          .catch(() => {});
         conn.close();
       },
     });
