@@ -136,3 +136,31 @@ Deno.test("the allow-list check catches a heavy import (it is not vacuous)", asy
   assert.ok(loaded.has("npm:@connectrpc/connect"), [...loaded].join("\n"));
   assert.ok([...loaded].some((m) => m.startsWith("proto/gen/")));
 });
+
+// The server and the warm spare (with everything they load lazily on a container's path) import
+// no `node:` module: the first one boots Deno's Node compatibility layer, +1.2 MiB of V8 heap in
+// every shim (node:path's `dirname` alone did that). The operations endpoint (sdk/ops, loaded only
+// with -debug or SKIFF_OPS=1) is not counted.
+for (const example of ["examples/runc/main.ts", "examples/runsc/main.ts"]) {
+  Deno.test(`${example}: the server and the spare load no node: module`, async () => {
+    const modules = await graph(example);
+    const roots = ["sdk/shim/serve.ts", "sdk/shim/spare.ts", "sdk/shim/rehearsal.ts"];
+    const loaded = new Set<string>();
+    for (const root of roots) {
+      // Lazy imports too (oom.ts, cgroups, the Sandbox API), except the ops endpoint's.
+      const seen = new Set<string>();
+      const todo = [new URL(root, ROOT).href, new URL(example, ROOT).href];
+      while (todo.length > 0) {
+        const spec = todo.pop()!;
+        if (seen.has(spec) || name(spec).startsWith("sdk/ops/")) continue;
+        seen.add(spec);
+        for (const dep of modules.get(spec)?.dependencies ?? []) {
+          if (dep.code?.specifier) todo.push(dep.code.specifier);
+        }
+      }
+      for (const s of seen) loaded.add(name(s));
+    }
+    assert.ok(loaded.has("sdk/linux/process_io.ts"), "the graph reaches the server's modules");
+    assert.deepEqual([...loaded].filter((m) => m.startsWith("node:")), []);
+  });
+}
