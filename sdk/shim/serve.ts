@@ -76,6 +76,11 @@ export interface ServeOptions {
   daemon?: string;
   /** A reaper already started (a spare starts its own while it waits). Default: a new one. */
   reaper?: Reaper;
+  /**
+   * The container's socket, already bound at `-socket` (an adopted spare binds it before it
+   * answers its `start`). Default: the server binds it.
+   */
+  listener?: Deno.UnixListener;
 }
 
 /**
@@ -160,6 +165,9 @@ export async function serveShim<T extends object>(
     logger.info("shutting down", { reason: why });
     await ops?.close().catch(() => {});
     await server.close({ timeoutMs: 5_000 }).catch(() => {});
+    try {
+      Deno.removeSync(path); // a listener handed over is not the server's to remove
+    } catch { /* removed */ }
     await publisher.close(3_000).catch(() => {});
     tasks.close();
     reaper.close();
@@ -218,7 +226,8 @@ export async function serveShim<T extends object>(
     return createServiceImplSpec<typeof Sandbox>(Sandbox, sandboxes.impl());
   }, "containerd.runtime.sandbox.v1.Sandbox");
 
-  await server.listen(path);
+  if (options.listener) void server.serve(options.listener);
+  else await server.listen(path);
   await options.onListening?.();
   trimMemoryLater(); // idle memory back to the kernel once the first requests are done
   // The next container's warm spare, spawned from here rather than by `start`, which then

@@ -209,6 +209,7 @@ async function adopt<T extends object>(
 ): Promise<never> {
   const { containerd, deadline, reaper } = ready;
   let handoff: SpareHandoff;
+  let listener: Deno.UnixListener;
   try {
     await writeJsonLine(conn, { pid: Deno.pid, codeId });
     const v = await new JsonLines(conn).next();
@@ -225,10 +226,19 @@ async function adopt<T extends object>(
     if (handoff.nice !== undefined && niceOf("self") !== handoff.nice) {
       setProcessNice(handoff.nice);
     }
+    // The container's socket, bound before the answer: start then answers containerd at once,
+    // and containerd's connection waits in the backlog until the server accepts it. What can
+    // refuse a cold server (its cgroups, its OOM score) has been done above.
+    listener = Deno.listen({ transport: "unix", path: handoff.flags.socket });
+    Deno.chmodSync(handoff.flags.socket, 0o600);
+    await writeJsonLine(conn, { ok: true, pid: Deno.pid, containerd: await containerd });
   } catch (e) {
     await writeJsonLine(conn, { ok: false, error: (e as Error).message }).catch(() => {});
     Deno.exit(1);
   }
+  try {
+    conn.close();
+  } catch { /* start has gone */ }
   // The next spare may load now.
   lock.close();
   const flags: ShimFlags = {
@@ -246,15 +256,13 @@ async function adopt<T extends object>(
       origin: "spare",
       reaper,
       ...(handoff.daemon ? { daemon: handoff.daemon } : {}),
-      onListening: async () => {
-        clearTimeout(deadline);
-        await writeJsonLine(conn, { ok: true, pid: Deno.pid, containerd: await containerd })
-          .catch(() => {});
-        conn.close();
-      },
+      listener,
+      onListening: () => clearTimeout(deadline),
     });
   } catch (e) {
-    await writeJsonLine(conn, { ok: false, error: (e as Error).message }).catch(() => {});
+    // start has answered: containerd's calls fail on the closed socket, as with a cold server
+    // that dies after it bound its socket.
+    console.error(`spare: serving failed after the handoff: ${(e as Error).message}`);
     Deno.exit(1);
   }
   Deno.exit(0);

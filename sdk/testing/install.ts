@@ -58,7 +58,7 @@ export interface InstallShimsOptions {
   deno?: string;
   /**
    * DENO_DIR pinned in the launchers. Default: source mode, the running deno's cache dir (it
-   * holds the dependencies); bundle mode, `<prefix>/lib/skiff/cache` (only V8's code cache).
+   * holds the dependencies); bundle mode, `<prefix>/lib/skiff/cache` (Deno's module analysis caches; launchers run with `--no-code-cache`).
    */
   denoDir?: string;
   /**
@@ -149,7 +149,7 @@ export interface LauncherSpec {
 export interface BundleLauncherSpec {
   /** Absolute path of the deno binary. */
   deno: string;
-  /** Absolute DENO_DIR (V8's code cache only; nothing is fetched). */
+  /** Absolute DENO_DIR (module analysis caches only; nothing is fetched). */
   denoDir: string;
   /** Absolute path of the bundle's entry file. */
   entry: string;
