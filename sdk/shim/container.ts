@@ -50,6 +50,11 @@ export class Container<T = unknown> {
   exitReported = false;
   /** Releases the OOM watch and other per-container resources. */
   cleanups: (() => void | Promise<void>)[] = [];
+  /**
+   * Whether the init shares its pid namespace (its other processes outlive it), read from the
+   * bundle's spec once, when the container is created, rather than on the init's exit path.
+   */
+  sharesPidNamespace?: Promise<boolean>;
 
   /** Creates a container record. */
   constructor(init: {

@@ -300,6 +300,7 @@ export class TaskService<T extends object> {
         rootfsMounted: mounted,
       });
       if (oomWatch) container.cleanups.push(() => oomWatch.close());
+      container.sharesPidNamespace = sharesPidNamespace(bundle);
       this.#containers.set(r.id, container);
       this.#d.events.publish("/tasks/create", TaskCreateSchema, {
         containerId: r.id,
@@ -727,7 +728,10 @@ export class TaskService<T extends object> {
     await p.startSettled();
     // Without a pid namespace of its own, the init's other processes outlive it: kill them
     // (the Go shim does too). Execs die with a private one; kill them anyway if they did not.
-    if (c.runningExecs().length > 0 || await sharesPidNamespace(c.bundle)) {
+    if (
+      c.runningExecs().length > 0 ||
+      await (c.sharesPidNamespace ??= sharesPidNamespace(c.bundle))
+    ) {
       await c.runtime.kill(c.id, 9, { all: true }).catch(() => {});
       await Promise.race([
         Promise.all(c.runningExecs().map((e) => e.exited)),
