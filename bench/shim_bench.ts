@@ -112,8 +112,11 @@ function spareStats(c: PrivateContainerd): { adopted: number; cold: number } {
   return out;
 }
 
+/** Rounds of [Go, skiff cold, skiff warm] blocks the `ctr run`s are spread over. */
+const ROUNDS = 4;
+
 /**
- * Runs the benchmark and returns its numbers. `ctr run` is timed in two rounds of
+ * Runs the benchmark and returns its numbers. `ctr run` is timed in {@linkcode ROUNDS} rounds of
  * [Go, skiff cold, skiff warm] blocks of back-to-back runs, so that drifting load spreads over
  * all three; the warm block's runs follow each other as fast as ctr allows (the hard case for
  * the spare, which must load between two of them).
@@ -122,7 +125,7 @@ export async function runShimBench(
   opts: { containerd?: string; runs?: number; install?: Omit<InstallShimsOptions, "prefix"> } = {},
 ): Promise<ShimBenchResult> {
   const want = opts.containerd ?? "2.1";
-  const runs = opts.runs ?? 10;
+  const runs = opts.runs ?? 20;
   const v = containerdVersions().find((x) => x.version.startsWith(want));
   if (!v) throw new Error(`containerd ${want} not found; run tests/setup/prepare.sh`);
   const prefix = await Deno.makeTempDir({ prefix: "skiff-bench-" });
@@ -154,10 +157,11 @@ export async function runShimBench(
     for (const runtime of runtimes) {
       for (let i = 0; i < 2; i++) await run(runtime, `${tags[runtime]}-warm-${i}`);
     }
-    for (let round = 0; round < 2; round++) {
+    for (let round = 0; round < ROUNDS; round++) {
       for (const runtime of runtimes) {
         const before = spareStats(c);
-        const n = round === 0 ? Math.ceil(runs / 2) : Math.floor(runs / 2);
+        // Spread `runs` over the rounds (the first rounds take the remainder).
+        const n = Math.floor(runs / ROUNDS) + (round < runs % ROUNDS ? 1 : 0);
         for (let i = 0; i < n; i++) {
           times[runtime].push(await run(runtime, `${tags[runtime]}-run-${round}-${i}`));
         }
@@ -239,7 +243,7 @@ export async function runShimBench(
   const r = (a: number, b: number) => `${(a / b).toFixed(2)}x`;
   const spare = warm.spare!;
   const markdown = [
-    `containerd ${v.version}, ${runs} sequential runs each (two rounds of Go, skiff spare off, ` +
+    `containerd ${v.version}, ${runs} sequential runs each (${ROUNDS} rounds of Go, skiff spare off, ` +
     `skiff spare on); with the spare on, ${spare.adopted} timed starts were handed to a spare ` +
     `and ${spare.cold} started cold`,
     "",

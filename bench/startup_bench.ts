@@ -27,7 +27,7 @@ export interface StartupBenchResult {
   markdown: string;
 }
 
-const RUNS = 7;
+const RUNS = 11;
 
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -68,6 +68,7 @@ interface StartDeleteTimes {
  * `start` hands the container to it (the first run, which has no spare yet, is not timed).
  */
 async function timeStartDelete(
+  empty: EmptyDeno,
   shim: string,
   warm = false,
   publishBinary?: string,
@@ -83,6 +84,7 @@ async function timeStartDelete(
     const { bundle, cleanup } = await createBusyboxBundle({ args: ["true"], dir: `${dir}/${id}` });
     try {
       if (warm && i >= 0) await new Promise((r) => setTimeout(r, 1_000)); // the spare loads
+      await empty.sample();
       const h = await ShimHarness.start({
         shim,
         bundle,
@@ -126,25 +128,43 @@ async function timeStartDelete(
   return { start: median(starts), del: median(dels), delDead: median(deadDels) };
 }
 
-async function timeCommand(cmd: string, args: string[]): Promise<number> {
+/**
+ * The empty-`deno run` reference, sampled once before every timed run of every row (not once up
+ * front), so that the machine's drift during the bench weighs on both sides of each ratio.
+ */
+class EmptyDeno {
+  #file: string;
+  #samples: number[] = [];
+  constructor(file: string) {
+    this.#file = file;
+  }
+  async sample(): Promise<void> {
+    const t0 = performance.now();
+    await new Deno.Command(Deno.execPath(), {
+      args: ["run", "--quiet", this.#file],
+      stdin: "null",
+      stdout: "null",
+      stderr: "null",
+    }).output();
+    this.#samples.push(performance.now() - t0);
+  }
+  get median(): number {
+    return median(this.#samples);
+  }
+  get count(): number {
+    return this.#samples.length;
+  }
+}
+
+async function timeCommand(cmd: string, args: string[], empty: EmptyDeno): Promise<number> {
   const xs: number[] = [];
   for (let i = 0; i < RUNS; i++) {
+    await empty.sample();
     const t0 = performance.now();
     await new Deno.Command(cmd, { args, stdin: "null", stdout: "null", stderr: "null" }).output();
     xs.push(performance.now() - t0);
   }
   return median(xs);
-}
-
-/** `deno run` of an empty file: the start-up floor of any Deno process here. */
-async function timeEmptyDeno(): Promise<number> {
-  const dir = await Deno.makeTempDir({ prefix: "skiff-startup-empty-" });
-  try {
-    await Deno.writeTextFile(`${dir}/empty.js`, "");
-    return await timeCommand(Deno.execPath(), ["run", "--quiet", `${dir}/empty.js`]);
-  } finally {
-    await Deno.remove(dir, { recursive: true }).catch(() => {});
-  }
 }
 
 /** Runs the start-up benchmark. */
@@ -164,14 +184,19 @@ export async function runStartupBench(
       spare: false,
     });
     const go = "containerd-shim-runc-v2";
-    const empty = await timeEmptyDeno();
-    const v = [await timeCommand(go, ["-v"]), await timeCommand(skiff, ["-v"])];
-    const info = [await timeCommand(go, ["-info"]), await timeCommand(skiff, ["-info"])];
+    await Deno.writeTextFile(`${prefix}/empty.js`, "");
+    const samples = new EmptyDeno(`${prefix}/empty.js`);
+    const v = [await timeCommand(go, ["-v"], samples), await timeCommand(skiff, ["-v"], samples)];
+    const info = [
+      await timeCommand(go, ["-info"], samples),
+      await timeCommand(skiff, ["-info"], samples),
+    ];
     const containerd = containerdVersions().find((v) => v.version.startsWith("2."));
     const publish = containerd ? `${containerd.binDir}/containerd` : undefined;
-    const g = await timeStartDelete(go, false, publish);
-    const c = await timeStartDelete(cold, false, publish);
-    const w = await timeStartDelete(skiff, true, publish);
+    const g = await timeStartDelete(samples, go, false, publish);
+    const c = await timeStartDelete(samples, cold, false, publish);
+    const w = await timeStartDelete(samples, skiff, true, publish);
+    const empty = samples.median;
     const rows = [
       { action: "`-v` (process start-up)", goMs: v[0], skiffMs: v[1] },
       { action: "`-info` (RuntimeInfo with runc's features)", goMs: info[0], skiffMs: info[1] },
@@ -198,7 +223,7 @@ export async function runStartupBench(
     ];
     const markdown = [
       `median of ${RUNS} runs each, driven by skiff's ShimHarness (\`start\`: its process alone, spawn to exit); \`deno run\` of an empty file: ` +
-      `${empty.toFixed(1)} ms`,
+      `${empty.toFixed(1)} ms (median of ${samples.count}, one before every timed run)`,
       "",
       "| action | Go runc shim (ms) | skiff runc shim (ms) | skiff / Go | skiff / empty deno |",
       "| --- | ---: | ---: | ---: | ---: |",
