@@ -28,6 +28,10 @@ export interface StartupBenchResult {
 }
 
 const RUNS = 11;
+/** Longest a Task API call of the bench may take. */
+const CALL_TIMEOUT_MS = 20_000;
+/** Runs dropped because a call timed out or failed, reported under the table. */
+const dropped: string[] = [];
 
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -82,10 +86,11 @@ async function timeStartDelete(
     // The Go shim's delete finds the bundle as <parent of cwd>/<id>: name it after the id.
     const id = `startup-${i + 1}`;
     const { bundle, cleanup } = await createBusyboxBundle({ args: ["true"], dir: `${dir}/${id}` });
+    let h: ShimHarness | undefined;
     try {
       if (warm && i >= 0) await new Promise((r) => setTimeout(r, 1_000)); // the spare loads
       await empty.sample();
-      const h = await ShimHarness.start({
+      h = await ShimHarness.start({
         shim,
         bundle,
         id,
@@ -97,9 +102,11 @@ async function timeStartDelete(
       // The `start` process alone (spawn to exit), as containerd waits for it.
       const startMs = h.startMs;
       // A full lifecycle, so both shims have written what their delete reads.
-      await h.task.create({ id, bundle });
-      await h.task.start({ id });
-      await h.task.wait({ id });
+      // Bounded: a run whose call never returns is dropped and reported, not waited for.
+      const call = { timeoutMs: CALL_TIMEOUT_MS };
+      await h.task.create({ id, bundle }, call);
+      await h.task.start({ id }, call);
+      await h.task.wait({ id }, call);
       // Every other run: the server dies with the container still in the runtime.
       const dead = i % 2 === 1;
       if (dead) {
@@ -107,7 +114,7 @@ async function timeStartDelete(
         if (pid) Deno.kill(pid, "SIGKILL");
         await new Promise((r) => setTimeout(r, 100));
       } else {
-        await h.task.delete({ id });
+        await h.task.delete({ id }, call);
       }
       await h.close();
       const t1 = performance.now();
@@ -115,6 +122,12 @@ async function timeStartDelete(
       if (i < 0) continue;
       starts.push(startMs);
       (dead ? deadDels : dels).push(performance.now() - t1);
+    } catch (e) {
+      dropped.push(
+        `${shim.slice(shim.lastIndexOf("/") + 1)} run ${i + 1}: ${(e as Error).message}`,
+      );
+      await h?.task.shutdown({ id }, { timeoutMs: 2_000 }).catch(() => {});
+      await h?.close().catch(() => {});
     } finally {
       await cleanup();
     }
@@ -232,6 +245,9 @@ export async function runStartupBench(
           (r.skiffMs / r.goMs).toFixed(2)
         }x | ${(r.skiffMs / empty).toFixed(2)}x |`
       ),
+      ...(dropped.length
+        ? ["", `Dropped runs (not counted): ${dropped.splice(0).join("; ")}`]
+        : []),
     ].join("\n");
     return { rows, emptyDenoMs: empty, markdown };
   } finally {
