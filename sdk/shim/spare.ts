@@ -133,8 +133,8 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
     flags.socket.slice(0, flags.socket.lastIndexOf("/")),
     rehearsal.signal,
   )
-    .then((done) => {
-      if (done) trimMemory();
+    .then(() => {
+      if (!rehearsal.signal.aborted) trimMemory(); // unless a start has adopted us meanwhile
     });
 
   const idleMs = 1000 * spareIdleSeconds();
