@@ -22,14 +22,20 @@ export function groupKey(bundle: string, id: string): string {
   return id;
 }
 
-/** True when something accepts connections on the unix socket. */
-export async function socketAlive(path: string): Promise<boolean> {
+/** True when a file (of any kind) is at `path`; a dangling symlink counts. */
+export function pathPresent(path: string): boolean {
   try {
-    // No file, no server: the usual case of a fresh container, answered without a connect.
     Deno.lstatSync(path);
+    return true;
   } catch {
     return false;
   }
+}
+
+/** True when something accepts connections on the unix socket. */
+export async function socketAlive(path: string): Promise<boolean> {
+  // No file, no server: the usual case of a fresh container, answered without a connect.
+  if (!pathPresent(path)) return false;
   try {
     const c = await Deno.connect({ transport: "unix", path });
     c.close();

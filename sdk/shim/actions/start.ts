@@ -23,7 +23,7 @@ import { DEFAULT_SOCKET_DIR, shimSocketAddress, socketPath } from "../socket_add
 import { setOomScoreAdj, shimOomScore } from "../../linux/oom_score.ts";
 import { niceOf } from "../../linux/nice.ts";
 import { containerdProcess, handOff, loadSpareConfig } from "./spare_handoff.ts";
-import { groupKey, socketAlive } from "./server_socket.ts";
+import { groupKey, pathPresent, socketAlive } from "./server_socket.ts";
 
 export { GROUP_ANNOTATIONS, groupKey, socketAlive } from "./server_socket.ts";
 
@@ -173,12 +173,8 @@ export async function runStart<T extends object>(
     Deno.writeTextFileSync(`${bundle}/options.json`, JSON.stringify(options));
   }
 
-  let present = true;
-  try {
-    Deno.lstatSync(path);
-  } catch {
-    present = false; // a fresh container's: nothing to ask, nothing to remove
-  }
+  // A fresh container's socket is not there: nothing to ask, nothing to remove.
+  const present = pathPresent(path);
   if (!present || !(await socketAlive(path))) {
     Deno.mkdirSync(socketDir, { recursive: true, mode: 0o700 });
     if (present) {
