@@ -8,7 +8,9 @@
 #     where criu cannot dump, the test checks the error). Installed with apt-get when missing
 #     (apt-get update runs only then). A policy-rc.d guard keeps apt from starting the
 #     system containerd service: the tests only ever run private containerds.
-#  2. containerd 1.7 (trixie) and 2.x (sid) unpacked into $SKIFF_CACHE by fetch_containerd.sh.
+#  2. containerd 1.7 (trixie) and 2.1 (sid) unpacked into $SKIFF_CACHE by fetch_containerd.sh;
+#     containerd 2.2, 2.3 and 2.4 (no Debian package) built from their Go modules by
+#     build_containerd.sh (a few minutes each on a fresh machine, cached afterwards).
 #  3. $SKIFF_CACHE/env: SKIFF_CONTAINERD_<major>_<minor>=<bin dir> per containerd build
 #     (read by containerdVersions() in sdk/testing/containerd.ts).
 #  4. deno's dependency cache, filled from deno.lock (`deno install --frozen`).
@@ -112,10 +114,32 @@ if [ ${#need_fetch[@]} -gt 0 ]; then
   fi
 fi
 
+# Releases that carry containerd PR #13360 (the task-API endpoint in CreateTaskRequest: 2.3.1+)
+# and the one before them. Debian has none of them; the Go module proxy has all three.
+go_versions=(2.2.9 2.3.7 2.4.2)
+# The machines' Go lives in /usr/local/go; a login shell's PATH may not name it.
+command -v go >/dev/null || { [ -x /usr/local/go/bin/go ] && export PATH="$PATH:/usr/local/go/bin"; }
+need_build=()
+for v in "${go_versions[@]}"; do
+  [ -x "$cache/containerd-v$v/bin/containerd" ] || need_build+=("$v")
+done
+if [ ${#need_build[@]} -gt 0 ]; then
+  if command -v go >/dev/null; then
+    say "building containerd ${need_build[*]} from Go modules into $cache (minutes on a fresh machine)"
+    if ! bash "$here/build_containerd.sh" "${need_build[@]}" >/dev/null; then
+      say "FAILED: tests/setup/build_containerd.sh ${need_build[*]}"
+    fi
+  else
+    say "missing go: cannot build containerd ${need_build[*]} (bash tests/setup/build_containerd.sh ${need_build[*]})"
+  fi
+fi
+
 # --- 3. the env file naming each containerd build --------------------------------------------
 env_text="# written by tests/setup/prepare.sh: containerd builds for the integration tests"
 declare -A seen=()
-for dir in /usr/bin "$cache"/containerd-trixie/usr/bin "$cache"/containerd-sid/usr/bin; do
+go_dirs=()
+for v in "${go_versions[@]}"; do go_dirs+=("$cache/containerd-v$v/bin"); done
+for dir in /usr/bin "$cache"/containerd-trixie/usr/bin "$cache"/containerd-sid/usr/bin "${go_dirs[@]}"; do
   [ -x "$dir/containerd" ] || continue
   # "containerd github.com/containerd/containerd/v2 2.1.9+unknown": take the first x.y.z.
   v=$("$dir/containerd" --version 2>/dev/null | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -n1)
