@@ -268,19 +268,13 @@ for (const v of versions) {
         const report = JSON.parse(new TextDecoder().decode(out.stdout)) as GoReport;
         assert.equal(out.code, 1);
         // NewSandbox → the controller's Create → CreateSandbox on the Go shim, whose ttrpc
-        // server answers Unimplemented "service <name>". containerd 2.4.2's controller then
-        // gets the shim to exit; 2.3.7 (like 2.1.9) runs its `delete` but leaves the server
-        // running (c.stop() kills it).
+        // server answers Unimplemented "service <name>". containerd then asks the shim to shut
+        // the sandbox down and runs its `delete`; the Go shim's server was seen to stay running
+        // (2.3.7, 2.4.2) and once to exit (2.4.2): c.stop() kills a survivor.
         assert.match(
           report.error ?? "",
           /^NewSandbox\(pod, runtime io\.containerd\.runc\.v2\): .*failed to create sandbox pod: service containerd\.runtime\.sandbox\.v1\.Sandbox$/,
         );
-        if (!v.version.startsWith("2.3.")) {
-          for (let i = 0; i < 300 && shimServers(SANDBOX).length > 0; i++) {
-            await new Promise((r) => setTimeout(r, 100));
-          }
-          assert.deepEqual(shimServers(SANDBOX), [], "the Go shim exited");
-        }
       } finally {
         await c.stop();
         await rootfs.cleanup();
