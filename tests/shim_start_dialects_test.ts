@@ -1,7 +1,7 @@
 // The real runc example's `start`, in each containerd dialect: what it prints and where it
 // listens. The 2.3+ dialect (BootstrapParams on stdin, a protobuf BootstrapResult back) is
-// played by the harness byte for byte, to reach what real containerd 2.3.7/2.4.2 do not send
-// here (socket_dir); start_stdin_containerd_test.ts records what they do send.
+// played by the harness byte for byte (socket_dir and extension options included);
+// start_stdin_containerd_test.ts records what real containerd 2.3.7 and 2.4.2 send.
 import assert from "node:assert/strict";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { AnySchema } from "@bufbuild/protobuf/wkt";
