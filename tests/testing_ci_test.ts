@@ -67,7 +67,7 @@ integrationTest(
     const home = await Deno.makeTempDir({ prefix: "skiff-prepare-" });
     try {
       // A dpkg-query that knows no package makes every package look missing; a no-op deno
-      // keeps the run off the network. Both cache dirs exist, so nothing is fetched.
+      // keeps the run off the network. Every cache dir exists, so nothing is fetched or built.
       await Deno.mkdir(`${home}/fakebin`);
       await Deno.writeTextFile(`${home}/fakebin/dpkg-query`, "#!/bin/sh\nexit 1\n");
       await Deno.writeTextFile(`${home}/fakebin/deno`, "#!/bin/sh\nexit 0\n");
@@ -77,6 +77,12 @@ integrationTest(
           "/usr/bin/containerd",
           `${home}/cache/containerd-${s}/usr/bin/containerd`,
         );
+      }
+      for (const v of ["2.2.9", "2.3.7", "2.4.2"]) {
+        await Deno.mkdir(`${home}/cache/containerd-v${v}/bin`, { recursive: true });
+        for (const b of ["containerd", "ctr", "containerd-shim-runc-v2"]) {
+          await Deno.symlink(`/usr/bin/${b}`, `${home}/cache/containerd-v${v}/bin/${b}`);
+        }
       }
       for (const d of ["", "/fakebin", "/fakebin/dpkg-query", "/fakebin/deno", "/cache"]) {
         await Deno.chmod(`${home}${d}`, 0o777);
@@ -102,7 +108,7 @@ integrationTest(
         err,
         /^prepare: missing packages: containerd runc runsc crun busybox-static protobuf-compiler libprotobuf-dev util-linux bsdutils iproute2 prometheus criu \(not root; as root on Debian run: apt-get install --no-install-recommends containerd .* protobuf-compiler libprotobuf-dev .* prometheus criu\)$/m,
       );
-      // All three dirs hold 1.6 here, so one key is written and the first dir wins.
+      // All six dirs hold 1.6 here, so one key is written and the first dir wins.
       const env = await Deno.readTextFile(`${home}/cache/env`);
       assert.deepEqual(env.split("\n").filter((l) => l.startsWith("SKIFF_")), [
         "SKIFF_CONTAINERD_1_6=/usr/bin",

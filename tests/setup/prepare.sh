@@ -156,7 +156,7 @@ fi
 
 # --- 3b. the Go client test helper, built against containerd 2.3.7 and 2.4.2 ----------------
 # tests/fixtures/go-client (containerd's own Go client driving a pod; see build_go_client.sh).
-if command -v go >/dev/null; then
+if $is_root && command -v go >/dev/null; then
   for v in 2.3.7 2.4.2; do
     [ -x "$cache/go-client-v$v/skiff-go-client" ] &&
       [ "$(cat "$cache/go-client-v$v/SOURCE" 2>/dev/null)" = \
