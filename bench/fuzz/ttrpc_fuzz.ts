@@ -207,6 +207,13 @@ export async function fuzzTtrpc(opts: TtrpcFuzzOptions): Promise<TtrpcFuzzStats>
     // connection is closed or the deadline passes).
     const readLimit = rng.pick([0, 0, rng.range(1, 4096), Infinity]);
     const halfClose = rng.chance(0.1);
+    // Paced: frame by frame, as a client would; blasted: the whole burst in one write;
+    // dropped: the burst is started and the connection closed a moment later, whether or
+    // not it was all written.
+    const style = rng.pick(["paced", "blasted", "dropped"] as const);
+    const dropAfter = rng.range(0, 5);
+    // Drawn whatever happens next, so that the sequence depends on the seed alone.
+    const lingerMs = rng.range(0, 20);
     stats.connections++;
     stats.frames += burst;
     let conn: Deno.UnixConn;
@@ -220,11 +227,6 @@ export async function fuzzTtrpc(opts: TtrpcFuzzOptions): Promise<TtrpcFuzzStats>
     const timer = setTimeout(() => stop.abort(), connectionMs);
     const reading = readLimit > 0 ? readSome(conn, readLimit, stop.signal) : Promise.resolve(0);
     try {
-      // Paced: frame by frame, as a client would; blasted: the whole burst in one write;
-      // dropped: the burst is started and the connection closed a moment later, whether or
-      // not it was all written.
-      const style = rng.pick(["paced", "blasted", "dropped"] as const);
-      const dropAfter = rng.range(0, 5);
       const writing = (async () => {
         const chunks = style === "paced" ? frames : [concatAll(frames)];
         for (const f of chunks) {
@@ -246,7 +248,7 @@ export async function fuzzTtrpc(opts: TtrpcFuzzOptions): Promise<TtrpcFuzzStats>
       if (outcome === "refused") stats.refused++;
       if (readLimit === Infinity && outcome === "done") {
         // "Read everything": wait a little for answers, then leave anyway.
-        await new Promise((r) => setTimeout(r, rng.range(0, 20)));
+        await new Promise((r) => setTimeout(r, lingerMs));
       }
     } finally {
       stop.abort();
