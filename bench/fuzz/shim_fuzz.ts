@@ -20,7 +20,7 @@ import { cpuPercent, formatUsage, type ProcUsage, usageOf } from "./proc_usage.t
 import { fuzzTtrpc, type TtrpcFuzzStats } from "./ttrpc_fuzz.ts";
 import { fuzzLines } from "./line_fuzz.ts";
 
-/** Which of a shim's sockets to fuzz. */
+/** Which of a shim's sockets to fuzz ("spare": the warm spare's, measured on the spare). */
 export type FuzzTarget = "ttrpc" | "ops" | "spare";
 
 /** Options of {@linkcode fuzzShims}. */
@@ -129,7 +129,7 @@ async function fuzzOne(
   // A server adopted from a warm spare keeps the spare's argv (no -id): find it by its socket.
   const pid = shimOf(bed.c, bed.ns, id) ?? socketOwner(socket);
   if (pid === undefined) throw new Error(`no shim process found for ${id}`);
-  const path = target === "ttrpc" ? socket : target === "ops" ? `${socket}.ops` : spareSocket(bed);
+  const path = target === "ttrpc" ? socket : `${socket}.ops`;
   // The container's start-up work (a first trim, a spare being spawned) is over before the
   // baseline is taken; then a first status call opens and closes containerd's usual connection.
   await sleep(3000);
@@ -250,12 +250,98 @@ export function socketOwner(path: string): number | undefined {
   return undefined;
 }
 
-/** The warm spare's socket under the shims' socket dir (the first one found). */
-function spareSocket(_bed: Bed): string {
-  for (const e of Deno.readDirSync("/run/containerd/s")) {
-    if (e.name.endsWith(".spare")) return `/run/containerd/s/${e.name}`;
+/** The waiting warm spare of this bed's containerd: its pid and handoff socket. */
+export function waitingSpare(bed: Bed): { pid: number; socket: string } | undefined {
+  for (const p of Deno.readDirSync("/proc")) {
+    if (!/^\d+$/.test(p.name)) continue;
+    let argv: string[];
+    try {
+      argv = Deno.readTextFileSync(`/proc/${p.name}/cmdline`).split("\0");
+    } catch {
+      continue;
+    }
+    const address = argv[argv.indexOf("-address") + 1] ?? "";
+    if (!argv.includes("-spare") || !address.endsWith(bed.c.address)) continue;
+    const socket = argv[argv.indexOf("-socket") + 1];
+    // Still waiting: its socket exists (an adopted spare serves a container's socket instead).
+    try {
+      if (socket && Deno.lstatSync(socket).isSocket) return { pid: Number(p.name), socket };
+    } catch { /* adopted or gone */ }
   }
-  throw new Error("no warm spare socket (*.spare) in /run/containerd/s");
+  return undefined;
+}
+
+/**
+ * The spare's socket fuzzed: afterwards the spare still waits (garbage never adopts it nor
+ * makes it leave) and the next container is adopted by it.
+ */
+async function fuzzSpare(bed: Bed, opts: ShimFuzzOptions): Promise<ShimFuzzRow> {
+  const log = opts.log ?? (() => {});
+  const primer = await bed.runDetached(bed.shims[0]!, `primer-${crypto.randomUUID().slice(0, 6)}`);
+  if (primer.code !== 0) throw new Error(`ctr run primer: ${primer.stderr}`);
+  let spare: { pid: number; socket: string } | undefined;
+  for (let i = 0; i < 120 && !(spare = waitingSpare(bed)); i++) await sleep(500);
+  if (!spare) throw new Error("no warm spare is waiting");
+  await sleep(5000); // its rehearsal and trim are over
+  const before = usageOf(spare.pid);
+  log(`spare (pid ${spare.pid}) ${spare.socket}: before ${formatUsage(before)}`);
+  const t0 = performance.now();
+  const stats = await fuzzLines({
+    path: spare.socket,
+    chunks: opts.frames,
+    seed: opts.seed,
+    http: false,
+    log,
+  });
+  const fuzzMs = performance.now() - t0;
+  await settle(spare.pid, before.fds, opts.settleMs ?? 60_000);
+  const up = alive(spare.pid);
+  const after = up ? usageOf(spare.pid) : undefined;
+  const cpuAfter = up ? await cpuPercent(spare.pid, 2000) : undefined;
+  const problems: string[] = [];
+  if (!up) problems.push("the spare is gone after the fuzz");
+  // The next container goes to the spare that was fuzzed.
+  const id = `after-spare-fuzz-${crypto.randomUUID().slice(0, 6)}`;
+  const run = await bed.runDetached(bed.shims[0]!, id);
+  if (run.code !== 0) problems.push(`ctr run after the fuzz: ${run.stderr.trim()}`);
+  const socket = `/run/containerd/s/${await sha256Hex(`${bed.c.address}/${bed.ns}/${id}`)}`;
+  const server = socketOwner(socket);
+  if (up && server !== spare.pid) {
+    problems.push(`the next container is served by pid ${server}, not the fuzzed spare`);
+  }
+  const status = await taskStatus(bed, id);
+  const exec = await bed.ctr(["tasks", "exec", "--exec-id", "after-fuzz", id, "true"], 60_000);
+  if (exec.code !== 0) problems.push(`exec: ${exec.stderr.trim()}`);
+  const kill = await bed.ctr(["tasks", "kill", "-s", "SIGKILL", id], 60_000);
+  let stopped = false;
+  for (let i = 0; i < 240 && kill.code === 0 && !stopped; i++) {
+    stopped = (await taskStatus(bed, id)) === "STOPPED";
+    if (!stopped) await sleep(250);
+  }
+  const del = await bed.ctr(["tasks", "delete", id], 60_000);
+  const delC = await bed.ctr(["containers", "delete", id], 60_000);
+  const killDeleteOk = stopped && del.code === 0 && delC.code === 0;
+  if (!killDeleteOk) problems.push(`kill/delete: ${del.stderr.trim()} ${delC.stderr.trim()}`);
+  log(
+    `spare: after ${after ? formatUsage(after) : "spare gone"}, CPU ${
+      cpuAfter?.toFixed(0) ?? "-"
+    }%, next container served by pid ${server}`,
+  );
+  return {
+    shim: "skiff-spare",
+    target: "spare",
+    before,
+    after,
+    peakFds: before.fds,
+    cpuAfter,
+    stats,
+    fuzzMs,
+    alive: up,
+    taskStatus: status,
+    execCode: exec.code,
+    killDeleteOk,
+    problems,
+  };
 }
 
 /**
@@ -272,6 +358,7 @@ export async function fuzzShims(opts: ShimFuzzOptions): Promise<ShimFuzzRow[]> {
   });
   const rows: ShimFuzzRow[] = [];
   try {
+    if (opts.target === "spare") return [await fuzzSpare(bed, opts)];
     for (const want of opts.shims) {
       if (want === "skiff" && opts.adopted) {
         // The first container's server spawns the warm spare the next container adopts; most
