@@ -24,7 +24,14 @@ Deno.test(".ci/run runs exactly the README's test command", async () => {
 });
 
 Deno.test("the CI scripts are valid bash", async () => {
-  for (const f of [".ci/run", "tests/setup/prepare.sh", "tests/setup/fetch_containerd.sh"]) {
+  for (
+    const f of [
+      ".ci/run",
+      "tests/setup/prepare.sh",
+      "tests/setup/fetch_containerd.sh",
+      "tests/setup/registry.sh",
+    ]
+  ) {
     const out = await new Deno.Command("bash", { args: ["-n", `${root}/${f}`], stderr: "piped" })
       .output();
     assert.equal(out.code, 0, `${f}: ${dec.decode(out.stderr)}`);

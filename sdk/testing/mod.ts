@@ -9,6 +9,7 @@
  * - {@link startContainerd} runs a private containerd of a given version with its own root,
  *   state and sockets (optionally with CRI and runtime handlers), {@link containerdClient}
  *   talks gRPC to it as CRI would, and {@link criClient} talks CRI to it as kubelet would;
+ * - {@link startRegistry} serves locally built images from a private registry on 127.0.0.1;
  * - {@link installShims} writes launcher scripts for shims written with skiff;
  * - {@link runConformance} runs the conformance catalogue (a scenario × containerd version
  *   matrix) against any shim binary; `deno task conformance` is its command line.
@@ -54,6 +55,13 @@ export {
   type BusyboxImageOptions,
   PAUSE_IMAGE_REF,
 } from "./image.ts";
+export {
+  type LocalRegistry,
+  registryBinary,
+  startRegistry,
+  type StartRegistryOptions,
+} from "./registry.ts";
+export { type OciDescriptor, type OciIndex, type OciLayout, readOciLayout } from "./oci_layout.ts";
 export { createFifoSet, type FifoSet, readFifo } from "./fifo_set.ts";
 export {
   type ContainerdVersion,

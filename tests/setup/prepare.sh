@@ -174,4 +174,13 @@ if command -v deno >/dev/null; then
   fi
   rm -rf "$tmp"
 fi
+
+# --- 6. Debian's docker-registry, unpacked privately (sdk/testing/registry.ts runs it) ------
+if [ ! -x "$cache/docker-registry/usr/bin/docker-registry" ]; then
+  if $is_root && $is_debian; then
+    bash "$here/registry.sh" >/dev/null || say "FAILED: tests/setup/registry.sh (docker-registry)"
+  else
+    say "missing docker-registry (as root on Debian run: bash tests/setup/registry.sh)"
+  fi
+fi
 exit 0
