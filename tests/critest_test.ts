@@ -1,9 +1,11 @@
 /**
  * Kubernetes' CRI validation suite (critest, cri-tools 1.37.0) on private containerd 2.1.9 and
- * 2.4.2, once per handler: containerd's Go runc shim (`runc`, the reference), `skiff-runc` and
- * `skiff-runsc`, all on one containerd per version (sdk/testing/critest.ts). Fails when a skiff
- * handler does not pass a spec the Go shim passed in the same run, or when the Go shim passed
- * so few specs that the comparison would mean nothing. Each handler's run has a deadline, so a
+ * 2.4.2, once per handler: containerd's Go runc shim (`runc`, the reference), `skiff-runc`, and
+ * on 2.1 also `skiff-runc-compat` (skiff registered as `io.containerd.runc.v2` with
+ * `runtime_path`), all on one containerd per version (sdk/testing/critest.ts; `skiff-runsc` runs
+ * on demand, see docs/conformance.md). Fails when a skiff handler does not pass a spec the Go
+ * shim passed in the same run, or when the Go shim passed so few specs that the comparison would
+ * mean nothing. Each handler's run has a deadline, so a
  * hang fails the test instead of wedging CI. `deno task critest` prints the same matrix
  * (docs/conformance.md), and runs the other containerd versions on demand.
  */
@@ -34,15 +36,14 @@ function summary(r: CritestRun): string {
 
 for (const minor of CI_CRITEST_VERSIONS) {
   const build = containerdVersions().find((v) => v.version.startsWith(`${minor}.`));
-  const name = `critest on containerd ${build?.version ?? minor}: skiff-runc and skiff-runsc ` +
-    "pass every spec the Go runc shim passes";
+  const name = `critest on containerd ${build?.version ?? minor}: skiff's runc shim passes ` +
+    "every spec the Go runc shim passes";
   integrationTest(
     name,
     {
       root: true,
       binaries: [
         "runc",
-        "runsc",
         "busybox",
         "ip",
         critestBinary(),

@@ -424,7 +424,7 @@ export const CNI_BIN_DIR = "/usr/lib/cni";
 export interface CritestMatrixOptions {
   /** containerd build (2.x) to run. */
   binDir: string;
-  /** Handlers to run, in order. Default: `runc`, `skiff-runc`, `skiff-runsc`. */
+  /** Handlers to run, in order. Default: {@linkcode defaultCritestHandlers}. */
   handlers?: string[];
   /** Per-handler deadline. Default 15 minutes. */
   timeoutMs?: number;
@@ -436,8 +436,39 @@ export interface CritestMatrixOptions {
   onRun?: (run: CritestRun) => void;
 }
 
-/** The handlers {@linkcode runCritestMatrix} runs by default: the reference first. */
-export const CRITEST_HANDLERS: readonly string[] = ["runc", "skiff-runc", "skiff-runsc"];
+/**
+ * Every handler {@linkcode runCritestMatrix} configures: the Go runc shim (`runc`, the
+ * reference), skiff's examples under their own runtime types, and `skiff-runc-compat`: the skiff
+ * runc shim registered as `runtime_type = "io.containerd.runc.v2"` with `runtime_path` naming its
+ * launcher, the way containerd 2.1's CRI introspects its features (docs/containerd-config.md).
+ */
+export const CRITEST_HANDLERS: readonly string[] = [
+  "runc",
+  "skiff-runc",
+  "skiff-runc-compat",
+  "skiff-runsc",
+];
+
+/**
+ * The handlers critest runs for a containerd version unless told otherwise (CI's gate): the Go
+ * shim and `skiff-runc`, plus `skiff-runc-compat` where CRI introspects only runc-typed
+ * handlers (2.1). `skiff-runsc` runs on demand only: Debian bookworm's runsc refuses every pod
+ * that has its own network namespace on this machine's kernel (docs/conformance.md).
+ *
+ * @param version containerd version, e.g. `2.1.9`
+ * @returns handler names, the reference first
+ *
+ * @example Usage
+ * ```ts
+ * import { defaultCritestHandlers } from "./critest.ts";
+ * console.assert(defaultCritestHandlers("2.4.2").join() === "runc,skiff-runc");
+ * ```
+ */
+export function defaultCritestHandlers(version: string): string[] {
+  return version.startsWith("2.1.")
+    ? ["runc", "skiff-runc", "skiff-runc-compat"]
+    : ["runc", "skiff-runc"];
+}
 
 let nextNetwork = Deno.pid % 200;
 
@@ -481,6 +512,11 @@ export async function runCritestMatrix(opts: CritestMatrixOptions): Promise<Crit
           runtimeType: "io.containerd.skiff-runc.v2",
           options: (p) => ({ Root: p.runcRoot }),
         },
+        // Options as the Go shim's: the same runtime type, so CRI sends runc's options.
+        "skiff-runc-compat": {
+          runtimeType: "io.containerd.runc.v2",
+          options: (p) => ({ Root: p.runcRoot }),
+        },
         "skiff-runsc": {
           runtimeType: "io.containerd.skiff-runsc.v2",
           options: (p) => ({ root: `${p.dir}/runsc` }),
@@ -491,12 +527,14 @@ export async function runCritestMatrix(opts: CritestMatrixOptions): Promise<Crit
         `[plugins."io.containerd.cri.v1.runtime".cni]`,
         `conf_dir = "${cniConf}"`,
         `bin_dirs = ["${CNI_BIN_DIR}"]`,
+        `[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.skiff-runc-compat]`,
+        `runtime_path = "${work}/prefix/bin/containerd-shim-skiff-runc-v2"`,
         `[plugins."io.containerd.cri.v1.images".registry]`,
         `config_path = "${images.hostsDir}"`,
         "",
       ].join("\n"),
     });
-    for (const handler of opts.handlers ?? CRITEST_HANDLERS) {
+    for (const handler of opts.handlers ?? defaultCritestHandlers(c.version)) {
       const run = await runCritest(c, {
         handler,
         images,

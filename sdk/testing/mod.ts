@@ -122,6 +122,7 @@ export {
   type CritestRun,
   type CritestSkip,
   type CritestSpec,
+  defaultCritestHandlers,
   parseGinkgoReport,
   runCritest,
   runCritestMatrix,
