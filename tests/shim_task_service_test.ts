@@ -28,9 +28,11 @@ class FakeRuntime implements ContainerRuntime {
     if (this.p.dieOnStart) this.p.exit(this.p.pidOf(id), 0);
     return Promise.resolve();
   }
-  kill(id: string, sig: number, o?: { all?: boolean }) {
+  /** Runs inside kill, before it returns (e.g. the signalled init exits meanwhile). */
+  duringKill: (() => Promise<void>) | undefined;
+  async kill(id: string, sig: number, o?: { all?: boolean }) {
     this.calls.push(`kill ${id} ${sig}${o?.all ? " all" : ""}`);
-    return Promise.resolve();
+    await this.duringKill?.();
   }
   delete(id: string) {
     this.calls.push(`delete ${id}`);
@@ -303,6 +305,29 @@ Deno.test("TaskService publishes an init's exit after its execs' exits", async (
     ]);
     const state = svc.state({ id: "c1", execId: "e1" } as never);
     assert.equal(state.exitStatus, 137);
+  });
+});
+
+Deno.test("TaskService answers a Kill of the init before it publishes the exit that Kill caused", async () => {
+  // Seen under CRI: the init exits ~10 ms into a 40 ms `runc kill`; containerd deletes the task
+  // on /tasks/exit, closing the connection the Kill reply had still to be written to.
+  await withBundle(async (bundle) => {
+    const { svc, platform, runtime, events } = setup();
+    const { pid } = await svc.create(create(CreateTaskRequestSchema, { id: "c1", bundle }));
+    await svc.start({ id: "c1", execId: "" } as never);
+    runtime.duringKill = async () => {
+      runtime.duringKill = undefined; // only this Kill (not the kill --all on the init's exit)
+      platform.exit(pid!, 143); // the signal is delivered and the init dies at once ...
+      await new Promise((r) => setTimeout(r, 50)); // ... while the runtime's kill still runs
+    };
+    let exitPublishedBeforeReply: boolean | undefined;
+    await svc.kill({ id: "c1", execId: "", signal: 15, all: false } as never).then(() => {
+      exitPublishedBeforeReply = events.includes("/tasks/exit");
+    });
+    assert.equal(exitPublishedBeforeReply, false, `events when Kill returned: ${events}`);
+    const w = await svc.wait({ id: "c1", execId: "" } as never);
+    assert.equal(w.exitStatus, 143);
+    assert.equal(events.at(-1), "/tasks/exit", "the exit is still published, after the reply");
   });
 });
 

@@ -55,6 +55,12 @@ export class Container<T = unknown> {
    * bundle's spec once, when the container is created, rather than on the init's exit path.
    */
   sharesPidNamespace?: Promise<boolean>;
+  /**
+   * Kill RPCs of the init still being answered. The init's exit waits for them (as the Go
+   * shim's, whose exit takes the lock its Kill holds): containerd deletes the task on that exit
+   * and closes the connection, which would otherwise lose a Kill reply still on its way.
+   */
+  readonly initKills: Set<Promise<void>> = new Set();
 
   /** Creates a container record. */
   constructor(init: {

@@ -108,3 +108,24 @@ export {
 } from "./conformance/scenario.ts";
 export { ScenarioContext, type ScenarioContextInit, type Stdio } from "./conformance/kit.ts";
 export { EventRecorder, type TaskEvent } from "./conformance/events.ts";
+export {
+  CNI_BIN_DIR,
+  CRITEST_HANDLERS,
+  CRITEST_SKIPS,
+  CRITEST_VERSION,
+  critestBinary,
+  critestCniConfig,
+  type CritestImages,
+  critestMatrix,
+  type CritestMatrixOptions,
+  critestRegressions,
+  type CritestRun,
+  type CritestSkip,
+  type CritestSpec,
+  defaultCritestHandlers,
+  parseGinkgoReport,
+  runCritest,
+  runCritestMatrix,
+  type RunCritestOptions,
+  serveCritestImages,
+} from "./critest.ts";

@@ -5,7 +5,8 @@
 #     protobuf-compiler, libprotobuf-dev (the well-known google/protobuf/*.proto that
 #     proto/gen.sh imports; protobuf-compiler does not ship them), util-linux, bsdutils (script),
 #     iproute2, prometheus (promtool, for the docs/operations.md check), criu (runc checkpoint;
-#     where criu cannot dump, the test checks the error). Installed with apt-get when missing
+#     where criu cannot dump, the test checks the error), containernetworking-plugins (CNI's
+#     bridge, host-local, loopback and portmap for critest's pod networks). Installed with apt-get when missing
 #     (apt-get update runs only then). A policy-rc.d guard keeps apt from starting the
 #     system containerd service: the tests only ever run private containerds.
 #  2. containerd 1.7 (trixie) and 2.1 (sid) unpacked into $SKIFF_CACHE by fetch_containerd.sh;
@@ -16,6 +17,8 @@
 #  4. deno's dependency cache, filled from deno.lock (`deno install --frozen`).
 #  5. `deno bundle`'s esbuild in deno's cache (installShims bundles every shim it installs; deno
 #     fetches esbuild on its first bundle): one bundle of an empty module.
+#
+#  6. Debian's docker-registry (registry.sh), 7. critest built from its Go module (critest.sh).
 #
 # Not root or not Debian: it says exactly what is missing and carries on, so the tests skip
 # (or fail, under SKIFF_REQUIRE_INTEGRATION=1). Silent and fast when nothing needs doing.
@@ -38,7 +41,7 @@ is_debian=false
 
 # --- 1. packages -----------------------------------------------------------------------------
 packages=(containerd runc runsc crun busybox-static protobuf-compiler libprotobuf-dev util-linux bsdutils
-  iproute2 prometheus criu)
+  iproute2 prometheus criu containernetworking-plugins)
 # command → package, for machines where dpkg cannot tell us (and to catch a broken install).
 declare -A provides=(
   [containerd]=containerd [ctr]=containerd [containerd-shim-runc-v2]=containerd
@@ -63,7 +66,8 @@ for cmd in "${!provides[@]}"; do
   fi
 done
 # file → package, for what is not a command: protoc finds these through its own ../include.
-declare -A provides_file=([/usr/include/google/protobuf/timestamp.proto]=libprotobuf-dev)
+declare -A provides_file=([/usr/include/google/protobuf/timestamp.proto]=libprotobuf-dev
+  [/usr/lib/cni/bridge]=containernetworking-plugins)
 for f in "${!provides_file[@]}"; do
   if [ ! -r "$f" ]; then
     p=${provides_file[$f]}
@@ -181,6 +185,16 @@ if [ ! -x "$cache/docker-registry/usr/bin/docker-registry" ]; then
     bash "$here/registry.sh" >/dev/null || say "FAILED: tests/setup/registry.sh (docker-registry)"
   else
     say "missing docker-registry (as root on Debian run: bash tests/setup/registry.sh)"
+  fi
+fi
+
+# --- 7. critest (Kubernetes' CRI validation suite), built from its Go module -----------------
+if [ ! -x "$cache/critest-v1.37.0/critest" ]; then
+  if command -v go >/dev/null; then
+    say "building critest 1.37.0 from its Go module into $cache"
+    bash "$here/critest.sh" 1.37.0 >/dev/null || say "FAILED: tests/setup/critest.sh 1.37.0"
+  else
+    say "missing go: cannot build critest (bash tests/setup/critest.sh 1.37.0)"
   fi
 fi
 exit 0
