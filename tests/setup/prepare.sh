@@ -16,6 +16,8 @@
 #  4. deno's dependency cache, filled from deno.lock (`deno install --frozen`).
 #  5. `deno bundle`'s esbuild in deno's cache (installShims bundles every shim it installs; deno
 #     fetches esbuild on its first bundle): one bundle of an empty module.
+#  6. rust-extensions' runc shim (crates.io containerd-runc-shim), the benchmarks' Rust peer,
+#     built into $SKIFF_CACHE/rust-shim by rust_shim.sh (minutes once, cached afterwards).
 #
 # Not root or not Debian: it says exactly what is missing and carries on, so the tests skip
 # (or fail, under SKIFF_REQUIRE_INTEGRATION=1). Silent and fast when nothing needs doing.
@@ -174,4 +176,10 @@ if command -v deno >/dev/null; then
   fi
   rm -rf "$tmp"
 fi
+
+# --- 6. rust-extensions' runc shim, the benchmarks' Rust peer --------------------------------
+# Built from crates.io by rust_shim.sh (it says so when it builds: about 9 minutes on a fresh
+# two-core machine; cached afterwards). bench/ and docs/conformance.md use it; no test does.
+command -v cargo >/dev/null || { [ -x "${HOME:-}/.cargo/bin/cargo" ] && export PATH="$PATH:$HOME/.cargo/bin"; }
+bash "$here/rust_shim.sh" >/dev/null || say "FAILED: tests/setup/rust_shim.sh (the Rust runc shim)"
 exit 0
