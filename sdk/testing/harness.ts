@@ -12,6 +12,7 @@ import { type DescMessage, fromBinary, type MessageShape } from "@bufbuild/proto
 import { type Any, timestampDate } from "@bufbuild/protobuf/wkt";
 import { type Client, createClient, createServiceImplSpec } from "@connectrpc/connect";
 import { Task } from "../../proto/gen/containerd/task/v2/shim_pb.ts";
+import { Task as TaskV3 } from "../../proto/gen/containerd/task/v3/shim_pb.ts";
 import { Sandbox } from "../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts";
 import { Events } from "../../proto/gen/containerd/services/events/ttrpc/v1/events_pb.ts";
 import type { Envelope } from "../../proto/gen/containerd/types/event_pb.ts";
@@ -188,8 +189,10 @@ export class ShimHarness {
    * containerd waits for (the harness's own set-up around it is not counted).
    */
   readonly startMs: number;
-  /** Typed Task API client (the namespace header is set). */
+  /** Typed Task API v2 client (the namespace header is set). */
   readonly task: Client<typeof Task>;
+  /** The same over Task API v3, for a shim that advertises `version` 3 (and serves only it). */
+  readonly taskV3: Client<typeof TaskV3>;
   /** Typed Sandbox API client. */
   readonly sandbox: Client<typeof Sandbox>;
   /** Every envelope the shim forwarded, in order. */
@@ -224,6 +227,7 @@ export class ShimHarness {
     this.#eventsServer = init.eventsServer;
     this.#transport = init.transport;
     this.task = createClient(Task, this.#transport);
+    this.taskV3 = createClient(TaskV3, this.#transport);
     this.sandbox = createClient(Sandbox, this.#transport);
     this.events = init.events;
     this.#log = init.log;
@@ -441,7 +445,9 @@ export class ShimHarness {
    */
   close(): Promise<void> {
     this.#closing ??= (async () => {
-      await this.task.shutdown({ id: this.id }, { timeoutMs: 5_000 }).catch(() => {});
+      // In the API the shim advertised: a v3-only shim (rust-extensions') has no v2 Shutdown.
+      const task = this.version === 3 ? this.taskV3 : this.task;
+      await task.shutdown({ id: this.id }, { timeoutMs: 5_000 }).catch(() => {});
       await this.#transport.close().catch(() => {});
       await this.#eventsServer.close({ timeoutMs: 1_000 }).catch(() => {});
       await closeLogFifo(this.#log, LOG_DRAIN_MS);

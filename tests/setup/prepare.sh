@@ -17,8 +17,9 @@
 #  4. deno's dependency cache, filled from deno.lock (`deno install --frozen`).
 #  5. `deno bundle`'s esbuild in deno's cache (installShims bundles every shim it installs; deno
 #     fetches esbuild on its first bundle): one bundle of an empty module.
-#
 #  6. Debian's docker-registry (registry.sh), 7. critest built from its Go module (critest.sh).
+#  Not here: rust-extensions' runc shim (rust_shim.sh, ~9 minutes to build once), which only the
+#  benchmarks use: `deno task bench` builds it when it is missing.
 #
 # Not root or not Debian: it says exactly what is missing and carries on, so the tests skip
 # (or fail, under SKIFF_REQUIRE_INTEGRATION=1). Silent and fast when nothing needs doing.
