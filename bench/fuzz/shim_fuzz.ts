@@ -136,7 +136,11 @@ async function fuzzOne(
   await taskStatus(bed, id);
   await sleep(1000);
   const before = usageOf(pid);
-  log(`${shim.label} (pid ${pid}) ${target} ${path}: before ${formatUsage(before)}`);
+  const adopted = Deno.readTextFileSync(`/proc/${pid}/cmdline`).split("\0").includes("-spare");
+  log(
+    `${shim.label} (pid ${pid}${adopted ? ", adopted from a spare" : ""}) ${target} ${path}: ` +
+      `before ${formatUsage(before)}`,
+  );
   let peakFds = before.fds;
   const sampler = setInterval(() => {
     try {
