@@ -60,3 +60,49 @@ integrationTest(
     assert.ok(r.killDeleteOk, r.problems.join("; "));
   },
 );
+
+// The same for the shim's two text sockets. The operations endpoint (HTTP, on with SKIFF_OPS=1):
+// garbage, lying and half requests, some connections left open; afterwards the shim is back to
+// its baseline and serving. The warm spare's handoff socket (JSON lines): garbage never adopts
+// the spare nor makes it leave, and the next container is adopted by that very spare.
+for (const target of ["ops", "spare"] as const) {
+  integrationTest(
+    `hostile peers on the ${target === "ops" ? "operations endpoint" : "warm spare's socket"} ` +
+      `under containerd ${v2?.version ?? "2.x"}: baseline kept, still serving`,
+    {
+      root: true,
+      binaries: ["runc", "busybox", "sh", "mount", "umount"],
+      check: () => v2 ? undefined : "containerd 2.x (run tests/setup/prepare.sh as root)",
+    },
+    async () => {
+      const [row] = await fuzzShims({
+        binDir: v2!.binDir,
+        frames: 1500,
+        seed: SEED,
+        shims: ["skiff"],
+        target,
+        ...(target === "ops" ? { shimEnv: { SKIFF_OPS: "1" } } : {}),
+        hold: { chance: 0.05, max: 10 },
+        settleMs: 90_000,
+        log: (line) => console.log(line),
+      });
+      console.log(fuzzTable([row!]));
+      const r = row!;
+      assert.ok(r.alive, `the ${target === "ops" ? "shim" : "spare"} is gone after the fuzz`);
+      assert.ok(r.stats.held > 0, "the fuzz left no connection open: it tests less than it says");
+      assert.ok(
+        r.after!.fds <= r.before.fds,
+        `${r.after!.fds} descriptors (${r.after!.sockets} sockets) after the fuzz, ` +
+          `${r.before.fds} (${r.before.sockets}) before`,
+      );
+      assert.ok(
+        r.after!.rssKiB - r.before.rssKiB <= RSS_BOUND_KIB,
+        `RSS grew by ${((r.after!.rssKiB - r.before.rssKiB) / 1024).toFixed(1)} MiB`,
+      );
+      assert.ok(r.cpuAfter! < CPU_IDLE_PERCENT, `still uses ${r.cpuAfter!.toFixed(0)}% CPU`);
+      assert.deepEqual(r.problems, []);
+      assert.equal(r.execCode, 0);
+      assert.ok(r.killDeleteOk);
+    },
+  );
+}

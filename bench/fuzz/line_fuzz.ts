@@ -29,6 +29,8 @@ export interface LineFuzzOptions {
   http: boolean;
   /** Give up on one connection after this long (default 2000 ms). */
   connectionMs?: number;
+  /** Leave some connections open after their burst; they go into `into` for the caller to close. */
+  hold?: { chance: number; max: number; into: Deno.Conn[] };
   /** Progress lines. */
   log?: (line: string) => void;
 }
@@ -120,6 +122,8 @@ export async function fuzzLines(opts: LineFuzzOptions): Promise<TtrpcFuzzStats> 
     const burst = Math.min(rng.range(1, 20), opts.chunks - stats.frames);
     const chunks = Array.from({ length: burst }, () => (opts.http ? httpChunk : jsonChunk)(rng));
     const readLimit = rng.pick([0, rng.range(1, 512), 64 * 1024]);
+    const keep = opts.hold !== undefined && opts.hold.into.length < opts.hold.max &&
+      rng.chance(opts.hold.chance);
     stats.connections++;
     stats.frames += burst;
     let conn: Deno.UnixConn;
@@ -141,6 +145,17 @@ export async function fuzzLines(opts: LineFuzzOptions): Promise<TtrpcFuzzStats> 
       }
       return got;
     })();
+    if (keep) {
+      // Held: the burst is sent (not awaited) and the connection stays open, unread.
+      opts.hold!.into.push(conn);
+      stats.held++;
+      clearTimeout(timer);
+      void reading.catch(() => {});
+      void (async () => {
+        for (const c of chunks) await conn.write(c);
+      })().catch(() => {});
+      continue;
+    }
     try {
       const writing = (async () => {
         for (const c of chunks) {

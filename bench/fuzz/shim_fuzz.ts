@@ -136,7 +136,11 @@ async function fuzzOne(
   await taskStatus(bed, id);
   await sleep(1000);
   const before = usageOf(pid);
-  log(`${shim.label} (pid ${pid}) ${target} ${path}: before ${formatUsage(before)}`);
+  const adopted = Deno.readTextFileSync(`/proc/${pid}/cmdline`).split("\0").includes("-spare");
+  log(
+    `${shim.label} (pid ${pid}${adopted ? ", adopted from a spare" : ""}) ${target} ${path}: ` +
+      `before ${formatUsage(before)}`,
+  );
   let peakFds = before.fds;
   const sampler = setInterval(() => {
     try {
@@ -162,6 +166,7 @@ async function fuzzOne(
         seed: opts.seed,
         http: target === "ops",
         log,
+        ...(hold ? { hold } : {}),
       });
   } finally {
     clearInterval(sampler);
@@ -286,18 +291,25 @@ async function fuzzSpare(bed: Bed, opts: ShimFuzzOptions): Promise<ShimFuzzRow> 
   const before = usageOf(spare.pid);
   log(`spare (pid ${spare.pid}) ${spare.socket}: before ${formatUsage(before)}`);
   const t0 = performance.now();
+  const held: Deno.Conn[] = [];
   const stats = await fuzzLines({
     path: spare.socket,
     chunks: opts.frames,
     seed: opts.seed,
     http: false,
     log,
+    ...(opts.hold ? { hold: { ...opts.hold, into: held } } : {}),
   });
   const fuzzMs = performance.now() - t0;
   await settle(spare.pid, before.fds, opts.settleMs ?? 60_000);
   const up = alive(spare.pid);
   const after = up ? usageOf(spare.pid) : undefined;
   const cpuAfter = up ? await cpuPercent(spare.pid, 2000) : undefined;
+  for (const c of held) {
+    try {
+      c.close();
+    } catch { /* closed */ }
+  }
   const problems: string[] = [];
   if (!up) problems.push("the spare is gone after the fuzz");
   // The next container goes to the spare that was fuzzed.

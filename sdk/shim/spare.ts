@@ -173,6 +173,7 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
   // bounded time; more are closed unanswered.
   let adopting = false;
   let vetting = 0;
+  const spareNice = niceOf("self");
   for await (const conn of listener) {
     let pid: number;
     let inode: number;
@@ -194,6 +195,14 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
       continue;
     }
     vetting++;
+    // The handoff is on start's path: off the lowest priority at once, before reading it (at
+    // nice 19 on a busy node the read could wait for seconds); back down if it is not one.
+    if (Number.isInteger(baseNice) && niceOf("self") !== baseNice) {
+      try {
+        setProcessNice(baseNice);
+      } catch { /* adopt() sets start's priority, or refuses */ }
+      setAutogroupNice("self", 0); // where a cold server's new session starts
+    }
     void readHandoff(conn, codeId).then((handoff) => {
       vetting--;
       if (handoff === undefined || adopting) {
@@ -201,6 +210,12 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
         try {
           conn.close();
         } catch { /* closed */ }
+        if (!adopting && vetting === 0 && niceOf("self") !== spareNice) {
+          try {
+            setProcessNice(spareNice);
+          } catch { /* a hint */ }
+          setAutogroupNice("self", 19);
+        }
         return;
       }
       adopting = true;
@@ -209,13 +224,6 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
       // A start waits for us without a timer of its own: serve within the bound, or go (the
       // start then goes cold).
       const deadline = setTimeout(() => Deno.exit(1), SPARE_ADOPTION_MS);
-      // The handoff is on start's path: off the lowest priority at once.
-      if (Number.isInteger(baseNice) && niceOf("self") !== baseNice) {
-        try {
-          setProcessNice(baseNice);
-        } catch { /* adopt() sets start's priority, or refuses */ }
-        setAutogroupNice("self", 0); // where a cold server's new session starts
-      }
       leave();
       return adopt(shim, conn, pid, handoff, codeId, lock, serveShim, {
         containerd,
@@ -231,7 +239,7 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
 /** Connections vetted at once while the spare waits. */
 const MAX_VETTING = 4;
 /** How long a connection may take to send its handoff line (a start sends it at once). */
-const HANDOFF_READ_MS = 2_000;
+const HANDOFF_READ_MS = 5_000;
 
 /** The connection's first line if it is a handoff of our code, else undefined (never throws). */
 async function readHandoff(conn: Deno.Conn, codeId: string): Promise<SpareHandoff | undefined> {
