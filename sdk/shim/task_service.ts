@@ -335,7 +335,8 @@ export class TaskService<T extends object> {
       );
     }
     if (p.execId) {
-      if (c.init.state === "stopped") {
+      // exitReported: the init's exit is seen but held back for an exec mid-start (below).
+      if (c.init.state === "stopped" || c.exitReported) {
         throw new ConnectError(
           `cannot start ${p.describe()}: the container's init process has exited`,
           Code.FailedPrecondition,
@@ -756,6 +757,9 @@ export class TaskService<T extends object> {
     c.exitReported = true;
     const p = c.init;
     await p.startSettled();
+    // Like the Go shim, hold the init's exit while an exec is mid-start (containerd #10589):
+    // until that Start settles, Exec still creates and Start refuses (FailedPrecondition).
+    await Promise.all([...c.execs.values()].map((e) => e.startSettled()));
     // Without a pid namespace of its own, the init's other processes outlive it: kill them
     // (the Go shim does too). Execs die with a private one; kill them anyway if they did not.
     if (
