@@ -266,18 +266,20 @@ function field(event: Record<string, unknown>, ...names: string[]): unknown {
 const versions = containerdVersions();
 
 // The per-version tests below exist only for versions found: make a missing one visible.
-integrationTest("the skiff runc shim is tested under containerd 1.6, 1.7 and 2.x", {
+integrationTest("the skiff runc shim is tested under containerd 1.6, 1.7, 2.1, 2.2, 2.3, 2.4", {
   ...NEEDS,
   check() {
     const have = versions.map((v) => v.version);
-    const lacking = ["1.6", "1.7", "2."].filter((p) => !have.some((h) => h.startsWith(p)));
+    const lacking = ["1.6", "1.7", "2.1", "2.2", "2.3", "2.4"].filter((p) =>
+      !have.some((h) => h.startsWith(`${p}.`))
+    );
     return lacking.length > 0
       ? `containerd ${lacking.join(", ")} (found ${have.join(", ") || "none"}; ` +
         "run tests/setup/prepare.sh as root)"
       : undefined;
   },
 }, () => {
-  assert.ok(versions.length >= 3, versions.map((v) => v.version).join(", "));
+  assert.ok(versions.length >= 6, versions.map((v) => v.version).join(", "));
   return Promise.resolve();
 });
 

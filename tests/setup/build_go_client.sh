@@ -15,14 +15,16 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 src="$here/../fixtures/go-client"
 cache="${SKIFF_CACHE:-${HOME:-$(echo ~)}/.cache/skiff}"
-command -v go >/dev/null || { echo "build_go_client: go not found on PATH" >&2; exit 2; }
-hash=$(cat "$src/main.go" | sha256sum | cut -c1-16)
+# The machines' Go lives in /usr/local/go; a login shell's PATH may not name it.
+command -v go >/dev/null || { [ -x /usr/local/go/bin/go ] && export PATH="$PATH:/usr/local/go/bin"; }
+hash=$(sha256sum <"$src/main.go" | cut -c1-16)
 for version in "$@"; do
   out="$cache/go-client-v$version"
   if [ -x "$out/skiff-go-client" ] && [ "$(cat "$out/SOURCE" 2>/dev/null)" = "$hash" ]; then
     echo "$version $out/skiff-go-client"
     continue
   fi
+  command -v go >/dev/null || { echo "build_go_client: go not found on PATH" >&2; exit 2; }
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
   cp "$src/main.go" "$tmp/"

@@ -159,6 +159,18 @@ if [ "$(cat "$cache/env" 2>/dev/null)" != "$env_text" ]; then
   say "wrote $cache/env: $(grep -c '^SKIFF_CONTAINERD_' "$cache/env") containerd build(s)"
 fi
 
+# --- 3b. the Go client test helper, built against containerd 2.3.7 and 2.4.2 ----------------
+# tests/fixtures/go-client (containerd's own Go client driving a pod; see build_go_client.sh).
+if command -v go >/dev/null; then
+  for v in 2.3.7 2.4.2; do
+    [ -x "$cache/go-client-v$v/skiff-go-client" ] &&
+      [ "$(cat "$cache/go-client-v$v/SOURCE" 2>/dev/null)" = \
+        "$(sha256sum <"$repo/tests/fixtures/go-client/main.go" | cut -c1-16)" ] && continue
+    bash "$here/build_go_client.sh" "$v" >/dev/null ||
+      say "FAILED: tests/setup/build_go_client.sh $v"
+  done
+fi
+
 # --- 4. deno dependencies from the lock file -------------------------------------------------
 if command -v deno >/dev/null; then
   if ! out=$(cd "$repo" && deno install --frozen 2>&1); then
