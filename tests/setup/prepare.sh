@@ -16,6 +16,9 @@
 #  4. deno's dependency cache, filled from deno.lock (`deno install --frozen`).
 #  5. `deno bundle`'s esbuild in deno's cache (installShims bundles every shim it installs; deno
 #     fetches esbuild on its first bundle): one bundle of an empty module.
+#  6. The cgroup v2 test guest (sdk/testing/guest.ts): qemu-system-x86 and kmod from step 1, a
+#     Debian kernel (downloaded and unpacked into $SKIFF_CACHE/guest, not installed: this
+#     machine's boot is untouched) and a busybox initramfs, by guest.sh (cached afterwards).
 #
 # Not root or not Debian: it says exactly what is missing and carries on, so the tests skip
 # (or fail, under SKIFF_REQUIRE_INTEGRATION=1). Silent and fast when nothing needs doing.
@@ -38,13 +41,14 @@ is_debian=false
 
 # --- 1. packages -----------------------------------------------------------------------------
 packages=(containerd runc runsc crun busybox-static protobuf-compiler libprotobuf-dev util-linux bsdutils
-  iproute2 prometheus criu)
+  iproute2 prometheus criu qemu-system-x86 kmod)
 # command → package, for machines where dpkg cannot tell us (and to catch a broken install).
 declare -A provides=(
   [containerd]=containerd [ctr]=containerd [containerd-shim-runc-v2]=containerd
   [runc]=runc [runsc]=runsc [crun]=crun [busybox]=busybox-static [protoc]=protobuf-compiler
   [unshare]=util-linux [nsenter]=util-linux [mountpoint]=util-linux [script]=bsdutils
-  [ip]=iproute2 [promtool]=prometheus [criu]=criu
+  [ip]=iproute2 [promtool]=prometheus [criu]=criu [qemu-system-x86_64]=qemu-system-x86
+  [modprobe]=kmod [depmod]=kmod
 )
 find_cmd() { PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin" command -v "$1" >/dev/null; }
 
@@ -173,5 +177,14 @@ if command -v deno >/dev/null; then
     echo "$out" >&2
   fi
   rm -rf "$tmp"
+fi
+# --- 6. the cgroup v2 test guest -------------------------------------------------------------
+if [ ! -r "$cache/guest/READY" ]; then
+  if $is_root && $is_debian; then
+    say "preparing the cgroup v2 test guest in $cache/guest"
+    bash "$here/guest.sh" >/dev/null || say "FAILED: tests/setup/guest.sh"
+  else
+    say "missing the cgroup v2 test guest (as root on Debian: bash tests/setup/guest.sh)"
+  fi
 fi
 exit 0
