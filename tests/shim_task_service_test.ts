@@ -67,6 +67,11 @@ class FakeRuntime implements ContainerRuntime {
   checkpoint() {
     return Promise.reject(new Error("criu failed"));
   }
+  restore(id: string, o: { pidFile: string; imagePath: string; noSubreaper?: boolean }) {
+    this.calls.push(`restore ${id} ${o.imagePath}${o.noSubreaper ? " no-subreaper" : ""}`);
+    this.p.pidFiles.set(o.pidFile, this.p.spawned(this.p.nextPid++));
+    return Promise.resolve();
+  }
 }
 
 class FakePlatform implements ShimPlatform {
@@ -203,6 +208,31 @@ Deno.test("TaskService runs create → start → exit → delete with events in 
     const d = await svc.delete({ id: "c1", execId: "" } as never);
     assert.equal(d.exitStatus, 3);
     assert.deepEqual(events, ["/tasks/create", "/tasks/start", "/tasks/exit", "/tasks/delete"]);
+  });
+});
+
+Deno.test("TaskService restores a task created from a checkpoint at Start, as the Go shim", async () => {
+  await withBundle(async (bundle) => {
+    const { svc, platform, runtime, events } = setup();
+    const req = create(CreateTaskRequestSchema, { id: "c1", bundle, checkpoint: "/ckpt" });
+    const created = await svc.create(req);
+    assert.equal(created.pid, 0, "nothing runs before Start");
+    assert.deepEqual(runtime.calls, [], "no runtime create for a restore");
+    const started = await svc.start({ id: "c1", execId: "" } as never);
+    assert.deepEqual(runtime.calls, ["restore c1 /ckpt no-subreaper"]);
+    assert.equal(started.pid, platform.pidOf("c1"));
+    assert.equal(svc.state({ id: "c1", execId: "" } as never).status, Status.RUNNING);
+    platform.exit(started.pid!, 7);
+    assert.equal((await svc.wait({ id: "c1", execId: "" } as never)).exitStatus, 7);
+    assert.deepEqual(events, ["/tasks/create", "/tasks/start", "/tasks/exit"]);
+
+    // A runtime without restore: Create from a checkpoint is Unimplemented, as before.
+    const bare = setup();
+    (bare.runtime as { restore?: unknown }).restore = undefined;
+    await assert.rejects(
+      bare.svc.create(create(CreateTaskRequestSchema, { id: "c2", bundle, checkpoint: "/ckpt" })),
+      code(Code.Unimplemented),
+    );
   });
 });
 

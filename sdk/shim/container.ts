@@ -5,7 +5,7 @@
  */
 
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { ContainerRuntime } from "./runtime.ts";
+import type { ContainerRuntime, RuntimeStdio } from "./runtime.ts";
 import type { ShimProcess } from "./process.ts";
 
 /** Mount as containerd passes it in `CreateTaskRequest.rootfs`. */
@@ -61,6 +61,14 @@ export class Container<T = unknown> {
    * and closes the connection, which would otherwise lose a Kill reply still on its way.
    */
   readonly initKills: Set<Promise<void>> = new Set();
+  /**
+   * Set when containerd created the task from a checkpoint: Start restores the init from
+   * this image (as the Go runc shim does) instead of starting a created one.
+   */
+  restoreFrom?: {
+    imagePath: string;
+    io: { stdio?: RuntimeStdio; consoleSocket?: string; ready(): Promise<void> };
+  };
 
   /** Creates a container record. */
   constructor(init: {

@@ -215,12 +215,6 @@ export class TaskService<T extends object> {
     if (this.#containers.has(r.id)) {
       throw new ConnectError(`container "${r.id}" already exists`, Code.AlreadyExists);
     }
-    if (r.checkpoint) {
-      throw new ConnectError(
-        `restoring container "${r.id}" from checkpoint "${r.checkpoint}" is not supported`,
-        Code.Unimplemented,
-      );
-    }
     const { shim, platform, logger } = this.#d;
     const namespace = ctx?.requestHeader.get("containerd-namespace-ttrpc") || this.#d.namespace;
     const resolved = resolveOptions(
@@ -244,6 +238,12 @@ export class TaskService<T extends object> {
       spawn: (cmd) => platform.spawn(cmd),
       logger: clog,
     });
+    if (r.checkpoint && !runtime.restore) {
+      throw new ConnectError(
+        `restoring container "${r.id}" from checkpoint "${r.checkpoint}" is not supported`,
+        Code.Unimplemented,
+      );
+    }
     const init = new ShimProcess(r.id, "", {
       stdin: r.stdin,
       stdout: r.stdout,
@@ -252,6 +252,7 @@ export class TaskService<T extends object> {
     });
 
     let mounted = false;
+    let restoreFrom: Container<T>["restoreFrom"];
     const rootfs = `${bundle}/rootfs`;
     const undo: (() => Promise<void>)[] = [];
     // Open before the runtime starts the init: it may exit before its pid is known.
@@ -266,16 +267,20 @@ export class TaskService<T extends object> {
       const io = await platform.openIo(init.stdio, { containerId: r.id, namespace });
       init.io = io.handle;
       undo.push(() => io.handle.close());
-      await runtime.create(r.id, {
-        bundle,
-        pidFile: `${bundle}/init.pid`,
-        ...(io.consoleSocket ? { consoleSocket: io.consoleSocket } : {}),
-        ...(io.stdio ? { io: io.stdio } : {}),
-      });
-      undo.push(() => runtime.delete(r.id, { force: true }).catch(() => {}));
-      await io.ready();
-      init.setPid(await platform.readPidFile(`${bundle}/init.pid`));
-      init.startTime = platform.startTimeOf?.(init.pid);
+      // From a checkpoint, Start restores the init (as the Go shim does): nothing runs yet.
+      if (r.checkpoint) restoreFrom = { imagePath: r.checkpoint, io };
+      else {await runtime.create(r.id, {
+          bundle,
+          pidFile: `${bundle}/init.pid`,
+          ...(io.consoleSocket ? { consoleSocket: io.consoleSocket } : {}),
+          ...(io.stdio ? { io: io.stdio } : {}),
+        });}
+      if (!restoreFrom) {
+        undo.push(() => runtime.delete(r.id, { force: true }).catch(() => {}));
+        await io.ready();
+        init.setPid(await platform.readPidFile(`${bundle}/init.pid`));
+        init.startTime = platform.startTimeOf?.(init.pid);
+      }
     } catch (e) {
       this.#windows.delete(window);
       for (const u of undo.reverse()) await u().catch(() => {});
@@ -285,14 +290,7 @@ export class TaskService<T extends object> {
     try {
       // The OOM watch comes first: until the container is listed, the init's exit waits in the
       // window, so /tasks/create is always published before /tasks/exit.
-      let oomWatch: { close(): void } | undefined;
-      try {
-        oomWatch = await platform.watchOom(init.pid, () => {
-          this.#d.events.publish("/tasks/oom", TaskOOMSchema, { containerId: r.id });
-        });
-      } catch (e) {
-        clog.debug("oom watch unavailable", { error: (e as Error).message });
-      }
+      const oomWatch = restoreFrom ? undefined : await this.#watchOom(r.id, init.pid, clog);
       const container = new Container<T>({
         id: r.id,
         namespace,
@@ -304,6 +302,7 @@ export class TaskService<T extends object> {
       });
       if (oomWatch) container.cleanups.push(() => oomWatch.close());
       container.sharesPidNamespace = sharesPidNamespace(bundle);
+      if (restoreFrom) container.restoreFrom = restoreFrom;
       this.#containers.set(r.id, container);
       this.#d.events.publish("/tasks/create", TaskCreateSchema, {
         containerId: r.id,
@@ -346,7 +345,8 @@ export class TaskService<T extends object> {
     }
     p.beginStart();
     try {
-      await c.runtime.start(c.id);
+      if (c.restoreFrom) await this.#restore(c, c.restoreFrom);
+      else await c.runtime.start(c.id);
       p.markStarted();
       this.#d.events.publish("/tasks/start", TaskStartSchema, { containerId: c.id, pid: p.pid });
     } finally {
@@ -354,6 +354,50 @@ export class TaskService<T extends object> {
     }
     if (c.runtime.initExit === "wait") void this.#waitInit(c);
     return { pid: p.pid };
+  }
+
+  /** OOM events for a container whose init is `pid`; undefined where it cannot be watched. */
+  async #watchOom(id: string, pid: number, log: Logger): Promise<{ close(): void } | undefined> {
+    try {
+      return await this.#d.platform.watchOom(pid, () => {
+        this.#d.events.publish("/tasks/oom", TaskOOMSchema, { containerId: id });
+      });
+    } catch (e) {
+      log.debug("oom watch unavailable", { error: (e as Error).message });
+      return undefined;
+    }
+  }
+
+  /**
+   * Start of a task created from a checkpoint: `runtime restore`, then the restored init's pid
+   * and its OOM watch, as Create does for a fresh one. An exit of the restored init before its
+   * pid is known waits in the window, as at Create.
+   */
+  async #restore(c: Container<T>, from: NonNullable<Container<T>["restoreFrom"]>): Promise<void> {
+    const { platform } = this.#d;
+    const pidFile = `${c.bundle}/init.pid`;
+    const window = this.#openWindow();
+    try {
+      await c.runtime.restore!(c.id, {
+        bundle: c.bundle,
+        pidFile,
+        imagePath: from.imagePath,
+        workPath: `${c.bundle}/work/criu-work`,
+        noSubreaper: true,
+        ...(from.io.consoleSocket ? { consoleSocket: from.io.consoleSocket } : {}),
+        ...(from.io.stdio ? { io: from.io.stdio } : {}),
+      });
+      await from.io.ready();
+      c.init.setPid(await platform.readPidFile(pidFile));
+      c.init.startTime = platform.startTimeOf?.(c.init.pid);
+      c.restoreFrom = undefined;
+      const oomWatch = await this.#watchOom(c.id, c.init.pid, this.#d.logger.with({ id: c.id }));
+      if (oomWatch) c.cleanups.push(() => oomWatch.close());
+      const early = window.take(c.init.pid, c.init.startTime);
+      if (early) void this.#initExited(c, early);
+    } finally {
+      this.#windows.delete(window);
+    }
   }
 
   /**

@@ -233,7 +233,7 @@ export async function runInGuest(opts: GuestOptions): Promise<GuestResult> {
   }
   Object.assign(env, opts.env ?? {});
   let child: Deno.ChildProcess | undefined;
-  let timer: number | undefined;
+  let timer: ReturnType<typeof setTimeout> | undefined;
   let timedOut = false;
   const started = performance.now();
   try {

@@ -11,6 +11,8 @@
  *   talks gRPC to it as CRI would, and {@link criClient} talks CRI to it as kubelet would;
  * - {@link startRegistry} serves locally built images from a private registry on 127.0.0.1;
  * - {@link installShims} writes launcher scripts for shims written with skiff;
+ * - {@link runInGuest} runs one command of the checkout on cgroup v2, in a QEMU guest over the
+ *   host's own root (`deno task guest` is its command line);
  * - {@link runConformance} runs the conformance catalogue (a scenario × containerd version
  *   matrix) against any shim binary; `deno task conformance` is its command line.
  *
@@ -83,6 +85,14 @@ export {
   criRuntimePlugin,
 } from "./cri_config.ts";
 export { ctrRun, type CtrRunOptions } from "./ctr.ts";
+export {
+  type GuestImage,
+  guestImage,
+  type GuestOptions,
+  type GuestResult,
+  guestUnavailable,
+  runInGuest,
+} from "./guest.ts";
 export {
   bundleShim,
   DEFAULT_SHIM_V8_FLAGS,

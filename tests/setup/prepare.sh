@@ -20,6 +20,9 @@
 #  6. Debian's docker-registry (registry.sh), 7. critest built from its Go module (critest.sh).
 #  Not here: rust-extensions' runc shim (rust_shim.sh, ~9 minutes to build once), which only the
 #  benchmarks use: `deno task bench` builds it when it is missing.
+#  8. The cgroup v2 test guest (sdk/testing/guest.ts): qemu-system-x86 and kmod from step 1, a
+#     Debian kernel (downloaded and unpacked into $SKIFF_CACHE/guest, not installed: this
+#     machine's boot is untouched) and a busybox initramfs, by guest.sh (cached afterwards).
 #
 # Not root or not Debian: it says exactly what is missing and carries on, so the tests skip
 # (or fail, under SKIFF_REQUIRE_INTEGRATION=1). Silent and fast when nothing needs doing.
@@ -42,13 +45,14 @@ is_debian=false
 
 # --- 1. packages -----------------------------------------------------------------------------
 packages=(containerd runc runsc crun busybox-static protobuf-compiler libprotobuf-dev util-linux bsdutils
-  iproute2 prometheus criu containernetworking-plugins)
+  iproute2 prometheus criu containernetworking-plugins qemu-system-x86 kmod)
 # command → package, for machines where dpkg cannot tell us (and to catch a broken install).
 declare -A provides=(
   [containerd]=containerd [ctr]=containerd [containerd-shim-runc-v2]=containerd
   [runc]=runc [runsc]=runsc [crun]=crun [busybox]=busybox-static [protoc]=protobuf-compiler
   [unshare]=util-linux [nsenter]=util-linux [mountpoint]=util-linux [script]=bsdutils
-  [ip]=iproute2 [promtool]=prometheus [criu]=criu
+  [ip]=iproute2 [promtool]=prometheus [criu]=criu [qemu-system-x86_64]=qemu-system-x86
+  [modprobe]=kmod [depmod]=kmod
 )
 find_cmd() { PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin" command -v "$1" >/dev/null; }
 
@@ -208,6 +212,16 @@ if [ ! -x "$cache/critest-v1.37.0/critest" ]; then
     bash "$here/critest.sh" 1.37.0 >/dev/null || say "FAILED: tests/setup/critest.sh 1.37.0"
   else
     say "missing go: cannot build critest (bash tests/setup/critest.sh 1.37.0)"
+  fi
+fi
+
+# --- 8. the cgroup v2 test guest -------------------------------------------------------------
+if [ ! -r "$cache/guest/READY" ]; then
+  if $is_root && $is_debian; then
+    say "preparing the cgroup v2 test guest in $cache/guest"
+    bash "$here/guest.sh" >/dev/null || say "FAILED: tests/setup/guest.sh"
+  else
+    say "missing the cgroup v2 test guest (as root on Debian: bash tests/setup/guest.sh)"
   fi
 fi
 exit 0
