@@ -105,6 +105,9 @@ integrationTest(
       await Deno.mkdir(`${home}/cache/rust-shim/bin`, { recursive: true });
       await Deno.symlink("/bin/true", `${home}/cache/rust-shim/bin/containerd-shim-runc-v2-rs`);
       await Deno.writeTextFile(`${home}/cache/rust-shim/VERSION`, rustShimVersion());
+      // critest too: prepare.sh builds it for anyone with go, which took minutes as nobody.
+      await Deno.mkdir(`${home}/cache/critest-v1.37.0`, { recursive: true });
+      await Deno.symlink("/bin/true", `${home}/cache/critest-v1.37.0/critest`);
       for (const d of ["", "/fakebin", "/fakebin/dpkg-query", "/fakebin/deno", "/cache"]) {
         await Deno.chmod(`${home}${d}`, 0o777);
       }
@@ -127,7 +130,7 @@ integrationTest(
       assert.equal(out.code, 0, err);
       assert.match(
         err,
-        /^prepare: missing packages: containerd runc runsc crun busybox-static protobuf-compiler libprotobuf-dev util-linux bsdutils iproute2 prometheus criu \(not root; as root on Debian run: apt-get install --no-install-recommends containerd .* protobuf-compiler libprotobuf-dev .* prometheus criu\)$/m,
+        /^prepare: missing packages: containerd runc runsc crun busybox-static protobuf-compiler libprotobuf-dev util-linux bsdutils iproute2 prometheus criu containernetworking-plugins qemu-system-x86 kmod \(not root; as root on Debian run: apt-get install --no-install-recommends containerd .* protobuf-compiler libprotobuf-dev .* prometheus criu containernetworking-plugins qemu-system-x86 kmod\)$/m,
       );
       // Every dir holds 1.6 here, so one key is written and the first dir wins.
       const env = await Deno.readTextFile(`${home}/cache/env`);
