@@ -69,6 +69,8 @@ export interface ShimFuzzRow {
   fuzzMs: number;
   /** Shim still alive afterwards. */
   alive: boolean;
+  /** The server was a warm spare adopted for this container. */
+  adopted?: boolean;
   /** containerd's view of the task afterwards (`ctr task ls` status). */
   taskStatus: string;
   /** `ctr task exec ... true` exit code (undefined when not tried). */
@@ -227,6 +229,7 @@ async function fuzzOne(
     stats,
     fuzzMs,
     alive: up,
+    adopted,
     taskStatus: status,
     execCode,
     killDeleteOk,
@@ -380,7 +383,8 @@ export async function fuzzShims(opts: ShimFuzzOptions): Promise<ShimFuzzRow[]> {
           `primer-${crypto.randomUUID().slice(0, 6)}`,
         );
         if (primer.code !== 0) throw new Error(`ctr run primer: ${primer.stderr}`);
-        await sleep(5000);
+        for (let i = 0; i < 120 && !waitingSpare(bed); i++) await sleep(500);
+        await sleep(2000); // its rehearsal is over
       }
       const shim = bed.shims.find((s) => s.label === (want === "skiff" ? "skiff-runc" : "go-runc"));
       if (!shim) throw new Error(`no ${want} shim in the bed`);
@@ -401,7 +405,9 @@ export function fuzzTable(rows: ShimFuzzRow[]): string {
   ];
   for (const r of rows) {
     out.push(
-      `| ${r.shim} | ${r.target} | ${r.stats.connections} | ${r.stats.frames} | ` +
+      `| ${r.shim}${
+        r.adopted ? " (adopted)" : ""
+      } | ${r.target} | ${r.stats.connections} | ${r.stats.frames} | ` +
         `${(r.fuzzMs / 1000).toFixed(1)} | ${r.before.fds} -> ${r.peakFds} -> ${
           r.after?.fds ?? "dead"
         } | ${mib(r.before.rssKiB)} -> ${mib(r.after?.rssKiB)} | ${
