@@ -15,6 +15,7 @@ import { integrationTest } from "./_integration.ts";
 import { containerdVersions } from "../sdk/testing/containerd.ts";
 import {
   CNI_BIN_DIR,
+  CRITEST_SKIPS,
   critestBinary,
   critestRegressions,
   type CritestRun,
@@ -77,3 +78,12 @@ for (const minor of CI_CRITEST_VERSIONS) {
     },
   );
 }
+
+Deno.test("docs/conformance.md lists every spec critest skips here, with its reason", async () => {
+  const doc = await Deno.readTextFile(new URL("../docs/conformance.md", import.meta.url));
+  const section = doc.slice(doc.indexOf("## CRI validation (critest)"));
+  assert.ok(section.length < doc.length, "docs/conformance.md has a critest section");
+  for (const s of CRITEST_SKIPS) {
+    assert.ok(section.includes(`\`${s.pattern}\``), `the doc names skip pattern ${s.pattern}`);
+  }
+});

@@ -145,6 +145,8 @@ export interface CritestRun {
   seconds: number;
   /** critest's output (verbose ginkgo log). */
   logPath: string;
+  /** The `--ginkgo.focus` of the run, when only some specs ran. */
+  focus?: string;
 }
 
 /**
@@ -366,6 +368,7 @@ export async function runCritest(
     timedOut,
     seconds: Math.round((Date.now() - started) / 100) / 10,
     logPath,
+    ...(opts.focus ? { focus: opts.focus } : {}),
   };
 }
 
@@ -428,7 +431,7 @@ export interface CritestMatrixOptions {
   handlers?: string[];
   /** Per-handler deadline. Default 15 minutes. */
   timeoutMs?: number;
-  /** Only specs matching this. */
+  /** Only specs matching this, for every handler (else {@linkcode CRITEST_HANDLER_FOCUS}). */
   focus?: string;
   /** Keep the private dirs (logs, reports) instead of removing them. */
   keep?: boolean;
@@ -448,6 +451,15 @@ export const CRITEST_HANDLERS: readonly string[] = [
   "skiff-runc-compat",
   "skiff-runsc",
 ];
+
+/**
+ * Specs a handler is run on by default, when not all: `skiff-runc-compat` differs from
+ * `skiff-runc` only in how CRI introspects it, so it runs the specs that depend on the
+ * introspected features (recursive read-only mounts).
+ */
+export const CRITEST_HANDLER_FOCUS: Readonly<Record<string, string>> = {
+  "skiff-runc-compat": "readonly mounts",
+};
 
 /**
  * The handlers critest runs for a containerd version unless told otherwise (CI's gate): the Go
@@ -540,7 +552,9 @@ export async function runCritestMatrix(opts: CritestMatrixOptions): Promise<Crit
         images,
         dir: work,
         ...(opts.timeoutMs ? { timeoutMs: opts.timeoutMs } : {}),
-        ...(opts.focus ? { focus: opts.focus } : {}),
+        ...(opts.focus ?? CRITEST_HANDLER_FOCUS[handler]
+          ? { focus: opts.focus ?? CRITEST_HANDLER_FOCUS[handler] }
+          : {}),
       });
       runs.push(run);
       opts.onRun?.(run);
@@ -602,8 +616,9 @@ export function critestRegressions(runs: CritestRun[], reference = "runc"): stri
   for (const run of runs) {
     if (run === ref) continue;
     const byName = new Map(run.specs.map((s) => [s.name, s]));
+    const focus = run.focus ? new RegExp(run.focus) : undefined;
     for (const s of ref.specs) {
-      if (s.state !== "passed") continue;
+      if (s.state !== "passed" || (focus && !focus.test(s.name))) continue;
       const other = byName.get(s.name);
       if (other?.state === "passed") continue;
       out.push(`${run.handler}: ${s.name} (${other?.state ?? "missing"})`);
@@ -639,20 +654,25 @@ export function critestMatrix(groups: CritestRun[][]): string {
     }
   }
   names.sort();
-  const head = ["spec", ...columns.map((r) => `${r.version} ${r.handler}`)];
+  const head = [
+    "spec",
+    ...columns.map((r) => `${r.version} ${r.handler}${r.focus ? ` (only /${r.focus}/)` : ""}`),
+  ];
   const lines = [
     `| ${head.join(" | ")} |`,
     `|${head.map((_, i) => i === 0 ? "---" : ":-:").join("|")}|`,
   ];
   const maps = columns.map((r) => new Map(r.specs.map((s) => [s.name, s])));
+  const focus = columns.map((r) => r.focus ? new RegExp(r.focus) : undefined);
   for (const name of names) {
     const short = name.replace(/^\[k8s\.io\] /, "").replace(/\|/g, "\\|");
-    lines.push(`| ${short} | ${maps.map((m) => cell(m.get(name))).join(" | ")} |`);
+    const cells = maps.map((m, i) => focus[i]?.test(name) === false ? "" : cell(m.get(name)));
+    lines.push(`| ${short} | ${cells.join(" | ")} |`);
   }
-  const totals = columns.map((r) => {
-    const count = (st: string) => r.specs.filter((s) => s.state === st).length;
-    const failed = r.specs.filter((s) => !["passed", "skipped", "pending"].includes(s.state))
-      .length;
+  const totals = columns.map((r, i) => {
+    const specs = r.specs.filter((s) => focus[i]?.test(s.name) !== false);
+    const count = (st: string) => specs.filter((s) => s.state === st).length;
+    const failed = specs.filter((s) => !["passed", "skipped", "pending"].includes(s.state)).length;
     return `${count("passed")} pass, ${failed} fail, ${count("skipped")} skip` +
       `${r.timedOut ? ", TIMED OUT" : ""} (${Math.round(r.seconds)} s)`;
   });
