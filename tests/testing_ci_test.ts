@@ -107,7 +107,7 @@ integrationTest(
       assert.equal(out.code, 0, err);
       assert.match(
         err,
-        /^prepare: missing packages: containerd runc runsc crun busybox-static protobuf-compiler libprotobuf-dev util-linux bsdutils iproute2 prometheus criu \(not root; as root on Debian run: apt-get install --no-install-recommends containerd .* protobuf-compiler libprotobuf-dev .* prometheus criu\)$/m,
+        /^prepare: missing packages: containerd runc runsc crun busybox-static protobuf-compiler libprotobuf-dev util-linux bsdutils iproute2 prometheus criu containernetworking-plugins \(not root; as root on Debian run: apt-get install --no-install-recommends containerd .* protobuf-compiler libprotobuf-dev .* prometheus criu containernetworking-plugins\)$/m,
       );
       // All three dirs hold 1.6 here, so one key is written and the first dir wins.
       const env = await Deno.readTextFile(`${home}/cache/env`);
