@@ -145,6 +145,8 @@ export interface CritestRun {
   seconds: number;
   /** critest's output (verbose ginkgo log). */
   logPath: string;
+  /** The `--ginkgo.focus` of the run, when only some specs ran. */
+  focus?: string;
 }
 
 /**
@@ -366,6 +368,7 @@ export async function runCritest(
     timedOut,
     seconds: Math.round((Date.now() - started) / 100) / 10,
     logPath,
+    ...(opts.focus ? { focus: opts.focus } : {}),
   };
 }
 
@@ -428,7 +431,7 @@ export interface CritestMatrixOptions {
   handlers?: string[];
   /** Per-handler deadline. Default 15 minutes. */
   timeoutMs?: number;
-  /** Only specs matching this. */
+  /** Only specs matching this, for every handler (else {@linkcode CRITEST_HANDLER_FOCUS}). */
   focus?: string;
   /** Keep the private dirs (logs, reports) instead of removing them. */
   keep?: boolean;
@@ -448,6 +451,15 @@ export const CRITEST_HANDLERS: readonly string[] = [
   "skiff-runc-compat",
   "skiff-runsc",
 ];
+
+/**
+ * Specs a handler is run on by default, when not all: `skiff-runc-compat` differs from
+ * `skiff-runc` only in how CRI introspects it, so it runs the specs that depend on the
+ * introspected features (recursive read-only mounts).
+ */
+export const CRITEST_HANDLER_FOCUS: Readonly<Record<string, string>> = {
+  "skiff-runc-compat": "readonly mounts",
+};
 
 /**
  * The handlers critest runs for a containerd version unless told otherwise (CI's gate): the Go
@@ -540,7 +552,9 @@ export async function runCritestMatrix(opts: CritestMatrixOptions): Promise<Crit
         images,
         dir: work,
         ...(opts.timeoutMs ? { timeoutMs: opts.timeoutMs } : {}),
-        ...(opts.focus ? { focus: opts.focus } : {}),
+        ...(opts.focus ?? CRITEST_HANDLER_FOCUS[handler]
+          ? { focus: opts.focus ?? CRITEST_HANDLER_FOCUS[handler] }
+          : {}),
       });
       runs.push(run);
       opts.onRun?.(run);
@@ -577,8 +591,12 @@ function cell(s: CritestSpec | undefined): string {
 }
 
 /**
- * Specs the reference handler (`runc`, the Go shim) passed and another handler of the same
- * containerd did not: what CI fails on.
+ * Specs the reference handler (`runc`, the Go shim) passed and a skiff handler of the same
+ * containerd did not: what CI fails on. A spec a handler failed is always listed. One it skipped
+ * (or did not run) is listed unless another skiff handler of the same containerd passed it: on
+ * containerd 2.1, `skiff-runc` skips the recursive read-only specs (CRI did not introspect its
+ * features) and `skiff-runc-compat`, the same shim registered the way 2.1 introspects, passes
+ * them.
  *
  * @param runs one containerd's runs, the reference among them
  * @param reference the reference handler. Default `runc`
@@ -593,19 +611,26 @@ function cell(s: CritestSpec | undefined): string {
  * });
  * const r = critestRegressions([run("runc", "passed"), run("skiff-runc", "failed")]);
  * console.assert(r[0] === "skiff-runc: a (failed)");
+ * console.assert(critestRegressions([run("runc", "passed"), run("skiff-runc", "skipped"),
+ *   run("skiff-runc-compat", "passed")]).length === 0);
  * ```
  */
 export function critestRegressions(runs: CritestRun[], reference = "runc"): string[] {
   const ref = runs.find((r) => r.handler === reference);
   if (!ref) return [];
+  const others = runs.filter((r) => r !== ref);
+  const passedBy = (run: CritestRun, name: string) =>
+    run.specs.some((s) => s.name === name && s.state === "passed");
   const out: string[] = [];
-  for (const run of runs) {
-    if (run === ref) continue;
+  for (const run of others) {
     const byName = new Map(run.specs.map((s) => [s.name, s]));
+    const focus = run.focus ? new RegExp(run.focus) : undefined;
     for (const s of ref.specs) {
       if (s.state !== "passed") continue;
       const other = byName.get(s.name);
       if (other?.state === "passed") continue;
+      const notRun = !other || other.state === "skipped" || (focus && !focus.test(s.name));
+      if (notRun && others.some((o) => passedBy(o, s.name))) continue;
       out.push(`${run.handler}: ${s.name} (${other?.state ?? "missing"})`);
     }
     if (run.timedOut) out.push(`${run.handler}: timed out`);
@@ -639,20 +664,25 @@ export function critestMatrix(groups: CritestRun[][]): string {
     }
   }
   names.sort();
-  const head = ["spec", ...columns.map((r) => `${r.version} ${r.handler}`)];
+  const head = [
+    "spec",
+    ...columns.map((r) => `${r.version} ${r.handler}${r.focus ? ` (only /${r.focus}/)` : ""}`),
+  ];
   const lines = [
     `| ${head.join(" | ")} |`,
     `|${head.map((_, i) => i === 0 ? "---" : ":-:").join("|")}|`,
   ];
   const maps = columns.map((r) => new Map(r.specs.map((s) => [s.name, s])));
+  const focus = columns.map((r) => r.focus ? new RegExp(r.focus) : undefined);
   for (const name of names) {
     const short = name.replace(/^\[k8s\.io\] /, "").replace(/\|/g, "\\|");
-    lines.push(`| ${short} | ${maps.map((m) => cell(m.get(name))).join(" | ")} |`);
+    const cells = maps.map((m, i) => focus[i]?.test(name) === false ? "" : cell(m.get(name)));
+    lines.push(`| ${short} | ${cells.join(" | ")} |`);
   }
-  const totals = columns.map((r) => {
-    const count = (st: string) => r.specs.filter((s) => s.state === st).length;
-    const failed = r.specs.filter((s) => !["passed", "skipped", "pending"].includes(s.state))
-      .length;
+  const totals = columns.map((r, i) => {
+    const specs = r.specs.filter((s) => focus[i]?.test(s.name) !== false);
+    const count = (st: string) => specs.filter((s) => s.state === st).length;
+    const failed = specs.filter((s) => !["passed", "skipped", "pending"].includes(s.state)).length;
     return `${count("passed")} pass, ${failed} fail, ${count("skipped")} skip` +
       `${r.timedOut ? ", TIMED OUT" : ""} (${Math.round(r.seconds)} s)`;
   });

@@ -120,6 +120,7 @@ export { ScenarioContext, type ScenarioContextInit, type Stdio } from "./conform
 export { EventRecorder, type TaskEvent } from "./conformance/events.ts";
 export {
   CNI_BIN_DIR,
+  CRITEST_HANDLER_FOCUS,
   CRITEST_HANDLERS,
   CRITEST_SKIPS,
   CRITEST_VERSION,
