@@ -24,7 +24,14 @@ Deno.test(".ci/run runs exactly the README's test command", async () => {
 });
 
 Deno.test("the CI scripts are valid bash", async () => {
-  for (const f of [".ci/run", "tests/setup/prepare.sh", "tests/setup/fetch_containerd.sh"]) {
+  for (
+    const f of [
+      ".ci/run",
+      "tests/setup/prepare.sh",
+      "tests/setup/fetch_containerd.sh",
+      "tests/setup/guest.sh",
+    ]
+  ) {
     const out = await new Deno.Command("bash", { args: ["-n", `${root}/${f}`], stderr: "piped" })
       .output();
     assert.equal(out.code, 0, `${f}: ${dec.decode(out.stderr)}`);
@@ -100,7 +107,7 @@ integrationTest(
       assert.equal(out.code, 0, err);
       assert.match(
         err,
-        /^prepare: missing packages: containerd runc runsc crun busybox-static protobuf-compiler libprotobuf-dev util-linux bsdutils iproute2 prometheus criu \(not root; as root on Debian run: apt-get install --no-install-recommends containerd .* protobuf-compiler libprotobuf-dev .* prometheus criu\)$/m,
+        /^prepare: missing packages: containerd runc runsc crun busybox-static protobuf-compiler libprotobuf-dev util-linux bsdutils iproute2 prometheus criu qemu-system-x86 kmod \(not root; as root on Debian run: apt-get install --no-install-recommends containerd .* protobuf-compiler libprotobuf-dev .* prometheus criu qemu-system-x86 kmod\)$/m,
       );
       // All three dirs hold 1.6 here, so one key is written and the first dir wins.
       const env = await Deno.readTextFile(`${home}/cache/env`);
