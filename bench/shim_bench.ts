@@ -1,6 +1,7 @@
 /**
- * Shim benchmark, skiff's runc example against Debian's Go containerd-shim-runc-v2 under the same
- * private containerd in the same run:
+ * Shim benchmark, skiff's runc example against Debian's Go containerd-shim-runc-v2 and (when
+ * tests/setup/rust_shim.sh has built it, on containerd 2.x: it serves only Task API v3)
+ * rust-extensions' Rust runc shim, under the same private containerd in the same run:
  *
  * - wall time of `ctr run --rm <busybox> <id> true` (sequential runs, after a warm-up), for
  *   skiff with its warm spare server off (every `start` spawns a server: cold) and on (the
@@ -26,6 +27,7 @@ import {
 import { ctrRun } from "../sdk/testing/ctr.ts";
 import { EXAMPLE_SHIMS, installShims, type InstallShimsOptions } from "../sdk/testing/install.ts";
 import { benchInstallOptions } from "./install_options.ts";
+import { RUST_MISSING, RUST_RUNTIME, rustShim } from "./rust_shim.ts";
 import { processMemory } from "../sdk/linux/smaps.ts";
 import { readSpareStatsSync, spareDir } from "../sdk/shim/actions/spare_handoff.ts";
 import { shimSocketAddress, socketPath } from "../sdk/shim/socket_address.ts";
@@ -56,7 +58,7 @@ export interface ShimMemory {
 export interface ShimBenchResult {
   /** containerd version used. */
   containerd: string;
-  /** One row per shim: Go, skiff with the spare off (cold), skiff with it on (warm). */
+  /** One row per shim: Go, Rust (when measured), skiff spare off (cold), skiff spare on (warm). */
   rows: ShimBenchRow[];
   /** Markdown table with skiff/Go ratios. */
   markdown: string;
@@ -112,12 +114,12 @@ function spareStats(c: PrivateContainerd): { adopted: number; cold: number } {
   return out;
 }
 
-/** Rounds of [Go, skiff cold, skiff warm] blocks the `ctr run`s are spread over. */
+/** Rounds of [Go, Rust, skiff cold, skiff warm] blocks the `ctr run`s are spread over. */
 const ROUNDS = 4;
 
 /**
  * Runs the benchmark and returns its numbers. `ctr run` is timed in {@linkcode ROUNDS} rounds of
- * [Go, skiff cold, skiff warm] blocks of back-to-back runs, so that drifting load spreads over
+ * [Go, Rust, skiff cold, skiff warm] blocks of back-to-back runs, so that drifting load spreads over
  * all three; the warm block's runs follow each other as fast as ctr allows (the hard case for
  * the spare, which must load between two of them).
  */
@@ -136,13 +138,28 @@ export async function runShimBench(
     shims: { [SKIFF_COLD_LAUNCHER]: EXAMPLE_SHIMS["containerd-shim-skiff-runc-v2"] },
     spare: false,
   });
+  // The Rust shim answers `start` with Task API v3 only, which containerd 1.x cannot use.
+  const rustBin = Number(v.version.split(".")[0]) >= 2 ? rustShim() : undefined;
+  const rustNote = rustBin
+    ? undefined
+    : rustShim()
+    ? `Rust runc shim left out: it serves only Task API v3, which containerd ${v.version} does not speak`
+    : RUST_MISSING;
   const c = await startContainerd({
     binDir: v.binDir,
-    extraPath: [runcLauncher.slice(0, runcLauncher.lastIndexOf("/"))],
+    extraPath: [
+      runcLauncher.slice(0, runcLauncher.lastIndexOf("/")),
+      ...(rustBin ? [rustBin.slice(0, rustBin.lastIndexOf("/"))] : []),
+    ],
   });
-  const runtimes = [GO, SKIFF_COLD, SKIFF];
-  const tags: Record<string, string> = { [GO]: "go", [SKIFF_COLD]: "skc", [SKIFF]: "skw" };
-  const times: Record<string, number[]> = { [GO]: [], [SKIFF_COLD]: [], [SKIFF]: [] };
+  const runtimes = [GO, ...(rustBin ? [RUST_RUNTIME] : []), SKIFF_COLD, SKIFF];
+  const tags: Record<string, string> = {
+    [GO]: "go",
+    [RUST_RUNTIME]: "rs",
+    [SKIFF_COLD]: "skc",
+    [SKIFF]: "skw",
+  };
+  const times: Record<string, number[]> = Object.fromEntries(runtimes.map((r) => [r, []]));
   let warmStarts = { adopted: 0, cold: 0 };
   const rows: ShimBenchRow[] = [];
   try {
@@ -238,21 +255,30 @@ export async function runShimBench(
     }
     await Deno.remove(prefix, { recursive: true }).catch(() => {});
   }
-  const [go, cold, warm] = rows;
-  const f = (n: number) => n.toFixed(1);
-  const r = (a: number, b: number) => `${(a / b).toFixed(2)}x`;
+  const row = (runtime: string) => rows.find((x) => x.runtime === runtime);
+  const go = row(GO)!;
+  const rust = row(RUST_RUNTIME);
+  const cold = row(`${SKIFF} (spare off)`)!;
+  const warm = row(SKIFF)!;
+  const f = (n: number | undefined) => n === undefined ? "–" : n.toFixed(1);
+  const r = (a: number, b: number | undefined) => b === undefined ? "–" : `${(a / b).toFixed(2)}x`;
   const spare = warm.spare!;
+  /** One table line: Go, Rust, skiff off, skiff on, then off/Go, on/Go, on/Rust. */
+  const line = (label: string, pick: (x: ShimBenchRow) => number) =>
+    `| ${label} | ${f(pick(go))} | ${f(rust && pick(rust))} | ${f(pick(cold))} | ${
+      f(pick(warm))
+    } | ${r(pick(cold), pick(go))} | ${r(pick(warm), pick(go))} | ${
+      r(pick(warm), rust && pick(rust))
+    } |`;
   const markdown = [
-    `containerd ${v.version}, ${runs} sequential runs each (${ROUNDS} rounds of Go, skiff spare off, ` +
-    `skiff spare on); with the spare on, ${spare.adopted} timed starts were handed to a spare ` +
-    `and ${spare.cold} started cold`,
+    `containerd ${v.version}, ${runs} sequential runs each (${ROUNDS} rounds of Go, ` +
+    `${rust ? "Rust, " : ""}skiff spare off, skiff spare on); with the spare on, ` +
+    `${spare.adopted} timed starts were handed to a spare and ${spare.cold} started cold`,
     "",
-    "| metric | Go runc shim | skiff, spare off | skiff, spare on | off / Go | on / Go |",
-    "| --- | ---: | ---: | ---: | ---: | ---: |",
+    "| metric | Go runc shim | Rust runc shim | skiff, spare off | skiff, spare on | off / Go | on / Go | on / Rust |",
+    "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ...(["p50", "p90"] as const).map((k) =>
-      `| \`ctr run --rm … true\` ${k} (ms) | ${f(go.runMs[k])} | ${f(cold.runMs[k])} | ${
-        f(warm.runMs[k])
-      } | ${r(cold.runMs[k], go.runMs[k])} | ${r(warm.runMs[k], go.runMs[k])} |`
+      line(`\`ctr run --rm … true\` ${k} (ms)`, (x) => x.runMs[k])
     ),
     ...([
       ["1 container", "one"],
@@ -260,16 +286,13 @@ export async function runShimBench(
       ["10 containers, 1 grouped shim", "tenGrouped"],
     ] as const).flatMap(([label, key]) =>
       (["pss", "uss", "rss"] as const).map((k) =>
-        `| shim ${k.toUpperCase()}, ${label} (MiB) | ${f(go.mem[key][k])} | ${
-          f(cold.mem[key][k])
-        } | ${f(warm.mem[key][k])} | ${r(cold.mem[key][k], go.mem[key][k])} | ${
-          r(warm.mem[key][k], go.mem[key][k])
-        } |`
+        line(`shim ${k.toUpperCase()}, ${label} (MiB)`, (x) => x.mem[key][k])
       )
     ),
     ...(["pss", "uss", "rss"] as const).map((k) =>
-      `| the waiting spare, ${k.toUpperCase()} (MiB) | – | – | ${f(spare.mem[k])} | – | – |`
+      `| the waiting spare, ${k.toUpperCase()} (MiB) | – | – | – | ${f(spare.mem[k])} | – | – | – |`
     ),
+    ...(rustNote ? ["", rustNote] : []),
   ].join("\n");
   return { containerd: v.version, rows, markdown };
 }

@@ -1,5 +1,6 @@
 /**
- * Start-up of the shim binary's short-lived actions, skiff runc example vs the Go runc shim:
+ * Start-up of the shim binary's short-lived actions, skiff runc example vs the Go runc shim and
+ * rust-extensions' Rust runc shim (when tests/setup/rust_shim.sh has built it):
  * `-v` (process start-up alone), `-info` (RuntimeInfo, with the runtime's features), `start`
  * (through to a serving server, as containerd runs it, for a fresh container: handed to the
  * warm spare, and with the spare off) and `delete` (after a clean exit, and after a killed
@@ -16,11 +17,12 @@ import { spareDir } from "../sdk/shim/actions/spare_handoff.ts";
 import { createBusyboxBundle } from "../sdk/testing/bundle.ts";
 import { EXAMPLE_SHIMS, installShims, type InstallShimsOptions } from "../sdk/testing/install.ts";
 import { benchInstallOptions } from "./install_options.ts";
+import { RUST_MISSING, rustShim } from "./rust_shim.ts";
 
 /** Timings in milliseconds (median of the runs). */
 export interface StartupBenchResult {
-  /** Rows: action → [Go ms, skiff ms]. */
-  rows: { action: string; goMs: number; skiffMs: number }[];
+  /** Rows: action → Go, Rust (when built) and skiff ms. */
+  rows: { action: string; goMs: number; rustMs?: number; skiffMs: number }[];
   /** `deno run` of an empty file, ms. */
   emptyDenoMs: number;
   /** Markdown table with ratios. */
@@ -101,12 +103,14 @@ async function timeStartDelete(
       });
       // The `start` process alone (spawn to exit), as containerd waits for it.
       const startMs = h.startMs;
-      // A full lifecycle, so both shims have written what their delete reads.
+      // A full lifecycle, so every shim has written what its delete reads.
       // Bounded: a run whose call never returns is dropped and reported, not waited for.
       const call = { timeoutMs: CALL_TIMEOUT_MS };
-      await h.task.create({ id, bundle }, call);
-      await h.task.start({ id }, call);
-      await h.task.wait({ id }, call);
+      // The Rust shim advertises, and serves, only Task API v3 (same messages).
+      const task = h.version === 3 ? h.taskV3 as unknown as typeof h.task : h.task;
+      await task.create({ id, bundle }, call);
+      await task.start({ id }, call);
+      await task.wait({ id }, call);
       // Every other run: the server dies with the container still in the runtime.
       const dead = i % 2 === 1;
       if (dead) {
@@ -114,7 +118,7 @@ async function timeStartDelete(
         if (pid) Deno.kill(pid, "SIGKILL");
         await new Promise((r) => setTimeout(r, 100));
       } else {
-        await h.task.delete({ id }, call);
+        await task.delete({ id }, call);
       }
       await h.close();
       const t1 = performance.now();
@@ -126,7 +130,6 @@ async function timeStartDelete(
       dropped.push(
         `${shim.slice(shim.lastIndexOf("/") + 1)} run ${i + 1}: ${(e as Error).message}`,
       );
-      await h?.task.shutdown({ id }, { timeoutMs: 2_000 }).catch(() => {});
       await h?.close().catch(() => {});
     } finally {
       await cleanup();
@@ -197,54 +200,75 @@ export async function runStartupBench(
       spare: false,
     });
     const go = "containerd-shim-runc-v2";
+    const rust = rustShim();
     await Deno.writeTextFile(`${prefix}/empty.js`, "");
     const samples = new EmptyDeno(`${prefix}/empty.js`);
-    const v = [await timeCommand(go, ["-v"], samples), await timeCommand(skiff, ["-v"], samples)];
-    const info = [
-      await timeCommand(go, ["-info"], samples),
-      await timeCommand(skiff, ["-info"], samples),
-    ];
+    const peers = rust ? [go, rust] : [go];
+    const each = async (args: string[]) => {
+      const out: number[] = [];
+      for (const shim of [...peers, skiff]) out.push(await timeCommand(shim, args, samples));
+      return out;
+    };
+    const v = await each(["-v"]);
+    const info = await each(["-info"]);
     const containerd = containerdVersions().find((v) => v.version.startsWith("2."));
     const publish = containerd ? `${containerd.binDir}/containerd` : undefined;
     const g = await timeStartDelete(samples, go, false, publish);
+    const rs = rust ? await timeStartDelete(samples, rust, false, publish) : undefined;
     const c = await timeStartDelete(samples, cold, false, publish);
     const w = await timeStartDelete(samples, skiff, true, publish);
     const empty = samples.median;
-    const rows = [
-      { action: "`-v` (process start-up)", goMs: v[0], skiffMs: v[1] },
-      { action: "`-info` (RuntimeInfo with runc's features)", goMs: info[0], skiffMs: info[1] },
-      {
-        action: "`start` → server accepting, fresh container, handed to the warm spare",
-        goMs: g.start,
-        skiffMs: w.start,
-      },
-      {
-        action: "`start` → server accepting, fresh container, spare off (cold server)",
-        goMs: g.start,
-        skiffMs: c.start,
-      },
-      {
-        action: "`delete` after a clean Task Delete (the launcher's fast path)",
-        goMs: g.del,
-        skiffMs: w.del,
-      },
-      {
-        action: "`delete` after the server was killed (runtime clean-up)",
-        goMs: g.delDead,
-        skiffMs: w.delDead,
-      },
+    // [action, Go, Rust (undefined when not built), skiff]
+    const table: [string, number, number | undefined, number][] = [
+      ["`-v` (process start-up)", v[0]!, rust ? v[1] : undefined, v.at(-1)!],
+      [
+        "`-info` (RuntimeInfo with runc's features)",
+        info[0]!,
+        rust ? info[1] : undefined,
+        info.at(-1)!,
+      ],
+      [
+        "`start` → server accepting, fresh container, handed to the warm spare",
+        g.start,
+        rs?.start,
+        w.start,
+      ],
+      [
+        "`start` → server accepting, fresh container, spare off (cold server)",
+        g.start,
+        rs?.start,
+        c.start,
+      ],
+      ["`delete` after a clean Task Delete (the launcher's fast path)", g.del, rs?.del, w.del],
+      [
+        "`delete` after the server was killed (runtime clean-up)",
+        g.delDead,
+        rs?.delDead,
+        w.delDead,
+      ],
     ];
+    const rows = table.map(([action, goMs, rustMs, skiffMs]) => ({
+      action,
+      goMs,
+      ...(rustMs === undefined ? {} : { rustMs }),
+      skiffMs,
+    }));
+    const ms = (x: number | undefined) => x === undefined ? "–" : x.toFixed(1);
+    const ratio = (a: number, b: number | undefined) =>
+      b === undefined ? "–" : `${(a / b).toFixed(2)}x`;
     const markdown = [
       `median of ${RUNS} runs each, driven by skiff's ShimHarness (\`start\`: its process alone, spawn to exit); \`deno run\` of an empty file: ` +
-      `${empty.toFixed(1)} ms (median of ${samples.count}, one before every timed run)`,
+      `${empty.toFixed(1)} ms (median of ${samples.count}, one before every timed run). ` +
+      "Neither the Go nor the Rust shim has a warm spare: both `start` rows show the same run.",
       "",
-      "| action | Go runc shim (ms) | skiff runc shim (ms) | skiff / Go | skiff / empty deno |",
-      "| --- | ---: | ---: | ---: | ---: |",
+      "| action | Go runc shim (ms) | Rust runc shim (ms) | skiff runc shim (ms) | skiff / Go | skiff / Rust | skiff / empty deno |",
+      "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
       ...rows.map((r) =>
-        `| ${r.action} | ${r.goMs.toFixed(1)} | ${r.skiffMs.toFixed(1)} | ${
-          (r.skiffMs / r.goMs).toFixed(2)
-        }x | ${(r.skiffMs / empty).toFixed(2)}x |`
+        `| ${r.action} | ${ms(r.goMs)} | ${ms(r.rustMs)} | ${ms(r.skiffMs)} | ${
+          ratio(r.skiffMs, r.goMs)
+        } | ${ratio(r.skiffMs, r.rustMs)} | ${ratio(r.skiffMs, empty)} |`
       ),
+      ...(rust ? [] : ["", RUST_MISSING]),
       ...(dropped.length
         ? ["", `Dropped runs (not counted): ${dropped.splice(0).join("; ")}`]
         : []),

@@ -467,3 +467,78 @@ Deno.test("ShimOps.close() during attach() still removes the socket attach creat
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("ShimOps: /debug/state names the endpoint's socket from its first answer", async () => {
+  // The socket accepts as soon as it is renamed into place, before serveUnixHttp() returns:
+  // a client polling from the start must never see the endpoint without its own socket.
+  const dir = await Deno.makeTempDir({ prefix: "skiff-ops-" });
+  const ops = new ShimOps({
+    runtime: "rt",
+    version: "1",
+    namespace: "ns",
+    id: "x",
+    containerdAddress: "",
+    debug: false,
+    logger: new Logger(),
+  });
+  const socket = `${dir}/shim.sock`;
+  try {
+    const attaching = ops.attach({
+      origin: "cold",
+      spareStats: undefined,
+      socket,
+      bundle: dir,
+      containers: () => new Map(),
+      sandboxes: () => 0,
+      events: () => ({ published: 0, failed: 0, queued: 0 }),
+      options: () => undefined,
+    });
+    let first: { endpoint: { ops: string } } | undefined;
+    while (!first) {
+      try {
+        first = JSON.parse(
+          (await unixGet(`${socket}.ops`, "/debug/state", { timeoutMs: 10_000 })).body,
+        );
+      } catch (e) {
+        if (!(e instanceof TypeError)) throw e; // not serving yet
+      }
+    }
+    await attaching;
+    assert.equal(first.endpoint.ops, `${socket}.ops`);
+  } finally {
+    await ops.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("serveUnixHttp() closes connections that idle or send half a request, and caps how many it serves at once", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "skiff-ops-bounds-" });
+  const path = `${dir}/x.ops`;
+  const s = await serveUnixHttp(path, () => new Response("ok"), {
+    maxConnections: 2,
+    connectionTimeoutMs: 300,
+  });
+  try {
+    const ended = async (c: Deno.Conn) => {
+      const buf = new Uint8Array(1024);
+      while ((await c.read(buf).catch(() => null)) !== null) { /* drain */ }
+      c.close();
+    };
+    const silent = await Deno.connect({ transport: "unix", path });
+    const partial = await Deno.connect({ transport: "unix", path });
+    await partial.write(new TextEncoder().encode("GET /healthz HTTP/1.1\r\nHost: x\r\n"));
+    await new Promise((r) => setTimeout(r, 50));
+    // Both slots are taken: a third connection is closed unanswered.
+    const third = await Deno.connect({ transport: "unix", path });
+    await third.write(new TextEncoder().encode("GET / HTTP/1.1\r\nHost: x\r\n\r\n")).catch(() => 0);
+    const answer = await third.read(new Uint8Array(64)).catch(() => null);
+    assert.equal(answer, null);
+    third.close();
+    // The held ones are dropped by the server itself, and it serves again.
+    await Promise.all([ended(silent), ended(partial)]);
+    assert.equal((await unixGet(path, "/", { timeoutMs: 5000 })).body, "ok");
+  } finally {
+    await s.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -271,3 +271,45 @@ Deno.test("parseMonitorArgs() reads listen, socket dirs, timeout and namespaces;
   assert.throws(() => parseMonitorArgs(["--timeout", "soon"]), /invalid --timeout "soon"/);
   assert.throws(() => parseMonitorArgs(["--bogus"]), /Unknown option '--bogus'/);
 });
+
+Deno.test("NodeMonitor orders shims by namespace, id and runtime, whatever their sockets and the failed ones", async () => {
+  // Socket names run against the identities, with a gone socket and a hung one among them:
+  // comparing answered shims by identity and the rest by socket in one sort is no order, and
+  // gave s1 before r1 (the containerd monitor test's flake).
+  const dir = await Deno.makeTempDir({ prefix: "skiff-mon-" });
+  const rt = "io.containerd.skiff-runc.v2";
+  const s1 = await endpoint(dir, "a", { ns: "n", id: "s1", rt });
+  await staleSocket(`${dir}/b.ops`);
+  const r1 = await endpoint(dir, "c", { ns: "n", id: "r1", rt });
+  const hung = hungSocket(`${dir}/d.ops`);
+  const q1 = await endpoint(dir, "e", { ns: "m", id: "q1", rt: "io.containerd.skiff-runsc.v2" });
+  // Upper case sorts before lower case in code-unit order, after it in most locales.
+  const big = await endpoint(dir, "f", { ns: "n", id: "R2", rt });
+  try {
+    const monitor = new NodeMonitor({ socketDirs: [dir], timeoutMs: 300 });
+    for (let i = 0; i < 3; i++) {
+      const { shims, text } = await guard(monitor.scrape(), "scrape");
+      assert.deepEqual(
+        shims.map((s) => [s.socket.slice(dir.length + 1), s.status, s.shim?.id]),
+        [
+          ["e.ops", "ok", "q1"],
+          ["f.ops", "ok", "R2"],
+          ["c.ops", "ok", "r1"],
+          ["a.ops", "ok", "s1"],
+          ["b.ops", "gone", undefined],
+          ["d.ops", "error", undefined],
+        ],
+      );
+      assert.deepEqual(labelsOf(text, "skiff_shim_info").map((l) => `${l.namespace}/${l.id}`), [
+        "m/q1",
+        "n/R2",
+        "n/r1",
+        "n/s1",
+      ]);
+    }
+  } finally {
+    for (const e of [s1, r1, q1, big]) await e.close();
+    await hung.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -6,6 +6,17 @@ import { skiffCacheDir } from "../sdk/testing/containerd.ts";
 const root = checkoutRoot();
 const dec = new TextDecoder();
 
+/** The containerd versions prepare.sh builds from Go modules (its `go_versions`). */
+const GO_BUILT_CONTAINERDS: string[] = Deno.readTextFileSync(`${root}/tests/setup/prepare.sh`)
+  .match(/^go_versions=\(([^)]*)\)$/m)![1]!.trim().split(/\s+/);
+
+/** The VERSION file rust_shim.sh writes beside the binary it built ("<crate> <version>"). */
+function rustShimVersion(): string {
+  const script = Deno.readTextFileSync(`${root}/tests/setup/rust_shim.sh`);
+  const get = (k: string) => script.match(new RegExp(`^${k}=(\\S+)$`, "m"))![1];
+  return `${get("crate")} ${get("version")}\n`;
+}
+
 Deno.test(".ci/run runs exactly the README's test command", async () => {
   const ci = await Deno.readTextFile(`${root}/.ci/run`);
   const cmd = ci.match(/^readonly TEST_COMMAND='([^']+)'$/m)?.[1];
@@ -29,6 +40,9 @@ Deno.test("the CI scripts are valid bash", async () => {
       ".ci/run",
       "tests/setup/prepare.sh",
       "tests/setup/fetch_containerd.sh",
+      "tests/setup/registry.sh",
+      "tests/setup/build_containerd.sh",
+      "tests/setup/rust_shim.sh",
       "tests/setup/guest.sh",
     ]
   ) {
@@ -74,17 +88,24 @@ integrationTest(
     const home = await Deno.makeTempDir({ prefix: "skiff-prepare-" });
     try {
       // A dpkg-query that knows no package makes every package look missing; a no-op deno
-      // keeps the run off the network. Both cache dirs exist, so nothing is fetched.
+      // keeps the run off the network. Every cache dir exists, so nothing is fetched or built
+      // (without them this run, as nobody with an empty Go cache, compiled three containerds).
       await Deno.mkdir(`${home}/fakebin`);
       await Deno.writeTextFile(`${home}/fakebin/dpkg-query`, "#!/bin/sh\nexit 1\n");
       await Deno.writeTextFile(`${home}/fakebin/deno`, "#!/bin/sh\nexit 0\n");
-      for (const s of ["trixie", "sid"]) {
-        await Deno.mkdir(`${home}/cache/containerd-${s}/usr/bin`, { recursive: true });
-        await Deno.symlink(
-          "/usr/bin/containerd",
-          `${home}/cache/containerd-${s}/usr/bin/containerd`,
-        );
+      const cached = [
+        ...["trixie", "sid"].map((s) => `containerd-${s}/usr/bin/containerd`),
+        ...GO_BUILT_CONTAINERDS.map((v) => `containerd-v${v}/bin/containerd`),
+      ];
+      for (const path of cached) {
+        await Deno.mkdir(`${home}/cache/${path.slice(0, path.lastIndexOf("/"))}`, {
+          recursive: true,
+        });
+        await Deno.symlink("/usr/bin/containerd", `${home}/cache/${path}`);
       }
+      await Deno.mkdir(`${home}/cache/rust-shim/bin`, { recursive: true });
+      await Deno.symlink("/bin/true", `${home}/cache/rust-shim/bin/containerd-shim-runc-v2-rs`);
+      await Deno.writeTextFile(`${home}/cache/rust-shim/VERSION`, rustShimVersion());
       for (const d of ["", "/fakebin", "/fakebin/dpkg-query", "/fakebin/deno", "/cache"]) {
         await Deno.chmod(`${home}${d}`, 0o777);
       }
@@ -109,7 +130,7 @@ integrationTest(
         err,
         /^prepare: missing packages: containerd runc runsc crun busybox-static protobuf-compiler libprotobuf-dev util-linux bsdutils iproute2 prometheus criu qemu-system-x86 kmod \(not root; as root on Debian run: apt-get install --no-install-recommends containerd .* protobuf-compiler libprotobuf-dev .* prometheus criu qemu-system-x86 kmod\)$/m,
       );
-      // All three dirs hold 1.6 here, so one key is written and the first dir wins.
+      // Every dir holds 1.6 here, so one key is written and the first dir wins.
       const env = await Deno.readTextFile(`${home}/cache/env`);
       assert.deepEqual(env.split("\n").filter((l) => l.startsWith("SKIFF_")), [
         "SKIFF_CONTAINERD_1_6=/usr/bin",

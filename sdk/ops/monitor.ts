@@ -117,7 +117,11 @@ export interface ShimScrape {
  * ```
  */
 export interface NodeScrape {
-  /** Every socket found, in a stable order (ok ones by namespace and id). */
+  /**
+   * Every socket found: first the shims that answered (status `ok`), by namespace, then id,
+   * then runtime (plain code-unit order; the socket breaks a tie), then the others by socket
+   * path. The merged exposition lists each family's samples in this order too.
+   */
   shims: ShimScrape[];
   /** The merged exposition, the monitor's own metrics last. */
   text: string;
@@ -180,6 +184,28 @@ export function mergeFamilies(lists: MetricFamily[][]): MetricFamily[] {
     }
   }
   return [...out.values()];
+}
+
+/** Code-unit order, the same in every locale (unlike `localeCompare`). */
+function cmp(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/**
+ * The order of {@linkcode NodeScrape.shims}, a total one: the shims that answered first, by
+ * namespace, id and runtime (the socket breaks a tie), then the rest by socket path. It must
+ * not compare answered shims by identity and the rest by socket in one pass: that is no
+ * order at all (`a < gone < b < a` happens), and the result then depends on discovery order.
+ */
+function shimOrder(a: ShimScrape, b: ShimScrape): number {
+  if ((a.status === "ok") !== (b.status === "ok")) return a.status === "ok" ? -1 : 1;
+  if (a.status === "ok") {
+    const x = a.shim!;
+    const y = b.shim!;
+    const by = cmp(x.namespace, y.namespace) || cmp(x.id, y.id) || cmp(x.runtime, y.runtime);
+    if (by) return by;
+  }
+  return cmp(a.socket, b.socket);
 }
 
 async function refuses(socket: string): Promise<boolean> {
@@ -342,11 +368,7 @@ export class NodeMonitor {
     const shims = results.filter((r) =>
       r.status !== "ok" || !this.#filter || this.#filter(r.shim!)
     );
-    shims.sort((a, b) =>
-      a.status === "ok" && b.status === "ok"
-        ? `${a.shim!.namespace}/${a.shim!.id}`.localeCompare(`${b.shim!.namespace}/${b.shim!.id}`)
-        : a.socket.localeCompare(b.socket)
-    );
+    shims.sort(shimOrder);
     const count = { ok: 0, gone: 0, error: 0 };
     for (const s of shims) count[s.status]++;
     for (const [status, n] of Object.entries(count)) this.#shims.set({ status }, n);

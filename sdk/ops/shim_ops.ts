@@ -123,6 +123,8 @@ export class ShimOps implements ShimOpsHooks {
   #capacity: number;
   #ctx: ShimOpsContext | undefined;
   #server: UnixHttpServer | undefined;
+  /** Set before serving: the socket accepts before `serveUnixHttp()` returns. */
+  #opsPath: string | undefined;
   #attaching: Promise<void> | undefined;
   #closed = false;
   #started = new Date();
@@ -186,11 +188,15 @@ export class ShimOps implements ShimOpsHooks {
         events: (limit) => this.events(limit),
         maxEvents: this.#capacity,
       });
+      // The endpoint may answer its first request before serveUnixHttp() returns (the socket
+      // accepts from its rename into place), so it must know its own socket first.
+      this.#opsPath = path;
       this.#server = await serveUnixHttp(path, app.fetch, {
         onError: (e) => this.#opts.logger.warn("operations endpoint error", { error: String(e) }),
       });
       this.#opts.logger.info("operations endpoint serving", { socket: path });
     } catch (e) {
+      this.#opsPath = undefined;
       // The shim's job is its containers; a missing endpoint must not stop it.
       this.#opts.logger.warn("operations endpoint unavailable", {
         socket: path,
@@ -242,7 +248,7 @@ export class ShimOps implements ShimOpsHooks {
       endpoint: {
         address: advertised || (ctx ? `unix://${ctx.socket}` : ""),
         socket: ctx?.socket ?? "",
-        ops: this.#server?.path ?? "",
+        ops: this.#opsPath ?? "",
       },
       containerdAddress: o.containerdAddress,
       bundle: ctx?.bundle ?? "",

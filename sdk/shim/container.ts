@@ -56,6 +56,12 @@ export class Container<T = unknown> {
    */
   sharesPidNamespace?: Promise<boolean>;
   /**
+   * Kill RPCs of the init still being answered. The init's exit waits for them (as the Go
+   * shim's, whose exit takes the lock its Kill holds): containerd deletes the task on that exit
+   * and closes the connection, which would otherwise lose a Kill reply still on its way.
+   */
+  readonly initKills: Set<Promise<void>> = new Set();
+  /**
    * Set when containerd created the task from a checkpoint: Start restores the init from
    * this image (as the Go runc shim does) instead of starting a created one.
    */

@@ -68,6 +68,9 @@ type Out<M extends keyof TaskImpl> = MessageInitShape<
   (typeof Task)["method"][M]["output"]
 >;
 
+/** Longest an init's exit waits for a Kill reply of that init ({@link Container.initKills}). */
+const KILL_REPLY_WAIT_MS = 10_000;
+
 /** containerd's identifier rule (`pkg/identifiers`): alphanumerics joined by `.`, `_`, `-`. */
 const IDENTIFIER = /^[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*$/;
 
@@ -331,7 +334,8 @@ export class TaskService<T extends object> {
       );
     }
     if (p.execId) {
-      if (c.init.state === "stopped") {
+      // exitReported: the init's exit is seen but held back for an exec mid-start (below).
+      if (c.init.state === "stopped" || c.exitReported) {
         throw new ConnectError(
           `cannot start ${p.describe()}: the container's init process has exited`,
           Code.FailedPrecondition,
@@ -622,8 +626,35 @@ export class TaskService<T extends object> {
       }
       return {};
     }
-    await c.runtime.kill(c.id, r.signal, { all: r.all });
-    return {};
+    // Until this returns, the init's exit is held back (see Container.initKills).
+    let answered!: () => void;
+    const inFlight = new Promise<void>((r) => answered = r);
+    c.initKills.add(inFlight);
+    try {
+      await c.runtime.kill(c.id, r.signal, { all: r.all });
+      return {};
+    } finally {
+      c.initKills.delete(inFlight);
+      answered();
+    }
+  }
+
+  /**
+   * Waits until no Kill of `c`'s init is being answered, then one more turn of the event loop
+   * so the last reply is written before the exit that may close its connection goes out.
+   * Bounded: a runtime's kill that hangs must not hold the exit forever.
+   */
+  async #killsAnswered(c: Container<T>): Promise<void> {
+    if (c.initKills.size === 0) return;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([
+      (async () => {
+        while (c.initKills.size > 0) await Promise.all(c.initKills);
+      })(),
+      new Promise((r) => timer = setTimeout(r, KILL_REPLY_WAIT_MS)),
+    ]);
+    clearTimeout(timer);
+    await new Promise((r) => setTimeout(r, 0));
   }
 
   /** Registers an exec (started later by Start); publishes `/tasks/exec-added`. */
@@ -770,6 +801,9 @@ export class TaskService<T extends object> {
     c.exitReported = true;
     const p = c.init;
     await p.startSettled();
+    // Like the Go shim, hold the init's exit while an exec is mid-start (containerd #10589):
+    // until that Start settles, Exec still creates and Start refuses (FailedPrecondition).
+    await Promise.all([...c.execs.values()].map((e) => e.startSettled()));
     // Without a pid namespace of its own, the init's other processes outlive it: kill them
     // (the Go shim does too). Execs die with a private one; kill them anyway if they did not.
     if (
@@ -782,6 +816,7 @@ export class TaskService<T extends object> {
         new Promise((r) => setTimeout(r, 5_000)),
       ]);
     }
+    await this.#killsAnswered(c);
     p.markExited(exit);
     // The init's exit is always the last exit published for a container.
     this.#publishExit(c, p);

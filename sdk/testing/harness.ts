@@ -12,6 +12,7 @@ import { type DescMessage, fromBinary, type MessageShape } from "@bufbuild/proto
 import { type Any, timestampDate } from "@bufbuild/protobuf/wkt";
 import { type Client, createClient, createServiceImplSpec } from "@connectrpc/connect";
 import { Task } from "../../proto/gen/containerd/task/v2/shim_pb.ts";
+import { Task as TaskV3 } from "../../proto/gen/containerd/task/v3/shim_pb.ts";
 import { Sandbox } from "../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts";
 import { Events } from "../../proto/gen/containerd/services/events/ttrpc/v1/events_pb.ts";
 import type { Envelope } from "../../proto/gen/containerd/types/event_pb.ts";
@@ -21,6 +22,82 @@ import { DeleteResponseSchema } from "../../proto/gen/containerd/task/v2/shim_pb
 import type { DeleteResponse } from "../../proto/gen/containerd/task/v2/shim_pb.ts";
 import { TtrpcServer } from "../ttrpc/server.ts";
 import { createTtrpcTransport, type TtrpcTransport } from "../ttrpc/transport.ts";
+
+/**
+ * How long {@linkcode ShimHarness.close} waits for the shim to close its end of the log FIFO
+ * after Shutdown (its last lines come then); a shim that stays keeps its lines after that.
+ */
+const LOG_DRAIN_MS = 5_000;
+
+/** Default bound of {@linkcode ShimHarness.runDelete}. */
+const DELETE_TIMEOUT_MS = 30_000;
+
+/** Resolves to whether `p` settled within `ms` (it is never rejected). */
+async function settlesWithin(p: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<false>((r) => timer = setTimeout(() => r(false), ms));
+  try {
+    return await Promise.race([p.then(() => true, () => true), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * The bundle's log FIFO as containerd holds it: a read end drained into `lines`, and a write
+ * end of its own, so the reader sees no end-of-file while the shim's processes come and go
+ * (containerd opens the FIFO read-write for the same reason).
+ */
+interface LogFifo {
+  lines: string[];
+  /** The harness's write end (kept open until close). */
+  keeper: Deno.FsFile;
+  /** The read end. */
+  reader: Deno.FsFile;
+  /** Ends at end-of-file (every writer closed) or when `reader` is closed. */
+  draining: Promise<void>;
+}
+
+async function openLogFifo(path: string): Promise<LogFifo> {
+  // Read-write first: opening the read end alone would block until a writer appears.
+  const keeper = await Deno.open(path, { read: true, write: true });
+  let reader: Deno.FsFile;
+  try {
+    reader = await Deno.open(path, { read: true });
+  } catch (e) {
+    keeper.close();
+    throw e;
+  }
+  const lines: string[] = [];
+  const draining = (async () => {
+    const dec = new TextDecoder();
+    try {
+      for await (const chunk of reader.readable) lines.push(dec.decode(chunk, { stream: true }));
+    } catch { /* closed by close() */ }
+  })();
+  return { lines, keeper, reader, draining };
+}
+
+/**
+ * Gives up the harness's write end, lets the shim's last lines arrive until every writer has
+ * closed (bounded by `drainMs`), then closes the read end.
+ */
+async function closeLogFifo(log: LogFifo, drainMs: number): Promise<void> {
+  try {
+    log.keeper.close();
+  } catch { /* closed */ }
+  if (!(await settlesWithin(log.draining, drainMs))) {
+    // Someone still holds a write end (a shim that did not exit): stop reading. Closing the
+    // file cancels the pending read.
+    try {
+      log.reader.close();
+    } catch { /* closed */ }
+    await settlesWithin(log.draining, 1_000);
+  }
+  try {
+    log.reader.close();
+  } catch { /* closed at end-of-file */ }
+}
 
 /** Options for {@link ShimHarness.start}. */
 export interface ShimHarnessOptions {
@@ -112,8 +189,10 @@ export class ShimHarness {
    * containerd waits for (the harness's own set-up around it is not counted).
    */
   readonly startMs: number;
-  /** Typed Task API client (the namespace header is set). */
+  /** Typed Task API v2 client (the namespace header is set). */
   readonly task: Client<typeof Task>;
+  /** The same over Task API v3, for a shim that advertises `version` 3 (and serves only it). */
+  readonly taskV3: Client<typeof TaskV3>;
   /** Typed Sandbox API client. */
   readonly sandbox: Client<typeof Sandbox>;
   /** Every envelope the shim forwarded, in order. */
@@ -122,9 +201,8 @@ export class ShimHarness {
   #dir: string;
   #eventsServer: TtrpcServer;
   #transport: TtrpcTransport;
-  #log: string[];
-  #logFile: Deno.FsFile;
-  #logReader: Promise<void>;
+  #log: LogFifo;
+  #closing: Promise<void> | undefined;
   #waiters = new Set<() => void>();
 
   private constructor(init: {
@@ -135,9 +213,7 @@ export class ShimHarness {
     eventsServer: TtrpcServer;
     transport: TtrpcTransport;
     events: RecordedEvent[];
-    log: string[];
-    logFile: Deno.FsFile;
-    logReader: Promise<void>;
+    log: LogFifo;
     startMs: number;
   }) {
     this.#opts = init.opts;
@@ -151,11 +227,10 @@ export class ShimHarness {
     this.#eventsServer = init.eventsServer;
     this.#transport = init.transport;
     this.task = createClient(Task, this.#transport);
+    this.taskV3 = createClient(TaskV3, this.#transport);
     this.sandbox = createClient(Sandbox, this.#transport);
     this.events = init.events;
     this.#log = init.log;
-    this.#logFile = init.logFile;
-    this.#logReader = init.logReader;
   }
 
   /** Wakes {@link waitForEvent} callers. */
@@ -170,7 +245,7 @@ export class ShimHarness {
 
   /** The shim's log lines so far (from the bundle's `log` FIFO). */
   get log(): string {
-    return this.#log.join("");
+    return this.#log.lines.join("");
   }
 
   /** The containerd address passed as `-address`. */
@@ -216,14 +291,7 @@ export class ShimHarness {
     await Deno.remove(logPath).catch(() => {});
     const mk = await new Deno.Command("mkfifo", { args: [logPath] }).output();
     if (!mk.success) throw new Error(`mkfifo "${logPath}" failed`);
-    const logFile = await Deno.open(logPath, { read: true, write: true });
-    const logLines: string[] = [];
-    const logReader = (async () => {
-      const dec = new TextDecoder();
-      try {
-        for await (const chunk of logFile.readable) logLines.push(dec.decode(chunk));
-      } catch { /* closed */ }
-    })();
+    const log = await openLogFifo(logPath);
 
     const args = [
       "-namespace",
@@ -259,9 +327,10 @@ export class ShimHarness {
     const startMs = performance.now() - t0;
     const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
     if (!out.success) {
-      await eventsServer.close();
-      logFile.close();
-      throw new Error(`shim start exited with ${out.code}: ${text.trim()}\n${logLines.join("")}`);
+      await eventsServer.close({ timeoutMs: 1_000 }).catch(() => {});
+      await closeLogFifo(log, 1_000);
+      await Deno.remove(dir, { recursive: true }).catch(() => {});
+      throw new Error(`shim start exited with ${out.code}: ${text.trim()}\n${log.lines.join("")}`);
     }
     const { address, version } = parseStartOutput(out.stdout);
     const transport = createTtrpcTransport({
@@ -280,9 +349,7 @@ export class ShimHarness {
       eventsServer,
       transport,
       events,
-      log: logLines,
-      logFile,
-      logReader,
+      log,
       startMs,
     });
     notify = () => h.#notify();
@@ -319,9 +386,17 @@ export class ShimHarness {
     }
   }
 
-  /** Runs the shim binary's `delete` action, as containerd does after a connection closes. */
-  async runDelete(): Promise<DeleteResponse> {
-    const out = await new Deno.Command(this.#opts.shim, {
+  /**
+   * Runs the shim binary's `delete` action, as containerd does after a connection closes.
+   *
+   * @param opts `timeoutMs`: how long `delete` may take (default 30 s); past it the process is
+   *   killed (SIGKILL) and the call fails
+   * @returns what `delete` printed
+   * @throws {Error} when `delete` fails or outlives `timeoutMs`
+   */
+  async runDelete(opts: { timeoutMs?: number } = {}): Promise<DeleteResponse> {
+    const timeoutMs = opts.timeoutMs ?? DELETE_TIMEOUT_MS;
+    const child = new Deno.Command(this.#opts.shim, {
       args: [
         "-namespace",
         this.namespace,
@@ -339,7 +414,21 @@ export class ShimHarness {
       stdin: "null",
       stdout: "piped",
       stderr: "piped",
-    }).output();
+    }).spawn();
+    const output = child.output();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = new Promise<undefined>((r) => timer = setTimeout(() => r(undefined), timeoutMs));
+    const out = await Promise.race([output, late]).finally(() => clearTimeout(timer));
+    if (!out) {
+      try {
+        child.kill("SIGKILL");
+      } catch { /* exited meanwhile; a child of it may hold the pipes */ }
+      // Its pipes close when it dies; a descendant holding them must not hang the caller.
+      await settlesWithin(output, 1_000);
+      throw new Error(
+        `shim delete "${this.#opts.shim}" (id "${this.id}") did not finish within ${timeoutMs}ms`,
+      );
+    }
     if (!out.success) {
       throw new Error(
         `shim delete exited with ${out.code}: ${new TextDecoder().decode(out.stderr)}`,
@@ -348,16 +437,23 @@ export class ShimHarness {
     return fromBinary(DeleteResponseSchema, out.stdout);
   }
 
-  /** Asks the shim to shut down (ignoring errors: it may be gone), then releases everything. */
-  async close(): Promise<void> {
-    await this.task.shutdown({ id: this.id }, { timeoutMs: 5_000 }).catch(() => {});
-    await this.#transport.close().catch(() => {});
-    await this.#eventsServer.close({ timeoutMs: 1_000 }).catch(() => {});
-    try {
-      this.#logFile.close();
-    } catch { /* closed */ }
-    await this.#logReader;
-    await Deno.remove(this.#dir, { recursive: true }).catch(() => {});
+  /**
+   * Asks the shim to shut down (ignoring errors: it may be gone), collects its last log lines
+   * until it closes the log FIFO, then releases everything. Bounded: Shutdown 5 s, the events
+   * server 1 s, the log 5 s (a shim that does not exit keeps its lines after that). Calling it
+   * again returns the same promise.
+   */
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      // In the API the shim advertised: a v3-only shim (rust-extensions') has no v2 Shutdown.
+      const task = this.version === 3 ? this.taskV3 : this.task;
+      await task.shutdown({ id: this.id }, { timeoutMs: 5_000 }).catch(() => {});
+      await this.#transport.close().catch(() => {});
+      await this.#eventsServer.close({ timeoutMs: 1_000 }).catch(() => {});
+      await closeLogFifo(this.#log, LOG_DRAIN_MS);
+      await Deno.remove(this.#dir, { recursive: true }).catch(() => {});
+    })();
+    return this.#closing;
   }
 }
 

@@ -293,7 +293,7 @@ export const CATALOGUE: readonly Scenario[] = [
         "/tasks/exit(x)=2",
         "/tasks/exit(init)=137",
         ...(seen.length > 6 ? ["/tasks/delete=137"] : []),
-      ]);
+      ], `events seen: ${seen.join(" ")}`);
     },
   },
   {
