@@ -128,7 +128,7 @@ integrationTest(
       assert.equal(out.code, 0, err);
       assert.match(
         err,
-        /^prepare: missing packages: containerd runc runsc crun busybox-static protobuf-compiler libprotobuf-dev util-linux bsdutils iproute2 prometheus criu qemu-system-x86 kmod \(not root; as root on Debian run: apt-get install --no-install-recommends containerd .* protobuf-compiler libprotobuf-dev .* prometheus criu qemu-system-x86 kmod\)$/m,
+        /^prepare: missing packages: containerd runc runsc crun busybox-static protobuf-compiler libprotobuf-dev util-linux bsdutils iproute2 prometheus criu containernetworking-plugins qemu-system-x86 kmod \(not root; as root on Debian run: apt-get install --no-install-recommends containerd .* protobuf-compiler libprotobuf-dev .* prometheus criu containernetworking-plugins qemu-system-x86 kmod\)$/m,
       );
       // Every dir holds 1.6 here, so one key is written and the first dir wins.
       const env = await Deno.readTextFile(`${home}/cache/env`);
