@@ -43,6 +43,7 @@ Deno.test("the CI scripts are valid bash", async () => {
       "tests/setup/registry.sh",
       "tests/setup/build_containerd.sh",
       "tests/setup/rust_shim.sh",
+      "tests/setup/guest.sh",
     ]
   ) {
     const out = await new Deno.Command("bash", { args: ["-n", `${root}/${f}`], stderr: "piped" })

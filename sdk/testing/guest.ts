@@ -69,6 +69,12 @@ export interface GuestOptions {
   cpus?: number;
   /** Called with the command's console output as it arrives (e.g. to show progress). */
   onOutput?: (text: string) => void;
+  /**
+   * The guest's PID 1: `"shell"` (default: a script that runs the command, fastest) or
+   * `"systemd"` (the host's systemd, running the command as a unit: for what needs a systemd
+   * manager, such as runc's `--systemd-cgroup`).
+   */
+  init?: "shell" | "systemd";
   /** The guest image. Default: {@linkcode guestImage}'s. */
   image?: GuestImage;
 }
@@ -167,9 +173,41 @@ function quote(s: string): string {
   return `'${s.replaceAll("'", `'\\''`)}'`;
 }
 
-/** The guest's second stage: the host's bash runs it as PID 1 after switch_root. */
-function stage2(cwd: string, env: Record<string, string>, command: string[], img: GuestImage) {
+/** The command's own script: environment, directory, markers, exit status, power off. */
+function runScript(cwd: string, env: Record<string, string>, command: string[]): string {
   const exports = Object.entries(env).map(([k, v]) => `export ${k}=${quote(v)}`).join("\n");
+  return `# written by sdk/testing/guest.ts: the command, run by the guest's PID 1 or its unit
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+${exports}
+cd ${quote(cwd)} || echo "guest: no such directory ${cwd.replaceAll("$", "")}"
+echo ${quote(START)}
+${command.map(quote).join(" ")} </dev/null
+echo $? >${SHARE}/rc.tmp && mv ${SHARE}/rc.tmp ${SHARE}/rc
+echo ${quote(END)}
+sync
+/bin/busybox poweroff -f
+`;
+}
+
+/**
+ * The unit that runs the command when systemd is the guest's PID 1. No default dependencies:
+ * systemd's own manager (what runc's systemd cgroup driver talks to) is all it needs, and the
+ * host's sysinit units would only slow an emulated boot.
+ */
+const SYSTEMD_UNIT = `[Unit]
+Description=skiff guest command
+DefaultDependencies=no
+
+[Service]
+Type=oneshot
+ExecStart=/bin/bash ${SHARE}/run.sh
+StandardOutput=tty
+StandardError=tty
+TTYPath=/dev/ttyS0
+`;
+
+/** The guest's second stage: the host's bash runs it as PID 1 after switch_root. */
+function stage2(img: GuestImage, init: "shell" | "systemd"): string {
   return `# written by sdk/testing/guest.ts: the guest's PID 1 after switch_root
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 mount -t proc proc /proc
@@ -192,14 +230,12 @@ mount --make-rshared /
 hostname skiff-guest
 ip link set lo up
 stty -F /dev/ttyS0 -opost 2>/dev/null
-${exports}
-cd ${quote(cwd)} || echo "guest: no such directory ${cwd.replaceAll("$", "")}"
-echo ${quote(START)}
-${command.map(quote).join(" ")} </dev/null
-echo $? >${SHARE}/rc.tmp && mv ${SHARE}/rc.tmp ${SHARE}/rc
-echo ${quote(END)}
-sync
-/bin/busybox poweroff -f
+${
+    init === "systemd"
+      ? `cp ${SHARE}/skiff-guest.service /etc/systemd/system/skiff-guest.service
+exec /lib/systemd/systemd --unit=skiff-guest.service --show-status=no --log-level=warning`
+      : `exec /bin/bash ${SHARE}/run.sh`
+  }
 `;
 }
 
@@ -238,10 +274,13 @@ export async function runInGuest(opts: GuestOptions): Promise<GuestResult> {
   const started = performance.now();
   try {
     await Deno.mkdir(`${share}/out`);
+    const init = opts.init ?? "shell";
+    await Deno.writeTextFile(`${share}/stage2.sh`, stage2(img, init));
     await Deno.writeTextFile(
-      `${share}/stage2.sh`,
-      stage2(opts.cwd ?? Deno.cwd(), env, opts.command, img),
+      `${share}/run.sh`,
+      runScript(opts.cwd ?? Deno.cwd(), env, opts.command),
     );
+    if (init === "systemd") await Deno.writeTextFile(`${share}/skiff-guest.service`, SYSTEMD_UNIT);
     const fsdev = (id: string, path: string, tag: string, extra: string) => [
       "-fsdev",
       `local,id=${id},path=${path},security_model=passthrough,multidevs=remap${extra}`,

@@ -15,7 +15,7 @@ import { parseArgs } from "node:util";
 import { guestUnavailable, runInGuest } from "./guest.ts";
 
 const USAGE =
-  `usage: deno task guest [--timeout SECONDS] [--memory MIB] [--cpus N] -- COMMAND [ARG...]
+  `usage: deno task guest [--timeout SECONDS] [--memory MIB] [--cpus N] [--init systemd] -- COMMAND [ARG...]
 
 Boots the cgroup v2 test guest (QEMU, TCG; tests/setup/guest.sh prepares it), runs COMMAND as
 root in the current directory there (the host's root is seen read-only, with a throw-away
@@ -27,6 +27,8 @@ options:
   --memory MIB       guest memory (default 3072)
   --cpus N           virtual CPUs (default 2)
   --out DIR          copy the files the command wrote to $SKIFF_GUEST_OUT here
+  --init shell|systemd  the guest's PID 1: a shell script (default) or the host's systemd,
+                     running COMMAND as a unit (for runc's --systemd-cgroup)
   --help             this text
 `;
 
@@ -52,6 +54,7 @@ export async function main(args: string[]): Promise<number> {
         memory: { type: "string" },
         cpus: { type: "string" },
         out: { type: "string" },
+        init: { type: "string" },
         help: { type: "boolean", short: "h" },
       },
     });
@@ -68,6 +71,10 @@ export async function main(args: string[]): Promise<number> {
     console.error(`no command given\n\n${USAGE}`);
     return 2;
   }
+  if (v.init !== undefined && v.init !== "shell" && v.init !== "systemd") {
+    console.error(`--init must be shell or systemd, not "${v.init}"\n\n${USAGE}`);
+    return 2;
+  }
   const why = guestUnavailable();
   if (why) {
     console.error(`guest: cannot run here: needs ${why}`);
@@ -79,6 +86,7 @@ export async function main(args: string[]): Promise<number> {
     timeoutMs: Number(v.timeout ?? 1800) * 1000,
     ...(v.memory ? { memoryMiB: Number(v.memory) } : {}),
     ...(v.cpus ? { cpus: Number(v.cpus) } : {}),
+    ...(v.init ? { init: v.init as "shell" | "systemd" } : {}),
     onOutput: (text) => Deno.stdout.writeSync(encoder.encode(text)),
   });
   if (v.out) {
