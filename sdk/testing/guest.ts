@@ -207,7 +207,14 @@ TTYPath=/dev/ttyS0
 `;
 
 /** The guest's second stage: the host's bash runs it as PID 1 after switch_root. */
-function stage2(img: GuestImage, init: "shell" | "systemd"): string {
+function stage2(img: GuestImage, init: "shell" | "systemd", cwd: string): string {
+  // A checkout under /tmp or /run (CI clones into a temp dir) would vanish under the fresh
+  // tmpfs below: hold it on a bind mount and put it back on top.
+  const hidden = /^\/(tmp|run)(\/|$)/.test(cwd);
+  const hold = hidden ? `mkdir -p /.skiff-cwd && mount --bind ${quote(cwd)} /.skiff-cwd\n` : "";
+  const restore = hidden
+    ? `mkdir -p ${quote(cwd)} && mount --move /.skiff-cwd ${quote(cwd)}\n`
+    : "";
   return `# written by sdk/testing/guest.ts: the guest's PID 1 after switch_root
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 mount -t proc proc /proc
@@ -222,9 +229,9 @@ mount -t mqueue mqueue /dev/mqueue
 mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup
 echo "+cpuset +cpu +io +memory +hugetlb +pids" >/sys/fs/cgroup/cgroup.subtree_control
 # A clean /tmp and /run: the host's own (seen through the overlay) hold its live state.
-mount -t tmpfs tmpfs /tmp
+${hold}mount -t tmpfs tmpfs /tmp
 mount -t tmpfs -o mode=755 tmpfs /run
-mkdir -p /lib/modules/${img.kernelRelease}
+${restore}mkdir -p /lib/modules/${img.kernelRelease}
 mount --bind ${quote(img.modules)} /lib/modules/${img.kernelRelease}
 mount --make-rshared /
 hostname skiff-guest
@@ -275,11 +282,9 @@ export async function runInGuest(opts: GuestOptions): Promise<GuestResult> {
   try {
     await Deno.mkdir(`${share}/out`);
     const init = opts.init ?? "shell";
-    await Deno.writeTextFile(`${share}/stage2.sh`, stage2(img, init));
-    await Deno.writeTextFile(
-      `${share}/run.sh`,
-      runScript(opts.cwd ?? Deno.cwd(), env, opts.command),
-    );
+    const cwd = opts.cwd ?? Deno.cwd();
+    await Deno.writeTextFile(`${share}/stage2.sh`, stage2(img, init, cwd));
+    await Deno.writeTextFile(`${share}/run.sh`, runScript(cwd, env, opts.command));
     if (init === "systemd") await Deno.writeTextFile(`${share}/skiff-guest.service`, SYSTEMD_UNIT);
     const fsdev = (id: string, path: string, tag: string, extra: string) => [
       "-fsdev",
