@@ -3,7 +3,7 @@
  * tests/external/containerd-suite/suite.ts) against skiff's runc example and, for the
  * comparison, containerd's Go runc shim, on the newest Go-module containerd build. Fails when
  * skiff fails any test or passes fewer than the Go shim. Every step is bounded: the suite build
- * (20 min, cached), each run (12 min; Go's own -test.timeout panics 30 s before, with stacks).
+ * (20 min, cached), each run (15 min; Go's own -test.timeout panics 30 s before, with stacks).
  * `deno task containerd-suite` runs the same on every version (docs/conformance.md).
  */
 import assert from "node:assert/strict";
@@ -75,7 +75,7 @@ integrationTest(
       versions: [CI_VERSION],
       shims: ["go", "skiff"],
       logs,
-      timeoutMs: 12 * 60_000,
+      timeoutMs: 15 * 60_000,
       onRun(r) {
         const c = countRun(r);
         console.log(

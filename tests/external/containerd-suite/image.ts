@@ -64,58 +64,47 @@ function file(path: string, text: string, mode = 0o755): TarEntry {
 }
 
 /**
- * Builds the suite's image as an OCI layout directory under `dir`.
+ * Writes an OCI layout directory: the image of the layout at `base` with `layers` added on top
+ * (each an uncompressed tar of the entries given, in order).
  *
- * @returns the layout directory (for `LocalRegistry.push`)
+ * @returns the layout directory `out`
  */
-export async function buildSuiteImage(dir: string): Promise<string> {
-  const base = await readOciLayout(
-    await buildBusyboxImage({ ref: "localhost/skiff/suite-busybox:1" }),
-  );
-  const top = base.index.manifests[0]!;
-  const manifest = JSON.parse(dec.decode(base.blobs.get(top.digest)!)) as {
+export async function extendImage(
+  base: string,
+  layers: TarEntry[][],
+  out: string,
+  history: string,
+): Promise<string> {
+  const layout = await readOciLayout(base);
+  const top = layout.index.manifests[0]!;
+  const manifest = JSON.parse(dec.decode(layout.blobs.get(top.digest)!)) as {
     config: OciDescriptor;
     layers: OciDescriptor[];
   } & Record<string, unknown>;
-  const config = JSON.parse(dec.decode(base.blobs.get(manifest.config.digest)!)) as {
+  const config = JSON.parse(dec.decode(layout.blobs.get(manifest.config.digest)!)) as {
     rootfs: { diff_ids: string[] };
     history?: unknown[];
   } & Record<string, unknown>;
-
-  const layer = writeTar([
-    { path: "etc", type: "dir", mode: 0o755 },
-    file("etc/passwd", PASSWD, 0o644),
-    file("etc/group", GROUP, 0o644),
-    { path: "bin", type: "dir", mode: 0o755 },
-    file("bin/bash", '#!/bin/sh\nexec /bin/sh "$@"\n'),
-    file("bin/nc", NC),
-    { path: "usr", type: "dir", mode: 0o755 },
-    { path: "usr/bin", type: "dir", mode: 0o755 },
-    file("usr/bin/passwd", "#!/bin/sh\nexit 0\n", 0o4755),
-    { path: "var", type: "dir", mode: 0o755 },
-    { path: "var/www", type: "dir", mode: 0o755 },
-  ]);
-  const layerDigest = await sha256Digest(layer);
-  config.rootfs.diff_ids.push(layerDigest);
-  config.history = [...(config.history ?? []), {
-    created_by: "skiff containerd-suite: users, bash, setuid passwd, nc",
-  }];
+  const blobs = new Map(layout.blobs);
+  for (const entries of layers) {
+    const layer = writeTar(entries);
+    const digest = await sha256Digest(layer);
+    blobs.set(digest, layer);
+    config.rootfs.diff_ids.push(digest);
+    config.history = [...(config.history ?? []), { created_by: history }];
+    manifest.layers = [...manifest.layers, {
+      mediaType: "application/vnd.oci.image.layer.v1.tar",
+      digest,
+      size: layer.length,
+    }];
+  }
   const configBytes = enc.encode(JSON.stringify(config));
   const configDigest = await sha256Digest(configBytes);
   manifest.config = { ...manifest.config, digest: configDigest, size: configBytes.length };
-  manifest.layers = [...manifest.layers, {
-    mediaType: "application/vnd.oci.image.layer.v1.tar",
-    digest: layerDigest,
-    size: layer.length,
-  }];
   const manifestBytes = enc.encode(JSON.stringify(manifest));
   const manifestDigest = await sha256Digest(manifestBytes);
-
-  const blobs = new Map(base.blobs);
-  blobs.set(layerDigest, layer);
   blobs.set(configDigest, configBytes);
   blobs.set(manifestDigest, manifestBytes);
-  const out = `${dir}/suite-image`;
   await Deno.mkdir(`${out}/blobs/sha256`, { recursive: true });
   for (const [d, data] of blobs) {
     await Deno.writeFile(`${out}/blobs/sha256/${d.slice("sha256:".length)}`, data);
@@ -130,4 +119,53 @@ export async function buildSuiteImage(dir: string): Promise<string> {
     }),
   );
   return out;
+}
+
+/**
+ * Builds the suite's image as an OCI layout directory under `dir`.
+ *
+ * @returns the layout directory (for `LocalRegistry.push`)
+ */
+export async function buildSuiteImage(dir: string): Promise<string> {
+  const base = await buildBusyboxImage({ ref: "localhost/skiff/suite-busybox:1" });
+  return await extendImage(
+    base,
+    [[
+      { path: "etc", type: "dir", mode: 0o755 },
+      file("etc/passwd", PASSWD, 0o644),
+      file("etc/group", GROUP, 0o644),
+      { path: "bin", type: "dir", mode: 0o755 },
+      file("bin/bash", '#!/bin/sh\nexec /bin/sh "$@"\n'),
+      file("bin/nc", NC),
+      { path: "usr", type: "dir", mode: 0o755 },
+      { path: "usr/bin", type: "dir", mode: 0o755 },
+      file("usr/bin/passwd", "#!/bin/sh\nexit 0\n", 0o4755),
+      { path: "var", type: "dir", mode: 0o755 },
+      { path: "var/www", type: "dir", mode: 0o755 },
+    ]],
+    `${dir}/suite-image`,
+    "skiff containerd-suite: users, bash, setuid passwd, nc",
+  );
+}
+
+/**
+ * The suite's `whiteout-test` image (TestIssue13030, parallel unpack): the suite image plus a
+ * layer adding `/file-to-delete` and `/dir-to-delete/`, and one whose whiteouts remove them.
+ *
+ * @returns the layout directory
+ */
+export async function buildWhiteoutImage(suiteImage: string, dir: string): Promise<string> {
+  return await extendImage(
+    suiteImage,
+    [
+      [
+        file("file-to-delete", "x\n", 0o644),
+        { path: "dir-to-delete", type: "dir", mode: 0o755 },
+        file("dir-to-delete/inner", "y\n", 0o644),
+      ],
+      [file(".wh.file-to-delete", "", 0o644), file(".wh.dir-to-delete", "", 0o644)],
+    ],
+    `${dir}/whiteout-image`,
+    "skiff containerd-suite: whiteouts",
+  );
 }

@@ -6,7 +6,7 @@
 # image names are fixed at its package init (before flags are parsed, so -image-list cannot
 # change them): this is how they resolve without leaving the machine.
 #
-# usage: unshare -n -m --propagation private netns.sh REGISTRY_BIN REGISTRY_CONFIG HOSTS_FILE \
+# usage: unshare --net --mount --pid --fork --mount-proc netns.sh REGISTRY_BIN REGISTRY_CONFIG HOSTS_FILE \
 #          TEST_BINARY [ARGS...]
 set -euo pipefail
 registry=$1 config=$2 hosts=$3

@@ -19,7 +19,7 @@
 import { containerdVersions, skiffCacheDir } from "../../../sdk/testing/containerd.ts";
 import { installShims } from "../../../sdk/testing/install.ts";
 import { registryBinary, startRegistry } from "../../../sdk/testing/registry.ts";
-import { buildSuiteImage } from "./image.ts";
+import { buildSuiteImage, buildWhiteoutImage } from "./image.ts";
 import type { LocalRegistry } from "../../../sdk/testing/registry.ts";
 
 /** Which shim a run uses. */
@@ -149,7 +149,8 @@ export async function selectTests(version: string): Promise<string[]> {
 /**
  * The images the selected tests pull (`integration/images` defaults; the suite fixes them at
  * package init, so its `-image-list` flag cannot rename them), as registry host → repository
- * names. Every one is served as the kit's busybox image. (`BusyBoxByDigest` names a digest of
+ * names. Each is served as the suite image of ./image.ts (`whiteout-test` with its two
+ * whiteout layers on top). (`BusyBoxByDigest` names a digest of
  * the real image, which no local build can have; no selected test uses it.)
  */
 export const SUITE_IMAGES: Record<string, readonly string[]> = {
@@ -159,8 +160,13 @@ export const SUITE_IMAGES: Record<string, readonly string[]> = {
     "containerd/volume-copy-up:2.2",
     "containerd/volume-ownership:2.1",
     "containerd/nginx:1.27.0",
+    "containerd/whiteout-test:1.0",
   ],
-  "registry.k8s.io": ["pause:3.10.2", "e2e-test-images/resource-consumer:1.10"],
+  "registry.k8s.io": [
+    "pause:3.10.1",
+    "pause:3.10.2",
+    "e2e-test-images/resource-consumer:1.10",
+  ],
   "cplatpublic.azurecr.io": ["args-escaped-test-image-ns:1.0"],
 };
 
@@ -204,10 +210,15 @@ export async function prepareOffline(
   registryBinary: string,
   dir: string,
 ): Promise<OfflineSetup> {
-  const tar = await buildSuiteImage(dir);
+  const image = await buildSuiteImage(dir);
+  const whiteout = await buildWhiteoutImage(image, dir);
   for (const names of Object.values(SUITE_IMAGES)) {
-    for (const name of names) await reg.push(name, tar);
+    for (const name of names) {
+      await reg.push(name, name.startsWith("containerd/whiteout-test:") ? whiteout : image);
+    }
   }
+  await Deno.remove(image, { recursive: true });
+  await Deno.remove(whiteout, { recursive: true });
   await run("cp", ["-a", `${reg.dir}/storage`, `${dir}/storage`]);
   const hostsList = Object.keys(SUITE_IMAGES);
   const san = hostsList.map((h) => `DNS:${h}`).join(",");
@@ -497,8 +508,14 @@ export async function runSuite(opts: RunSuiteOptions): Promise<SuiteRun> {
     const netns = new URL("./netns.sh", import.meta.url).pathname;
     const child = new Deno.Command("unshare", {
       args: [
-        "-n",
-        "-m",
+        // Own network (loopback only), mounts (/etc/hosts) and pids: `ps ax` in the tests
+        // sees only the suite's processes, and the namespace's end kills all that is left.
+        "--net",
+        "--mount",
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "--mount-proc",
         "--propagation",
         "private",
         "bash",
