@@ -16,7 +16,17 @@ crate=containerd-runc-shim
 version=0.2.0
 prefix="$cache/rust-shim"
 bin="$prefix/bin/containerd-shim-runc-v2-rs"
-if [ -x "$bin" ] && [ "$(cat "$prefix/VERSION" 2>/dev/null)" = "$crate $version" ]; then
+built() { [ -x "$bin" ] && [ "$(cat "$prefix/VERSION" 2>/dev/null)" = "$crate $version" ]; }
+if built; then
+  echo "$prefix/bin"
+  exit 0
+fi
+# Two preparing runs at once (two `deno task test`s) must not build into the same directory:
+# the second waits for the first, then finds the binary.
+mkdir -p "$cache"
+exec 9>"$prefix.lock"
+flock 9
+if built; then
   echo "$prefix/bin"
   exit 0
 fi
