@@ -46,6 +46,7 @@ export type {
   RuntimeCheckpointOptions,
   RuntimeCreateOptions,
   RuntimeExecOptions,
+  RuntimeRestoreOptions,
   RuntimeStdio,
 } from "./sdk/shim/runtime.ts";
 export {

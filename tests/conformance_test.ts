@@ -1,9 +1,10 @@
 // `deno task conformance` and runConformance, validated against real shims: containerd's Go
 // runc shim (each containerd's own) and skiff's runc example pass every scenario they support,
 // and a deliberately broken shim (tests/fixtures/conformance) fails exactly the scenarios its
-// defects touch, so no scenario can pass by accident. The Go shim runs the catalogue on 2.1
-// and 1.6 (where `info` and `sandbox-api` must be skipped, not passed), skiff's shims on 2.1
-// and a subset on 1.6 through the CLI.
+// defects touch, so no scenario can pass by accident. The Go shim runs the catalogue on 1.6
+// (where `info` and `sandbox-api` must be skipped, not passed), 2.1 and 2.4; skiff's runc
+// example on every version (1.6, 1.7, 2.1, 2.2, 2.3, 2.4) and a subset on 1.6 through the CLI;
+// skiff's runsc example on 2.1 and 2.4.
 import assert from "node:assert/strict";
 import { integrationTest } from "./_integration.ts";
 import { containerdVersions } from "../sdk/testing/containerd.ts";
@@ -22,11 +23,17 @@ import {
 const ALL = CATALOGUE.map((s) => s.id);
 const v16 = containerdVersions().find((v) => v.version.startsWith("1.6."));
 const v21 = containerdVersions().find((v) => v.version.startsWith("2.1."));
+const v24 = containerdVersions().find((v) => v.version.startsWith("2.4."));
 const REQ = {
   root: true,
   binaries: ["runc", "/bin/busybox"],
-  check: () => v16 && v21 ? undefined : "containerd 1.6 and 2.1 (run tests/setup/prepare.sh)",
+  check: () =>
+    v16 && v21 && v24 ? undefined : "containerd 1.6, 2.1 and 2.4 (run tests/setup/prepare.sh)",
 };
+/** What a shim serving everything skips under `version`: nothing from 2.0 on. */
+function skippedOn(version: string): string[] {
+  return version.startsWith("1.") ? ["info", "sandbox-api"] : [];
+}
 const CLI = new URL("../sdk/testing/conformance/cli.ts", import.meta.url).pathname;
 
 /** Scenario ids by status under one containerd version. */
@@ -143,18 +150,20 @@ Deno.test("conformance CLI: --help, and bad usage exits 2", async () => {
 });
 
 integrationTest(
-  "conformance: containerd's Go runc shim passes the whole catalogue on 2.1 and 1.6",
+  "conformance: containerd's Go runc shim passes the whole catalogue on 2.4, 2.1 and 1.6",
   REQ,
   async () => {
     const report = await runConformance({
       runtime: "io.containerd.runc.v2",
-      containerd: [v21!.version, v16!.version],
+      containerd: [v24!.version, v21!.version, v16!.version],
       // The Go runc shim serves no Sandbox API (its own declaration, not a finding).
       traits: { sandboxApi: false },
     });
     const md = describe(report);
-    assert.deepEqual(byStatus(report, v21!.version, "fail"), [], md);
-    assert.deepEqual(byStatus(report, v21!.version, "skip"), ["sandbox-api"], md);
+    for (const v of [v24!, v21!]) {
+      assert.deepEqual(byStatus(report, v.version, "fail"), [], md);
+      assert.deepEqual(byStatus(report, v.version, "skip"), ["sandbox-api"], md);
+    }
     assert.deepEqual(byStatus(report, v16!.version, "fail"), [], md);
     assert.deepEqual(byStatus(report, v16!.version, "skip"), ["info", "sandbox-api"], md);
     assert.match(
@@ -165,7 +174,7 @@ integrationTest(
 );
 
 integrationTest(
-  "conformance: skiff's runc example passes the whole catalogue on 2.1, and through the CLI on 1.6",
+  "conformance: skiff's runc example passes the whole catalogue on every containerd, and through the CLI on 1.6",
   REQ,
   async () => {
     const prefix = await Deno.makeTempDir({ prefix: "skiff-conf-test-" });
@@ -174,10 +183,13 @@ integrationTest(
       const report = await runConformance({
         runtime: "io.containerd.skiff-runc.v2",
         shimDir: `${prefix}/bin`,
-        containerd: [v21!.version],
       });
       const md = describe(report);
-      assert.deepEqual(byStatus(report, v21!.version, "pass"), ALL, md);
+      assert.deepEqual(report.containerd, containerdVersions().map((v) => v.version));
+      for (const v of report.containerd) {
+        assert.deepEqual(byStatus(report, v, "fail"), [], md);
+        assert.deepEqual(byStatus(report, v, "skip"), skippedOn(v), md);
+      }
 
       // The command line: a subset on 1.6, JSON out, and a baseline with no regression.
       const json = `${prefix}/matrix.json`;
@@ -315,7 +327,7 @@ Deno.test("docs/conformance.md describes every scenario and shows full matrices"
 });
 
 integrationTest(
-  "conformance: skiff's runsc example passes the whole catalogue on 2.1",
+  "conformance: skiff's runsc example passes the whole catalogue on 2.1 and 2.4",
   { ...REQ, binaries: [...REQ.binaries, "runsc"] },
   async () => {
     const prefix = await Deno.makeTempDir({ prefix: "skiff-conf-runsc-" });
@@ -324,12 +336,14 @@ integrationTest(
       const report = await runConformance({
         runtime: "io.containerd.skiff-runsc.v2",
         shimDir: `${prefix}/bin`,
-        containerd: [v21!.version],
+        containerd: [v21!.version, v24!.version],
         runcOptions: false,
       });
       const md = describe(report);
-      assert.deepEqual(byStatus(report, v21!.version, "fail"), [], md);
-      assert.deepEqual(byStatus(report, v21!.version, "pass"), ALL, md);
+      for (const v of [v21!, v24!]) {
+        assert.deepEqual(byStatus(report, v.version, "fail"), [], md);
+        assert.deepEqual(byStatus(report, v.version, "pass"), ALL, md);
+      }
     } finally {
       await Deno.remove(prefix, { recursive: true });
     }

@@ -416,7 +416,7 @@ async function handlerFeatures(
   }
 }
 
-for (const v of containerdVersions().filter((v) => /^(1\.6|1\.7|2\.1)\./.test(v.version))) {
+for (const v of containerdVersions().filter((v) => /^(1\.6|1\.7|2\.4)\./.test(v.version))) {
   integrationTest(
     `CRI on containerd ${v.version}: a host-network pod's life on the Go runc shim and on skiff`,
     { root: true, binaries: ["runc", "runsc", "busybox", "mount", "umount"] },

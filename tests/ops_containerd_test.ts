@@ -1,5 +1,5 @@
 /**
- * Operations metrics of the skiff shims under real containerd (1.6 and 2.1), driven by ctr:
+ * Operations metrics of the skiff shims under real containerd (1.6 and 2.4), driven by ctr:
  * every counter, gauge and histogram is scraped from the shim's `.ops` socket between steps
  * and must have moved exactly as the step dictates, including the node-wide start counters
  * (cold starts, spares adopted) and each server's origin. Then the node monitor aggregates a skiff
@@ -107,7 +107,7 @@ async function debugJson(ops: string, path: string): Promise<unknown> {
   return JSON.parse(r.body);
 }
 
-for (const want of ["1.6", "2.1"]) {
+for (const want of ["1.6", "2.4"]) {
   const v = containerdVersions().find((x) => x.version.startsWith(`${want}.`));
   integrationTest(
     `ops metrics follow ctr run, ctr task exec and a failed create on containerd ${
@@ -330,15 +330,15 @@ for (const want of ["1.6", "2.1"]) {
   );
 }
 
-const latest = containerdVersions().find((x) => x.version.startsWith("2.1."));
+const latest = containerdVersions().find((x) => x.version.startsWith("2.4."));
 integrationTest(
   `node monitor aggregates a skiff runc and a skiff runsc shim on containerd ${
-    latest?.version ?? "2.1"
+    latest?.version ?? "2.4"
   }`,
   {
     ...NEEDS,
     binaries: [...NEEDS.binaries, "runsc"],
-    check: () => latest ? undefined : "containerd 2.1.x (tests/setup/prepare.sh)",
+    check: () => latest ? undefined : "containerd 2.4.x (tests/setup/prepare.sh)",
   },
   async () => {
     const prefix = await Deno.makeTempDir({ prefix: "skiff-ops-mon-" });

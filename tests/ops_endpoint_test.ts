@@ -510,3 +510,35 @@ Deno.test("ShimOps: /debug/state names the endpoint's socket from its first answ
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("serveUnixHttp() closes connections that idle or send half a request, and caps how many it serves at once", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "skiff-ops-bounds-" });
+  const path = `${dir}/x.ops`;
+  const s = await serveUnixHttp(path, () => new Response("ok"), {
+    maxConnections: 2,
+    connectionTimeoutMs: 300,
+  });
+  try {
+    const ended = async (c: Deno.Conn) => {
+      const buf = new Uint8Array(1024);
+      while ((await c.read(buf).catch(() => null)) !== null) { /* drain */ }
+      c.close();
+    };
+    const silent = await Deno.connect({ transport: "unix", path });
+    const partial = await Deno.connect({ transport: "unix", path });
+    await partial.write(new TextEncoder().encode("GET /healthz HTTP/1.1\r\nHost: x\r\n"));
+    await new Promise((r) => setTimeout(r, 50));
+    // Both slots are taken: a third connection is closed unanswered.
+    const third = await Deno.connect({ transport: "unix", path });
+    await third.write(new TextEncoder().encode("GET / HTTP/1.1\r\nHost: x\r\n\r\n")).catch(() => 0);
+    const answer = await third.read(new Uint8Array(64)).catch(() => null);
+    assert.equal(answer, null);
+    third.close();
+    // The held ones are dropped by the server itself, and it serves again.
+    await Promise.all([ended(silent), ended(partial)]);
+    assert.equal((await unixGet(path, "/", { timeoutMs: 5000 })).body, "ok");
+  } finally {
+    await s.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -1,6 +1,6 @@
 /**
  * Exit codes under pid reuse (issue 11), for skiff's runc shim and containerd's Go runc shim
- * in the same run, under real containerd 1.6 and 2.1: one long-running container, then many
+ * in the same run, under real containerd 1.6 and 2.4: one long-running container, then many
  * execs through containerd's Tasks API (Exec, Start, Wait, Delete), exec `i` running
  * `sh -c 'exit i % 250'`, six at a time, while the host's pid counter is forced to wrap over
  * and over (see bench/soak/pid_wrap.ts), so new execs get pids that earlier execs had.
@@ -96,7 +96,7 @@ async function scenario(bed: Bed, shimIndex: number): Promise<void> {
   await bed.ctr(["containers", "delete", id]);
 }
 
-for (const v of containerdVersions().filter((v) => /^(1\.6|2\.1)\./.test(v.version))) {
+for (const v of containerdVersions().filter((v) => /^(1\.6|2\.4)\./.test(v.version))) {
   integrationTest(
     `containerd ${v.version}: exec exit codes stay right while pids wrap and get reused (skiff and Go runc shims)`,
     NEEDS,

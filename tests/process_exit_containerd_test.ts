@@ -60,7 +60,7 @@ async function waitFor(probe: () => number[], count: number): Promise<number[]> 
   return got;
 }
 
-const versions = containerdVersions().filter((v) => /^(1\.6|1\.7|2\.1)\./.test(v.version));
+const versions = containerdVersions().filter((v) => /^(1\.6|1\.7|2\.4)\./.test(v.version));
 const SHIMS = [
   { name: "Go runc shim", runtime: "io.containerd.runc.v2" },
   { name: "skiff runc shim", runtime: "io.containerd.skiff-runc.v2" },

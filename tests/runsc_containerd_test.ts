@@ -1,4 +1,4 @@
-// The skiff runsc (gVisor) example shim under real containerd 1.6 and 2.1, through ctr:
+// The skiff runsc (gVisor) example shim under real containerd 1.6 and 2.4, through ctr:
 // output, exit codes, exec and kill. gVisor's kernel reports "Linux version 4.4.0", which
 // proves the container did not run on the host kernel.
 import assert from "node:assert/strict";
@@ -10,7 +10,7 @@ import { installShims } from "../sdk/testing/install.ts";
 const RUNSC = "io.containerd.skiff-runsc.v2";
 const NS = "skiff-test";
 
-for (const v of containerdVersions().filter((v) => /^(1\.6|2\.1)\./.test(v.version))) {
+for (const v of containerdVersions().filter((v) => /^(1\.6|2\.4)\./.test(v.version))) {
   integrationTest(
     `containerd ${v.version}: skiff runsc shim runs, execs and kills gVisor containers`,
     { root: true, binaries: ["runsc"] },

@@ -28,20 +28,26 @@ class FakeRuntime implements ContainerRuntime {
     if (this.p.dieOnStart) this.p.exit(this.p.pidOf(id), 0);
     return Promise.resolve();
   }
-  kill(id: string, sig: number, o?: { all?: boolean }) {
+  /** Runs inside kill, before it returns (e.g. the signalled init exits meanwhile). */
+  duringKill: (() => Promise<void>) | undefined;
+  async kill(id: string, sig: number, o?: { all?: boolean }) {
     this.calls.push(`kill ${id} ${sig}${o?.all ? " all" : ""}`);
-    return Promise.resolve();
+    await this.duringKill?.();
   }
   delete(id: string) {
     this.calls.push(`delete ${id}`);
     return Promise.resolve();
   }
-  exec(id: string, _p: unknown, o: { pidFile: string }) {
+  async exec(id: string, _p: unknown, o: { pidFile: string }) {
     this.calls.push(`exec ${id}`);
+    if (this.p.execGate) {
+      // runc exec held up before it runs (runc-fp's delayExec), then failing on a dead init.
+      await this.p.execGate;
+      throw new Error("cannot exec in a stopped container");
+    }
     const pid = this.p.spawned(this.p.execPids.shift() ?? this.p.nextPid++);
     this.p.pidFiles.set(o.pidFile, pid);
     this.p.duringStart?.(pid);
-    return Promise.resolve();
   }
   ps() {
     // Like runc's: reads the cgroup, so a process that left it is not listed.
@@ -61,6 +67,11 @@ class FakeRuntime implements ContainerRuntime {
   checkpoint() {
     return Promise.reject(new Error("criu failed"));
   }
+  restore(id: string, o: { pidFile: string; imagePath: string; noSubreaper?: boolean }) {
+    this.calls.push(`restore ${id} ${o.imagePath}${o.noSubreaper ? " no-subreaper" : ""}`);
+    this.p.pidFiles.set(o.pidFile, this.p.spawned(this.p.nextPid++));
+    return Promise.resolve();
+  }
 }
 
 class FakePlatform implements ShimPlatform {
@@ -71,6 +82,8 @@ class FakePlatform implements ShimPlatform {
   outOfCgroup = new Set<number>();
   /** Pids handed to the next execs, in order (recycled pids); then nextPid. */
   execPids: number[] = [];
+  /** When set, the runtime's exec waits for it and then fails. */
+  execGate: Promise<void> | undefined;
   /** Runs inside the runtime's create/exec, once the new process has its pid. */
   duringStart: ((pid: number) => void) | undefined;
   /** Clock ticks since boot; every new process starts one tick later than the last. */
@@ -198,6 +211,31 @@ Deno.test("TaskService runs create → start → exit → delete with events in 
   });
 });
 
+Deno.test("TaskService restores a task created from a checkpoint at Start, as the Go shim", async () => {
+  await withBundle(async (bundle) => {
+    const { svc, platform, runtime, events } = setup();
+    const req = create(CreateTaskRequestSchema, { id: "c1", bundle, checkpoint: "/ckpt" });
+    const created = await svc.create(req);
+    assert.equal(created.pid, 0, "nothing runs before Start");
+    assert.deepEqual(runtime.calls, [], "no runtime create for a restore");
+    const started = await svc.start({ id: "c1", execId: "" } as never);
+    assert.deepEqual(runtime.calls, ["restore c1 /ckpt no-subreaper"]);
+    assert.equal(started.pid, platform.pidOf("c1"));
+    assert.equal(svc.state({ id: "c1", execId: "" } as never).status, Status.RUNNING);
+    platform.exit(started.pid!, 7);
+    assert.equal((await svc.wait({ id: "c1", execId: "" } as never)).exitStatus, 7);
+    assert.deepEqual(events, ["/tasks/create", "/tasks/start", "/tasks/exit"]);
+
+    // A runtime without restore: Create from a checkpoint is Unimplemented, as before.
+    const bare = setup();
+    (bare.runtime as { restore?: unknown }).restore = undefined;
+    await assert.rejects(
+      bare.svc.create(create(CreateTaskRequestSchema, { id: "c2", bundle, checkpoint: "/ckpt" })),
+      code(Code.Unimplemented),
+    );
+  });
+});
+
 Deno.test("TaskService publishes /tasks/start before /tasks/exit when the process dies at once", async () => {
   await withBundle(async (bundle) => {
     const { svc, platform, events } = setup();
@@ -303,6 +341,61 @@ Deno.test("TaskService publishes an init's exit after its execs' exits", async (
     ]);
     const state = svc.state({ id: "c1", execId: "e1" } as never);
     assert.equal(state.exitStatus, 137);
+  });
+});
+
+Deno.test("TaskService answers a Kill of the init before it publishes the exit that Kill caused", async () => {
+  // Seen under CRI: the init exits ~10 ms into a 40 ms `runc kill`; containerd deletes the task
+  // on /tasks/exit, closing the connection the Kill reply had still to be written to.
+  await withBundle(async (bundle) => {
+    const { svc, platform, runtime, events } = setup();
+    const { pid } = await svc.create(create(CreateTaskRequestSchema, { id: "c1", bundle }));
+    await svc.start({ id: "c1", execId: "" } as never);
+    runtime.duringKill = async () => {
+      runtime.duringKill = undefined; // only this Kill (not the kill --all on the init's exit)
+      platform.exit(pid!, 143); // the signal is delivered and the init dies at once ...
+      await new Promise((r) => setTimeout(r, 50)); // ... while the runtime's kill still runs
+    };
+    let exitPublishedBeforeReply: boolean | undefined;
+    await svc.kill({ id: "c1", execId: "", signal: 15, all: false } as never).then(() => {
+      exitPublishedBeforeReply = events.includes("/tasks/exit");
+    });
+    assert.equal(exitPublishedBeforeReply, false, `events when Kill returned: ${events}`);
+    const w = await svc.wait({ id: "c1", execId: "" } as never);
+    assert.equal(w.exitStatus, 143);
+    assert.equal(events.at(-1), "/tasks/exit", "the exit is still published, after the reply");
+  });
+});
+
+Deno.test("TaskService creates an exec after the init died while another exec starts; its Start fails (containerd #10589)", async () => {
+  await withBundle(async (bundle) => {
+    const { svc, platform, exits } = setup();
+    const { pid } = await svc.create(create(CreateTaskRequestSchema, { id: "c1", bundle }));
+    await svc.start({ id: "c1", execId: "" } as never);
+    const gate = Promise.withResolvers<void>();
+    platform.execGate = gate.promise;
+    svc.exec({ id: "c1", execId: "e1", spec } as never);
+    const start1 = svc.start({ id: "c1", execId: "e1" } as never);
+    await new Promise((r) => setTimeout(r, 10));
+    platform.exit(pid!, 137); // SIGKILL of the init while e1's runc exec is held up
+    await new Promise((r) => setTimeout(r, 10));
+    // The Go shim holds the init's exit while an exec starts: a second Exec still creates ...
+    svc.exec({ id: "c1", execId: "e2", spec } as never);
+    // ... and only its Start fails.
+    await assert.rejects(
+      svc.start({ id: "c1", execId: "e2" } as never),
+      (e: unknown) => code(Code.FailedPrecondition)(e) && /init process has exited/.test(String(e)),
+    );
+    assert.deepEqual(exits, [], "the init's exit waits for e1's Start");
+    gate.resolve();
+    await assert.rejects(start1, /cannot exec in a stopped container/);
+    assert.equal((await svc.wait({ id: "c1", execId: "" } as never)).exitStatus, 137);
+    assert.deepEqual(exits, ["c1"]);
+    // Once the init's exit is out, Exec refuses, as before.
+    assert.throws(
+      () => svc.exec({ id: "c1", execId: "e3", spec } as never),
+      code(Code.FailedPrecondition),
+    );
   });
 });
 

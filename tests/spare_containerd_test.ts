@@ -272,7 +272,9 @@ async function ok(r: Promise<CtrResult>, what: string): Promise<CtrResult> {
   return res;
 }
 
-const versions = containerdVersions();
+// The spare answers `start` in each of skiff's answer forms: 1.6 (plain address, as for 1.7),
+// 2.1 (JSON, as for 2.0-2.2), 2.4 (BootstrapParams in, BootstrapResult out, as for 2.3).
+const versions = containerdVersions().filter((v) => /^(1\.6|2\.1|2\.4)\./.test(v.version));
 
 integrationTest("the warm spare is tested under containerd 1.6 and 2.x", {
   ...NEEDS,

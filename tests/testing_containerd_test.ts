@@ -39,11 +39,11 @@ function processGone(pid: number): boolean {
 const versions = containerdVersions();
 
 integrationTest(
-  "containerdVersions() finds containerd 1.6, 1.7 and 2.x",
+  "containerdVersions() finds containerd 1.6, 1.7, 2.1, 2.2, 2.3 and 2.4",
   {
     check() {
       const have = versions.map((v) => v.version);
-      const want = [/^1\.6\./, /^1\.7\./, /^2\./];
+      const want = [/^1\.6\./, /^1\.7\./, /^2\.1\./, /^2\.2\./, /^2\.3\./, /^2\.4\./];
       const lacking = want.filter((re) => !have.some((h) => re.test(h)));
       return lacking.length > 0
         ? `containerd ${lacking.map((r) => r.source.slice(1, -2).replace("\\", "")).join(", ")} ` +

@@ -68,10 +68,14 @@ export interface Bed {
  * Starts a bed on the containerd in `binDir`.
  *
  * @param binDir directory with `containerd`, `ctr` and Debian's `containerd-shim-runc-v2`
- * @param opts `only`: run against skiff's shim alone
+ * @param opts `only`: run against skiff's shim alone; `env`: extra environment for containerd
+ *   and its shims; `debug`: containerd (and so its shims) at debug level
  * @returns the running bed; call `stop()` in a `finally`
  */
-export async function startBed(binDir: string, opts: { only?: "skiff" } = {}): Promise<Bed> {
+export async function startBed(
+  binDir: string,
+  opts: { only?: "skiff"; env?: Record<string, string>; debug?: boolean } = {},
+): Promise<Bed> {
   const prefix = await Deno.makeTempDir({ prefix: "skiff-soak-" });
   let c: PrivateContainerd | undefined;
   try {
@@ -79,6 +83,8 @@ export async function startBed(binDir: string, opts: { only?: "skiff" } = {}): P
     c = await startContainerd({
       binDir,
       runtimes: { skiff: { runtimeType: SKIFF_RUNTIME, binaryDir: `${prefix}/bin` } },
+      ...(opts.env ? { env: opts.env } : {}),
+      ...(opts.debug ? { debug: true } : {}),
     });
     const pc = c;
     const ns = `soak-${crypto.randomUUID().slice(0, 8)}`;

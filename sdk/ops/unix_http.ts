@@ -6,6 +6,13 @@
  * @module
  */
 
+import {
+  type BoundedFront,
+  MAX_OPS_CONNECTIONS,
+  OPS_CONNECTION_MS,
+  serveBoundedFront,
+} from "./_bounded_front.ts";
+
 /**
  * A running unix-socket HTTP server.
  *
@@ -37,6 +44,10 @@ export interface UnixHttpServerOptions {
   mode?: number;
   /** Receives handler errors; the client gets a 500. */
   onError?: (error: unknown) => void;
+  /** Connections served at once; more are closed unanswered. Default 16. */
+  maxConnections?: number;
+  /** Each connection is closed this long after it was accepted. Default 30000. */
+  connectionTimeoutMs?: number;
 }
 
 async function isLive(path: string): Promise<boolean> {
@@ -53,7 +64,9 @@ async function isLive(path: string): Promise<boolean> {
  * Serves `handler` on a unix socket. A socket file nobody accepts on (left by a killed
  * process) is replaced; a live one, or a path that is not a socket, is an error. The socket is
  * bound in a fresh 0700 directory beside `path`, given its mode there and then renamed into
- * place, so it is never reachable with the permissions the umask would give it.
+ * place, so it is never reachable with the permissions the umask would give it. At most
+ * 16 connections are served at once (more are closed unanswered) and each for at most 30 s,
+ * so a peer that connects and idles or sends half a request cannot hold the server.
  *
  * @param path socket path
  * @param handler the fetch handler (e.g. a Hono app's `fetch`)
@@ -93,7 +106,10 @@ export async function serveUnixHttp(
   // A short name: sockaddr_un holds 108 bytes, and this path must fit as well as `path`.
   const tmp = await Deno.makeTempDir({ dir, prefix: ".http-" });
   let server: Deno.HttpServer | undefined;
+  let front: BoundedFront | undefined;
   try {
+    // Deno.serve listens in the private 0700 directory; peers reach it only through the
+    // bounded front on `path` (connections at once and their lifetime: _bounded_front.ts).
     server = Deno.serve({
       path: `${tmp}/s`,
       onListen() {},
@@ -102,25 +118,33 @@ export async function serveUnixHttp(
         return new Response("internal error\n", { status: 500 });
       },
     }, handler);
-    await Deno.chmod(`${tmp}/s`, opts.mode ?? 0o600);
+    const listener = Deno.listen({ transport: "unix", path: `${tmp}/p` });
+    front = serveBoundedFront(listener, `${tmp}/s`, {
+      onError,
+      maxConnections: opts.maxConnections ?? MAX_OPS_CONNECTIONS,
+      connectionMs: opts.connectionTimeoutMs ?? OPS_CONNECTION_MS,
+    });
+    await Deno.chmod(`${tmp}/p`, opts.mode ?? 0o600);
     // rename(2) also replaces a stale socket in one step.
-    await Deno.rename(`${tmp}/s`, path);
+    await Deno.rename(`${tmp}/p`, path);
   } catch (e) {
+    front?.close();
     await server?.shutdown();
-    throw e;
-  } finally {
     await Deno.remove(tmp, { recursive: true }).catch(() => {});
+    throw e;
   }
   const running = server;
+  const runningFront = front;
   let closing: Promise<void> | undefined;
   return {
     path,
     close() {
       closing ??= (async () => {
-        // Unlinked first, so nobody new connects while the graceful shutdown runs; Deno only
-        // knows the socket by the name it was bound under.
+        // Unlinked first, so nobody new connects while the graceful shutdown runs.
         await Deno.remove(path).catch(() => {});
+        runningFront.close();
         await running.shutdown();
+        await Deno.remove(tmp, { recursive: true }).catch(() => {});
       })();
       return closing;
     },

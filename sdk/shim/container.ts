@@ -5,7 +5,7 @@
  */
 
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { ContainerRuntime } from "./runtime.ts";
+import type { ContainerRuntime, RuntimeStdio } from "./runtime.ts";
 import type { ShimProcess } from "./process.ts";
 
 /** Mount as containerd passes it in `CreateTaskRequest.rootfs`. */
@@ -55,6 +55,20 @@ export class Container<T = unknown> {
    * bundle's spec once, when the container is created, rather than on the init's exit path.
    */
   sharesPidNamespace?: Promise<boolean>;
+  /**
+   * Kill RPCs of the init still being answered. The init's exit waits for them (as the Go
+   * shim's, whose exit takes the lock its Kill holds): containerd deletes the task on that exit
+   * and closes the connection, which would otherwise lose a Kill reply still on its way.
+   */
+  readonly initKills: Set<Promise<void>> = new Set();
+  /**
+   * Set when containerd created the task from a checkpoint: Start restores the init from
+   * this image (as the Go runc shim does) instead of starting a created one.
+   */
+  restoreFrom?: {
+    imagePath: string;
+    io: { stdio?: RuntimeStdio; consoleSocket?: string; ready(): Promise<void> };
+  };
 
   /** Creates a container record. */
   constructor(init: {

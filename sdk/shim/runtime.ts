@@ -64,6 +64,20 @@ export interface RuntimeCheckpointOptions {
 }
 
 /**
+ * Options for restoring a container from a checkpoint image: the Start of a task that
+ * containerd created with a checkpoint (`ctr run --checkpoint`, the client's
+ * `WithRestoreImage`). The restored init's pid is written to `pidFile`.
+ */
+export interface RuntimeRestoreOptions extends RuntimeCreateOptions {
+  /** The checkpoint image directory (CreateTaskRequest.checkpoint). */
+  imagePath: string;
+  /** criu's work directory. */
+  workPath?: string;
+  /** The shim is the subreaper (runc `--no-subreaper`). */
+  noSubreaper?: boolean;
+}
+
+/**
  * One container's runtime, as the base class drives it. Errors should be `ConnectError`s
  * with containerd's codes where the Task API defines one (kill of a finished process is
  * NotFound), otherwise errors whose message carries the runtime's own last error line.
@@ -97,4 +111,9 @@ export interface ContainerRuntime {
   update(id: string, resources: unknown): Promise<void>;
   /** Checkpoints the container. */
   checkpoint(id: string, opts: RuntimeCheckpointOptions): Promise<void>;
+  /**
+   * Restores a checkpointed container, its init running on from the image (runc `restore
+   * --detach`). Optional: without it, Create with a checkpoint is Unimplemented.
+   */
+  restore?(id: string, opts: RuntimeRestoreOptions): Promise<void>;
 }

@@ -167,30 +167,94 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
     }
   }, WATCH_MS);
 
+  // Each connection must hand over a valid handoff line first (a start writes it at once):
+  // anything else is closed and the spare keeps waiting, so that a peer sending garbage (or
+  // nothing) can neither take the spare nor make it exit. A few are vetted at once, each for a
+  // bounded time; more are closed unanswered.
+  let adopting = false;
+  let vetting = 0;
+  const spareNice = niceOf("self");
   for await (const conn of listener) {
     let pid: number;
+    let inode: number;
     try {
-      const { creds } = peers.resolveLatest();
-      if (creds.uid !== me.uid) throw new Error(`peer uid ${creds.uid} is not ours`);
+      const { creds, inode: i } = peers.resolveLatest();
+      inode = i;
+      if (creds.uid !== me.uid) {
+        peers.release(inode);
+        throw new Error(`peer uid ${creds.uid} is not ours`);
+      }
       pid = creds.pid;
     } catch {
       conn.close(); // only containerd's user may hand us a container
       continue;
     }
-    clearInterval(watch);
-    rehearsal.abort();
-    // A start waits for us without a timer of its own: serve within the bound, or go (the
-    // start then goes cold).
-    const deadline = setTimeout(() => Deno.exit(1), SPARE_ADOPTION_MS);
-    // The handoff is on start's path: off the lowest priority at once, not after reading it.
+    if (adopting || vetting >= MAX_VETTING) {
+      peers.release(inode);
+      conn.close();
+      continue;
+    }
+    vetting++;
+    // The handoff is on start's path: off the lowest priority at once, before reading it (at
+    // nice 19 on a busy node the read could wait for seconds); back down if it is not one.
     if (Number.isInteger(baseNice) && niceOf("self") !== baseNice) {
       try {
         setProcessNice(baseNice);
       } catch { /* adopt() sets start's priority, or refuses */ }
       setAutogroupNice("self", 0); // where a cold server's new session starts
     }
-    leave();
-    await adopt(shim, conn, pid, codeId, lock, serveShim, { containerd, deadline, reaper });
+    void readHandoff(conn, codeId).then((handoff) => {
+      vetting--;
+      if (handoff === undefined || adopting) {
+        peers.release(inode);
+        try {
+          conn.close();
+        } catch { /* closed */ }
+        if (!adopting && vetting === 0 && niceOf("self") !== spareNice) {
+          try {
+            setProcessNice(spareNice);
+          } catch { /* a hint */ }
+          setAutogroupNice("self", 19);
+        }
+        return;
+      }
+      adopting = true;
+      clearInterval(watch);
+      rehearsal.abort();
+      // A start waits for us without a timer of its own: serve within the bound, or go (the
+      // start then goes cold).
+      const deadline = setTimeout(() => Deno.exit(1), SPARE_ADOPTION_MS);
+      leave();
+      return adopt(shim, conn, pid, handoff, codeId, lock, serveShim, {
+        containerd,
+        deadline,
+        reaper,
+      });
+    });
+  }
+  // The listener was closed by leave(): adopt() serves and ends the process itself.
+  await new Promise(() => {});
+}
+
+/** Connections vetted at once while the spare waits. */
+const MAX_VETTING = 4;
+/** How long a connection may take to send its handoff line (a start sends it at once). */
+const HANDOFF_READ_MS = 5_000;
+
+/** The connection's first line if it is a handoff of our code, else undefined (never throws). */
+async function readHandoff(conn: Deno.Conn, codeId: string): Promise<SpareHandoff | undefined> {
+  const timer = setTimeout(() => {
+    try {
+      conn.close();
+    } catch { /* closed */ }
+  }, HANDOFF_READ_MS);
+  try {
+    const v = await new JsonLines(conn).next();
+    return validHandoff(v) && v.codeId === codeId ? v : undefined;
+  } catch {
+    return undefined;
+  } finally {
+    clearTimeout(timer);
   }
 }
 
@@ -198,6 +262,7 @@ async function adopt<T extends object>(
   shim: Shim<T>,
   conn: Deno.Conn,
   peer: number,
+  handoff: SpareHandoff,
   codeId: string,
   lock: Deno.FsFile,
   serveShim: typeof import("./serve.ts").serveShim,
@@ -208,14 +273,9 @@ async function adopt<T extends object>(
   },
 ): Promise<never> {
   const { containerd, deadline, reaper } = ready;
-  let handoff: SpareHandoff;
   let listener: Deno.UnixListener;
   try {
     await writeJsonLine(conn, { pid: Deno.pid, codeId });
-    const v = await new JsonLines(conn).next();
-    if (!validHandoff(v)) throw new Error("malformed handoff");
-    if (v.codeId !== codeId) throw new Error("handoff from other code");
-    handoff = v;
     // Become what the cold server of this start would be.
     Deno.chdir(handoff.bundle);
     replaceEnv(handoff.env);

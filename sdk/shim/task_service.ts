@@ -68,6 +68,9 @@ type Out<M extends keyof TaskImpl> = MessageInitShape<
   (typeof Task)["method"][M]["output"]
 >;
 
+/** Longest an init's exit waits for a Kill reply of that init ({@link Container.initKills}). */
+const KILL_REPLY_WAIT_MS = 10_000;
+
 /** containerd's identifier rule (`pkg/identifiers`): alphanumerics joined by `.`, `_`, `-`. */
 const IDENTIFIER = /^[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*$/;
 
@@ -212,12 +215,6 @@ export class TaskService<T extends object> {
     if (this.#containers.has(r.id)) {
       throw new ConnectError(`container "${r.id}" already exists`, Code.AlreadyExists);
     }
-    if (r.checkpoint) {
-      throw new ConnectError(
-        `restoring container "${r.id}" from checkpoint "${r.checkpoint}" is not supported`,
-        Code.Unimplemented,
-      );
-    }
     const { shim, platform, logger } = this.#d;
     const namespace = ctx?.requestHeader.get("containerd-namespace-ttrpc") || this.#d.namespace;
     const resolved = resolveOptions(
@@ -241,6 +238,12 @@ export class TaskService<T extends object> {
       spawn: (cmd) => platform.spawn(cmd),
       logger: clog,
     });
+    if (r.checkpoint && !runtime.restore) {
+      throw new ConnectError(
+        `restoring container "${r.id}" from checkpoint "${r.checkpoint}" is not supported`,
+        Code.Unimplemented,
+      );
+    }
     const init = new ShimProcess(r.id, "", {
       stdin: r.stdin,
       stdout: r.stdout,
@@ -249,6 +252,7 @@ export class TaskService<T extends object> {
     });
 
     let mounted = false;
+    let restoreFrom: Container<T>["restoreFrom"];
     const rootfs = `${bundle}/rootfs`;
     const undo: (() => Promise<void>)[] = [];
     // Open before the runtime starts the init: it may exit before its pid is known.
@@ -263,16 +267,20 @@ export class TaskService<T extends object> {
       const io = await platform.openIo(init.stdio, { containerId: r.id, namespace });
       init.io = io.handle;
       undo.push(() => io.handle.close());
-      await runtime.create(r.id, {
-        bundle,
-        pidFile: `${bundle}/init.pid`,
-        ...(io.consoleSocket ? { consoleSocket: io.consoleSocket } : {}),
-        ...(io.stdio ? { io: io.stdio } : {}),
-      });
-      undo.push(() => runtime.delete(r.id, { force: true }).catch(() => {}));
-      await io.ready();
-      init.setPid(await platform.readPidFile(`${bundle}/init.pid`));
-      init.startTime = platform.startTimeOf?.(init.pid);
+      // From a checkpoint, Start restores the init (as the Go shim does): nothing runs yet.
+      if (r.checkpoint) restoreFrom = { imagePath: r.checkpoint, io };
+      else {await runtime.create(r.id, {
+          bundle,
+          pidFile: `${bundle}/init.pid`,
+          ...(io.consoleSocket ? { consoleSocket: io.consoleSocket } : {}),
+          ...(io.stdio ? { io: io.stdio } : {}),
+        });}
+      if (!restoreFrom) {
+        undo.push(() => runtime.delete(r.id, { force: true }).catch(() => {}));
+        await io.ready();
+        init.setPid(await platform.readPidFile(`${bundle}/init.pid`));
+        init.startTime = platform.startTimeOf?.(init.pid);
+      }
     } catch (e) {
       this.#windows.delete(window);
       for (const u of undo.reverse()) await u().catch(() => {});
@@ -282,14 +290,7 @@ export class TaskService<T extends object> {
     try {
       // The OOM watch comes first: until the container is listed, the init's exit waits in the
       // window, so /tasks/create is always published before /tasks/exit.
-      let oomWatch: { close(): void } | undefined;
-      try {
-        oomWatch = await platform.watchOom(init.pid, () => {
-          this.#d.events.publish("/tasks/oom", TaskOOMSchema, { containerId: r.id });
-        });
-      } catch (e) {
-        clog.debug("oom watch unavailable", { error: (e as Error).message });
-      }
+      const oomWatch = restoreFrom ? undefined : await this.#watchOom(r.id, init.pid, clog);
       const container = new Container<T>({
         id: r.id,
         namespace,
@@ -301,6 +302,7 @@ export class TaskService<T extends object> {
       });
       if (oomWatch) container.cleanups.push(() => oomWatch.close());
       container.sharesPidNamespace = sharesPidNamespace(bundle);
+      if (restoreFrom) container.restoreFrom = restoreFrom;
       this.#containers.set(r.id, container);
       this.#d.events.publish("/tasks/create", TaskCreateSchema, {
         containerId: r.id,
@@ -332,7 +334,8 @@ export class TaskService<T extends object> {
       );
     }
     if (p.execId) {
-      if (c.init.state === "stopped") {
+      // exitReported: the init's exit is seen but held back for an exec mid-start (below).
+      if (c.init.state === "stopped" || c.exitReported) {
         throw new ConnectError(
           `cannot start ${p.describe()}: the container's init process has exited`,
           Code.FailedPrecondition,
@@ -342,7 +345,8 @@ export class TaskService<T extends object> {
     }
     p.beginStart();
     try {
-      await c.runtime.start(c.id);
+      if (c.restoreFrom) await this.#restore(c, c.restoreFrom);
+      else await c.runtime.start(c.id);
       p.markStarted();
       this.#d.events.publish("/tasks/start", TaskStartSchema, { containerId: c.id, pid: p.pid });
     } finally {
@@ -350,6 +354,50 @@ export class TaskService<T extends object> {
     }
     if (c.runtime.initExit === "wait") void this.#waitInit(c);
     return { pid: p.pid };
+  }
+
+  /** OOM events for a container whose init is `pid`; undefined where it cannot be watched. */
+  async #watchOom(id: string, pid: number, log: Logger): Promise<{ close(): void } | undefined> {
+    try {
+      return await this.#d.platform.watchOom(pid, () => {
+        this.#d.events.publish("/tasks/oom", TaskOOMSchema, { containerId: id });
+      });
+    } catch (e) {
+      log.debug("oom watch unavailable", { error: (e as Error).message });
+      return undefined;
+    }
+  }
+
+  /**
+   * Start of a task created from a checkpoint: `runtime restore`, then the restored init's pid
+   * and its OOM watch, as Create does for a fresh one. An exit of the restored init before its
+   * pid is known waits in the window, as at Create.
+   */
+  async #restore(c: Container<T>, from: NonNullable<Container<T>["restoreFrom"]>): Promise<void> {
+    const { platform } = this.#d;
+    const pidFile = `${c.bundle}/init.pid`;
+    const window = this.#openWindow();
+    try {
+      await c.runtime.restore!(c.id, {
+        bundle: c.bundle,
+        pidFile,
+        imagePath: from.imagePath,
+        workPath: `${c.bundle}/work/criu-work`,
+        noSubreaper: true,
+        ...(from.io.consoleSocket ? { consoleSocket: from.io.consoleSocket } : {}),
+        ...(from.io.stdio ? { io: from.io.stdio } : {}),
+      });
+      await from.io.ready();
+      c.init.setPid(await platform.readPidFile(pidFile));
+      c.init.startTime = platform.startTimeOf?.(c.init.pid);
+      c.restoreFrom = undefined;
+      const oomWatch = await this.#watchOom(c.id, c.init.pid, this.#d.logger.with({ id: c.id }));
+      if (oomWatch) c.cleanups.push(() => oomWatch.close());
+      const early = window.take(c.init.pid, c.init.startTime);
+      if (early) void this.#initExited(c, early);
+    } finally {
+      this.#windows.delete(window);
+    }
   }
 
   /**
@@ -578,8 +626,35 @@ export class TaskService<T extends object> {
       }
       return {};
     }
-    await c.runtime.kill(c.id, r.signal, { all: r.all });
-    return {};
+    // Until this returns, the init's exit is held back (see Container.initKills).
+    let answered!: () => void;
+    const inFlight = new Promise<void>((r) => answered = r);
+    c.initKills.add(inFlight);
+    try {
+      await c.runtime.kill(c.id, r.signal, { all: r.all });
+      return {};
+    } finally {
+      c.initKills.delete(inFlight);
+      answered();
+    }
+  }
+
+  /**
+   * Waits until no Kill of `c`'s init is being answered, then one more turn of the event loop
+   * so the last reply is written before the exit that may close its connection goes out.
+   * Bounded: a runtime's kill that hangs must not hold the exit forever.
+   */
+  async #killsAnswered(c: Container<T>): Promise<void> {
+    if (c.initKills.size === 0) return;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([
+      (async () => {
+        while (c.initKills.size > 0) await Promise.all(c.initKills);
+      })(),
+      new Promise((r) => timer = setTimeout(r, KILL_REPLY_WAIT_MS)),
+    ]);
+    clearTimeout(timer);
+    await new Promise((r) => setTimeout(r, 0));
   }
 
   /** Registers an exec (started later by Start); publishes `/tasks/exec-added`. */
@@ -726,6 +801,9 @@ export class TaskService<T extends object> {
     c.exitReported = true;
     const p = c.init;
     await p.startSettled();
+    // Like the Go shim, hold the init's exit while an exec is mid-start (containerd #10589):
+    // until that Start settles, Exec still creates and Start refuses (FailedPrecondition).
+    await Promise.all([...c.execs.values()].map((e) => e.startSettled()));
     // Without a pid namespace of its own, the init's other processes outlive it: kill them
     // (the Go shim does too). Execs die with a private one; kill them anyway if they did not.
     if (
@@ -738,6 +816,7 @@ export class TaskService<T extends object> {
         new Promise((r) => setTimeout(r, 5_000)),
       ]);
     }
+    await this.#killsAnswered(c);
     p.markExited(exit);
     // The init's exit is always the last exit published for a container.
     this.#publishExit(c, p);

@@ -563,8 +563,27 @@ export class PrivateContainerd {
   }
 
   /**
+   * The environment every ctr of this instance runs with: `CONTAINERD_SNAPSHOTTER` =
+   * {@linkcode PrivateContainerd.snapshotter}, and `CONTAINERD_SUPPRESS_DEPRECATION_WARNINGS=1`:
+   * ctr 2.2+ otherwise asks the daemon for deprecations on every call and prints each as a
+   * warning on stderr (on a cgroup v1 host always one, "The support for cgroup v1 is
+   * deprecated"), which output assertions would read as the container's.
+   *
+   * @example Usage
+   * ```ts ignore
+   * new Deno.Command(`${c.binDir}/ctr`, { args: ["-a", c.address, "events"], env: c.ctrEnv });
+   * ```
+   */
+  get ctrEnv(): Record<string, string> {
+    return {
+      CONTAINERD_SNAPSHOTTER: this.snapshotter,
+      CONTAINERD_SUPPRESS_DEPRECATION_WARNINGS: "1",
+    };
+  }
+
+  /**
    * Runs this version's ctr against this containerd (`ctr -a <address> [-n ns] ...args`), with
-   * `CONTAINERD_SNAPSHOTTER` set to {@linkcode PrivateContainerd.snapshotter}.
+   * {@linkcode PrivateContainerd.ctrEnv} (the snapshotter; no deprecation warnings).
    *
    * @param args ctr arguments after the global flags
    * @param opts namespace, stdin, timeout
@@ -582,7 +601,7 @@ export class PrivateContainerd {
     let kill: ReturnType<typeof setTimeout> | undefined;
     const child = new Deno.Command(`${this.binDir}/ctr`, {
       args: [...global, ...args],
-      env: { CONTAINERD_SNAPSHOTTER: this.snapshotter, ...opts.env },
+      env: { ...this.ctrEnv, ...opts.env },
       stdin: opts.stdin === undefined ? "null" : "piped",
       stdout: "piped",
       stderr: "piped",

@@ -150,7 +150,7 @@ export function ctrRun(c: PrivateContainerd, o: CtrRunOptions): Promise<CtrResul
   };
   if (!o.tty) return c.ctr(args, ctrOpts);
   const argv = [`${c.binDir}/ctr`, "-a", c.address, "-n", namespace, ...args];
-  return runUnderScript(argv, { CONTAINERD_SNAPSHOTTER: c.snapshotter }, ctrOpts);
+  return runUnderScript(argv, c.ctrEnv, ctrOpts);
 }
 
 async function runUnderScript(

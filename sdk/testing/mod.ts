@@ -9,7 +9,10 @@
  * - {@link startContainerd} runs a private containerd of a given version with its own root,
  *   state and sockets (optionally with CRI and runtime handlers), {@link containerdClient}
  *   talks gRPC to it as CRI would, and {@link criClient} talks CRI to it as kubelet would;
+ * - {@link startRegistry} serves locally built images from a private registry on 127.0.0.1;
  * - {@link installShims} writes launcher scripts for shims written with skiff;
+ * - {@link runInGuest} runs one command of the checkout on cgroup v2, in a QEMU guest over the
+ *   host's own root (`deno task guest` is its command line);
  * - {@link runConformance} runs the conformance catalogue (a scenario × containerd version
  *   matrix) against any shim binary; `deno task conformance` is its command line.
  *
@@ -54,6 +57,13 @@ export {
   type BusyboxImageOptions,
   PAUSE_IMAGE_REF,
 } from "./image.ts";
+export {
+  type LocalRegistry,
+  registryBinary,
+  startRegistry,
+  type StartRegistryOptions,
+} from "./registry.ts";
+export { type OciDescriptor, type OciIndex, type OciLayout, readOciLayout } from "./oci_layout.ts";
 export { createFifoSet, type FifoSet, readFifo } from "./fifo_set.ts";
 export {
   type ContainerdVersion,
@@ -75,6 +85,14 @@ export {
   criRuntimePlugin,
 } from "./cri_config.ts";
 export { ctrRun, type CtrRunOptions } from "./ctr.ts";
+export {
+  type GuestImage,
+  guestImage,
+  type GuestOptions,
+  type GuestResult,
+  guestUnavailable,
+  runInGuest,
+} from "./guest.ts";
 export {
   bundleShim,
   DEFAULT_SHIM_V8_FLAGS,
@@ -100,3 +118,24 @@ export {
 } from "./conformance/scenario.ts";
 export { ScenarioContext, type ScenarioContextInit, type Stdio } from "./conformance/kit.ts";
 export { EventRecorder, type TaskEvent } from "./conformance/events.ts";
+export {
+  CNI_BIN_DIR,
+  CRITEST_HANDLERS,
+  CRITEST_SKIPS,
+  CRITEST_VERSION,
+  critestBinary,
+  critestCniConfig,
+  type CritestImages,
+  critestMatrix,
+  type CritestMatrixOptions,
+  critestRegressions,
+  type CritestRun,
+  type CritestSkip,
+  type CritestSpec,
+  defaultCritestHandlers,
+  parseGinkgoReport,
+  runCritest,
+  runCritestMatrix,
+  type RunCritestOptions,
+  serveCritestImages,
+} from "./critest.ts";

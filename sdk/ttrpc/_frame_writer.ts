@@ -13,19 +13,32 @@ export interface FrameSink {
   write(p: Uint8Array): Promise<number>;
 }
 
-/** Writes whole frames in order; reports the first write failure once. */
+/**
+ * Writes whole frames in order; reports the first write failure once. A write that makes no
+ * progress for `timeoutMs` counts as a failure (the peer stopped reading).
+ */
 export class FrameWriter {
   #sink: FrameSink;
   #onError: (err: unknown) => void;
+  #timeoutMs: number;
   #queue: Uint8Array[] = [];
   #queuedBytes = 0;
   #flushing = false;
   #failed = false;
   #waiters: Array<() => void> = [];
 
-  constructor(sink: FrameSink, onError: (err: unknown) => void) {
+  constructor(sink: FrameSink, onError: (err: unknown) => void, timeoutMs: number = Infinity) {
     this.#sink = sink;
     this.#onError = onError;
+    this.#timeoutMs = timeoutMs;
+  }
+
+  /** Drops what is queued and accepts nothing more (the connection is closed). */
+  close(): void {
+    this.#failed = true;
+    this.#queue = [];
+    this.#queuedBytes = 0;
+    if (!this.#flushing) this.#wake();
   }
 
   /** Bytes accepted but not yet written. */
@@ -72,21 +85,45 @@ export class FrameWriter {
           }
         }
         let written = 0;
-        while (written < buf.length) {
-          written += await this.#sink.write(buf.subarray(written));
+        while (written < buf.length && !this.#failed) {
+          written += await this.#write(buf.subarray(written));
         }
-        this.#queuedBytes -= size;
+        if (!this.#failed) this.#queuedBytes -= size;
       }
     } catch (err) {
+      const reported = this.#failed;
       this.#failed = true;
       this.#queue = [];
       this.#queuedBytes = 0;
-      this.#onError(err);
+      if (!reported) this.#onError(err);
     } finally {
       this.#flushing = false;
-      const waiters = this.#waiters;
-      this.#waiters = [];
-      for (const w of waiters) w();
+      this.#wake();
     }
+  }
+
+  #wake(): void {
+    const waiters = this.#waiters;
+    this.#waiters = [];
+    for (const w of waiters) w();
+  }
+
+  /** One write, failing when it makes no progress for the timeout. */
+  #write(buf: Uint8Array): Promise<number> {
+    if (!Number.isFinite(this.#timeoutMs)) return this.#sink.write(buf);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const stuck = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () =>
+          reject(
+            new Error(`ttrpc write made no progress for ${this.#timeoutMs} ms (peer not reading)`),
+          ),
+        this.#timeoutMs,
+      );
+      Deno.unrefTimer(timer as unknown as number);
+    });
+    const write = this.#sink.write(buf);
+    write.catch(() => {}); // once the connection closes after a timeout, its write rejects too
+    return Promise.race([write, stuck]).finally(() => clearTimeout(timer));
   }
 }

@@ -79,11 +79,18 @@ function socketInode(fd: number): number | undefined {
 /**
  * Tracks which sockets of one listener are already attributed to connections, so the one
  * accepted last can be identified.
+ *
+ * Each accept looks only at descriptors not yet attributed (one listing of /proc/self/fd and a
+ * getsockname per unknown descriptor), so its cost does not grow with the connections being
+ * served: a scan of every socket per accept made a flood of connections slower to accept the
+ * more of them were open. When that finds no single candidate (a descriptor number reused
+ * before its old connection was released), every descriptor is checked again.
  */
 export class PeerCredentialResolver {
   #path: Uint8Array;
   #pathText: string;
-  #known = new Set<number>();
+  /** fd -> socket inode of the sockets attributed so far. */
+  #known = new Map<number, number>();
 
   constructor(listenerPath: string) {
     this.#path = new TextEncoder().encode(listenerPath);
@@ -96,18 +103,8 @@ export class PeerCredentialResolver {
    */
   resolveLatest(): { inode: number; creds: PeerCredentials } {
     const lib = openLibc();
-    const fresh: { fd: number; inode: number }[] = [];
-    const open = new Set<number>();
-    for (const entry of Deno.readDirSync("/proc/self/fd")) {
-      const fd = Number(entry.name);
-      if (!acceptedFrom(lib, fd, this.#path)) continue;
-      const inode = socketInode(fd);
-      if (inode === undefined) continue;
-      open.add(inode);
-      if (!this.#known.has(inode)) fresh.push({ fd, inode });
-    }
-    // Forget inodes whose sockets are gone (connections closed without release()).
-    for (const inode of this.#known) if (!open.has(inode)) this.#known.delete(inode);
+    let fresh = this.#scan(lib, false);
+    if (fresh.length !== 1) fresh = this.#scan(lib, true);
     if (fresh.length !== 1) {
       throw new Error(
         `cannot identify the accepted socket of ${this.#pathText}: ${fresh.length} candidates`,
@@ -118,7 +115,7 @@ export class PeerCredentialResolver {
     const len = new Uint32Array([12]);
     const rc = lib.symbols.getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, len);
     if (rc !== 0) throw new Error(`getsockopt(SO_PEERCRED) failed on socket inode ${inode}`);
-    this.#known.add(inode);
+    this.#known.set(fd, inode);
     // struct ucred { pid_t pid; uid_t uid; gid_t gid; } in native byte order.
     const [pid, uid, gid] = new Uint32Array(cred.buffer);
     return { inode, creds: { pid, uid, gid } };
@@ -126,6 +123,34 @@ export class PeerCredentialResolver {
 
   /** Forgets a socket once its connection is closed. */
   release(inode: number): void {
-    this.#known.delete(inode);
+    for (const [fd, known] of this.#known) {
+      if (known === inode) this.#known.delete(fd);
+    }
+  }
+
+  /**
+   * Accepted sockets of this listener not attributed yet. `full` re-checks the attributed
+   * descriptors too, forgetting those whose socket is gone or was replaced.
+   */
+  #scan(lib: Libc, full: boolean): { fd: number; inode: number }[] {
+    const fresh: { fd: number; inode: number }[] = [];
+    const open = new Set<number>();
+    for (const entry of Deno.readDirSync("/proc/self/fd")) {
+      const fd = Number(entry.name);
+      const known = this.#known.get(fd);
+      if (!full && known !== undefined) continue;
+      if (!acceptedFrom(lib, fd, this.#path)) continue;
+      const inode = socketInode(fd);
+      if (inode === undefined) continue;
+      if (known === inode) {
+        open.add(fd);
+        continue;
+      }
+      fresh.push({ fd, inode });
+    }
+    if (full) {
+      for (const fd of this.#known.keys()) if (!open.has(fd)) this.#known.delete(fd);
+    }
+    return fresh;
   }
 }

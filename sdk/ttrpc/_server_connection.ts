@@ -53,14 +53,24 @@ export interface ConnectionContext {
   services: ReadonlyMap<string, ServiceEntry | LazyServiceEntry>;
   interceptors: readonly Interceptor[];
   onError(err: unknown): void;
+  /** Most calls running at once; more are answered ResourceExhausted. */
+  maxCalls: number;
+  /** The first frame, and any frame once started, must complete within this long. */
+  frameTimeoutMs: number;
+  /** A write that makes no progress for this long closes the connection. */
+  writeTimeoutMs: number;
 }
 
 type HandlerController = ReturnType<typeof createHandlerContext>;
 
 /** Read buffer size; frames larger than this arrive over several reads. */
 const READ_CHUNK = 32 * 1024;
-/** Stop reading requests while this many response bytes wait to be written (backpressure). */
-const WRITE_HIGH_WATER = MAX_PAYLOAD_LENGTH;
+/**
+ * Stop reading requests while this many response bytes wait to be written (backpressure): a
+ * peer that sends requests and never reads the answers holds at most this much (plus one
+ * answer) until the write timeout closes it.
+ */
+const WRITE_HIGH_WATER = 1 << 20;
 /** setTimeout cannot express longer delays; such deadlines are treated as none. */
 const MAX_TIMER_MS = 2_147_483_647;
 
@@ -106,6 +116,9 @@ export class ServerConnection {
   #inFlight = new Map<number, HandlerController>();
   #draining = false;
   #closed = false;
+  #madeCalls = false;
+  /** Closes a connection whose first frame, or a started frame, does not complete in time. */
+  #frameTimer: ReturnType<typeof setTimeout> | undefined;
 
   constructor(conn: Deno.Conn, ctx: ConnectionContext) {
     this.#conn = conn;
@@ -113,7 +126,13 @@ export class ServerConnection {
     this.#writer = new FrameWriter(conn, (err) => {
       ctx.onError(err);
       this.#close(new ConnectError("ttrpc connection failed while writing", Code.Canceled));
-    });
+    }, ctx.writeTimeoutMs);
+    this.#armFrameTimer("sent no complete frame");
+  }
+
+  /** True once a request reached a registered service (containerd's connections do at once). */
+  get madeCalls(): boolean {
+    return this.#madeCalls;
   }
 
   /** Number of calls whose handlers are still running. */
@@ -129,7 +148,17 @@ export class ServerConnection {
         if (this.#writer.queuedBytes > WRITE_HIGH_WATER) await this.#writer.drained();
         const n = await this.#conn.read(buf);
         if (n === null) break;
-        for (const frame of this.#decoder.push(buf.subarray(0, n))) this.#onFrame(frame);
+        const frames = this.#decoder.push(buf.subarray(0, n));
+        for (const frame of frames) this.#onFrame(frame);
+        // The clock runs from the start of a frame (or of the connection) to its end, and is
+        // not re-armed by later bytes: a peer trickling one byte at a time gains nothing.
+        if (frames.length > 0 && this.#frameTimer !== undefined) {
+          clearTimeout(this.#frameTimer);
+          this.#frameTimer = undefined;
+        }
+        if (this.#decoder.partial && this.#frameTimer === undefined) {
+          this.#armFrameTimer("left a frame incomplete");
+        }
       }
     } catch (err) {
       if (!this.#closed && !(err instanceof Deno.errors.BadResource)) this.#ctx.onError(err);
@@ -149,9 +178,26 @@ export class ServerConnection {
     this.#close(reason);
   }
 
+  #armFrameTimer(what: string): void {
+    const ms = this.#ctx.frameTimeoutMs;
+    this.#frameTimer = setTimeout(() => {
+      this.#frameTimer = undefined;
+      const err = new ConnectError(
+        `ttrpc connection closed: the peer ${what} within ${ms} ms`,
+        Code.DeadlineExceeded,
+      );
+      this.#ctx.onError(err);
+      this.#close(err);
+    }, ms);
+    Deno.unrefTimer(this.#frameTimer as unknown as number);
+  }
+
   #close(reason: unknown): void {
     if (this.#closed) return;
     this.#closed = true;
+    clearTimeout(this.#frameTimer);
+    this.#frameTimer = undefined;
+    this.#writer.close();
     for (const ctx of this.#inFlight.values()) ctx.abort(reason);
     this.#inFlight.clear();
     try {
@@ -222,6 +268,14 @@ export class ServerConnection {
     const service = this.#ctx.services.get(req.service);
     if (service === undefined) {
       return this.#sendStatus(id, Code.Unimplemented, `service ${req.service}`);
+    }
+    this.#madeCalls = true;
+    if (this.#inFlight.size >= this.#ctx.maxCalls) {
+      return this.#sendStatus(
+        id,
+        Code.ResourceExhausted,
+        `too many calls on this connection: ${this.#inFlight.size} running (the maximum)`,
+      );
     }
     if ("load" in service) {
       void this.#loadThenRoute(id, req, service);

@@ -11,6 +11,9 @@ export const FRAME_HEADER_LENGTH = 10;
 /** Largest payload a peer may send: 4 MiB, the limit containerd/ttrpc enforces (`4<<20`). */
 export const MAX_PAYLOAD_LENGTH: number = 4 << 20;
 
+/** First payload buffer of a frame in progress; it doubles as more of the frame arrives. */
+const INITIAL_PAYLOAD_BUFFER = 64 * 1024;
+
 /**
  * Frame types (header byte 8).
  *
@@ -148,7 +151,9 @@ export function encodeFrame(
  *
  * Memory stays bounded by one maximum payload: the payload buffer of the frame in progress is
  * the only thing held, and an over-limit frame is skipped byte by byte as it arrives instead of
- * being buffered, so that a peer cannot make the receiver hold more than that.
+ * being buffered, so that a peer cannot make the receiver hold more than that. The buffer grows
+ * with the bytes that actually arrive (doubling, from 64 KiB), so a header that claims 4 MiB
+ * and is never completed costs what was sent, not what was claimed.
  *
  * @example Usage
  * ```ts
@@ -186,6 +191,11 @@ export class FrameDecoder {
     return this.#headerFill > 0 || this.#current !== undefined;
   }
 
+  /** Payload bytes held for the frame in progress (what a truncated frame costs). */
+  get buffered(): number {
+    return this.#payload?.length ?? 0;
+  }
+
   /**
    * Consumes a chunk and returns every frame it completed, in order. The chunk is copied where
    * needed, so the caller may reuse its buffer.
@@ -213,7 +223,7 @@ export class FrameDecoder {
           continue;
         } else {
           this.#current = header;
-          this.#payload = new Uint8Array(header.length);
+          this.#payload = new Uint8Array(Math.min(header.length, INITIAL_PAYLOAD_BUFFER));
           this.#payloadFill = 0;
         }
       }
@@ -228,6 +238,13 @@ export class FrameDecoder {
         continue;
       }
       const take = Math.min(header.length - this.#payloadFill, chunk.length - pos);
+      if (this.#payloadFill + take > this.#payload.length) {
+        let size = this.#payload.length * 2;
+        while (size < this.#payloadFill + take) size *= 2;
+        const grown = new Uint8Array(Math.min(size, header.length));
+        grown.set(this.#payload.subarray(0, this.#payloadFill));
+        this.#payload = grown;
+      }
       this.#payload.set(chunk.subarray(pos, pos + take), this.#payloadFill);
       this.#payloadFill += take;
       pos += take;

@@ -40,7 +40,41 @@ export interface TtrpcServerOptions {
    * connections. Defaults to ignoring them.
    */
   onError?: (error: unknown) => void;
+  /**
+   * Most connections served at once (default {@linkcode DEFAULT_MAX_CONNECTIONS}; containerd
+   * keeps one or two). A connection over the bound first evicts the oldest connection that has
+   * not made a call yet (a peer that connects and idles or sends only garbage); when every
+   * connection has made one, the new connection is closed at once, unanswered.
+   */
+  maxConnections?: number;
+  /**
+   * Most calls running at once on one connection (default
+   * {@linkcode DEFAULT_MAX_CALLS_PER_CONNECTION}); a request over it is answered
+   * `ResourceExhausted` without running.
+   */
+  maxCallsPerConnection?: number;
+  /**
+   * A connection is closed when its first frame has not arrived, or a frame it started has not
+   * been completed, within this long (default {@linkcode DEFAULT_FRAME_TIMEOUT_MS}). An idle
+   * connection between frames is never timed out (containerd's sits idle for hours).
+   */
+  frameTimeoutMs?: number;
+  /**
+   * A connection is closed when a write to it makes no progress for this long (default
+   * {@linkcode DEFAULT_WRITE_TIMEOUT_MS}): a peer that stopped reading its answers. While its
+   * answers wait, no more of its requests are read.
+   */
+  writeTimeoutMs?: number;
 }
+
+/** Default {@linkcode TtrpcServerOptions.maxConnections}. */
+export const DEFAULT_MAX_CONNECTIONS = 64;
+/** Default {@linkcode TtrpcServerOptions.maxCallsPerConnection}. */
+export const DEFAULT_MAX_CALLS_PER_CONNECTION = 1024;
+/** Default {@linkcode TtrpcServerOptions.frameTimeoutMs}. */
+export const DEFAULT_FRAME_TIMEOUT_MS = 15_000;
+/** Default {@linkcode TtrpcServerOptions.writeTimeoutMs}. */
+export const DEFAULT_WRITE_TIMEOUT_MS = 30_000;
 
 /**
  * Options for {@linkcode TtrpcServer.listen}.
@@ -80,7 +114,10 @@ export interface TtrpcCloseOptions {
  *
  * Per connection, unary calls run concurrently and responses go out as handlers finish,
  * matched by stream id. Protocol violations get the same codes and messages as from Go's
- * server, and the connection keeps working. Each call's `HandlerContext` carries the ttrpc
+ * server, and the connection keeps working. A hostile peer is bounded: connections, calls per
+ * connection, the bytes held for a frame (what arrived, at most 4 MiB) and for answers (reading
+ * pauses over 1 MiB), and how long a frame may stay incomplete or a write stuck
+ * ({@linkcode TtrpcServerOptions}). Each call's `HandlerContext` carries the ttrpc
  * metadata as `requestHeader` (e.g. `containerd-namespace-ttrpc`), the `timeout_nano` deadline
  * as `timeoutMs` and `signal`, and `signal` also aborts when the client disconnects.
  *
@@ -108,7 +145,12 @@ export class TtrpcServer {
   #requireSameUser: boolean;
   #listeners = new Set<Deno.Listener>();
   #ownedPaths = new Set<string>();
+  /** In accept order, which eviction relies on (oldest first). */
   #connections = new Map<ServerConnection, Promise<void>>();
+  #maxConnections: number;
+  #maxCalls: number;
+  #frameTimeoutMs: number;
+  #writeTimeoutMs: number;
   #closing: Promise<void> | undefined;
   #closed = Promise.withResolvers<void>();
 
@@ -121,6 +163,15 @@ export class TtrpcServer {
     this.#interceptors = options.interceptors ?? [];
     this.#onError = options.onError ?? (() => {});
     this.#requireSameUser = options.requireSameUser ?? false;
+    this.#maxConnections = options.maxConnections ?? DEFAULT_MAX_CONNECTIONS;
+    this.#maxCalls = options.maxCallsPerConnection ?? DEFAULT_MAX_CALLS_PER_CONNECTION;
+    this.#frameTimeoutMs = options.frameTimeoutMs ?? DEFAULT_FRAME_TIMEOUT_MS;
+    this.#writeTimeoutMs = options.writeTimeoutMs ?? DEFAULT_WRITE_TIMEOUT_MS;
+  }
+
+  /** Number of connections being served. */
+  get connectionCount(): number {
+    return this.#connections.size;
   }
 
   /** Resolves once {@linkcode close} has finished. */
@@ -291,6 +342,7 @@ export class TtrpcServer {
 
   /**
    * Serves one already-established connection (e.g. from a custom listener or a socket pair).
+   * It counts against {@linkcode TtrpcServerOptions.maxConnections}.
    *
    * @param conn the connection; closed when it ends
    * @returns resolves when the connection is closed
@@ -300,10 +352,24 @@ export class TtrpcServer {
       conn.close();
       return;
     }
+    if (!this.#makeRoom()) {
+      conn.close();
+      this.#onError(
+        new ConnectError(
+          `ttrpc server refused a connection: ${this.#connections.size} connections ` +
+            `(the maximum) have all made calls`,
+          Code.ResourceExhausted,
+        ),
+      );
+      return;
+    }
     const sc = new ServerConnection(conn, {
       services: this.#services,
       interceptors: this.#interceptors,
       onError: this.#onError,
+      maxCalls: this.#maxCalls,
+      frameTimeoutMs: this.#frameTimeoutMs,
+      writeTimeoutMs: this.#writeTimeoutMs,
     });
     const done = sc.run();
     this.#connections.set(sc, done);
@@ -362,6 +428,25 @@ export class TtrpcServer {
     }
     await all;
     this.#closed.resolve();
+  }
+
+  /** Room for one more connection: true when below the bound or an idle stranger was evicted. */
+  #makeRoom(): boolean {
+    if (this.#connections.size < this.#maxConnections) return true;
+    for (const sc of this.#connections.keys()) {
+      if (!sc.madeCalls) {
+        // Removed now, not when its run ends, so that a burst evicts a different one each time.
+        this.#connections.delete(sc);
+        sc.abort(
+          new ConnectError(
+            `ttrpc connection evicted: ${this.#maxConnections} connections open and it made no call`,
+            Code.ResourceExhausted,
+          ),
+        );
+        return true;
+      }
+    }
+    return false;
   }
 
   #checkPeer(peers: PeerCredentialResolver | undefined): number {

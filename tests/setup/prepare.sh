@@ -5,7 +5,8 @@
 #     protobuf-compiler, libprotobuf-dev (the well-known google/protobuf/*.proto that
 #     proto/gen.sh imports; protobuf-compiler does not ship them), util-linux, bsdutils (script),
 #     iproute2, prometheus (promtool, for the docs/operations.md check), criu (runc checkpoint;
-#     where criu cannot dump, the test checks the error). Installed with apt-get when missing
+#     where criu cannot dump, the test checks the error), containernetworking-plugins (CNI's
+#     bridge, host-local, loopback and portmap for critest's pod networks). Installed with apt-get when missing
 #     (apt-get update runs only then). A policy-rc.d guard keeps apt from starting the
 #     system containerd service: the tests only ever run private containerds.
 #  2. containerd 1.7 (trixie) and 2.1 (sid) unpacked into $SKIFF_CACHE by fetch_containerd.sh;
@@ -16,8 +17,12 @@
 #  4. deno's dependency cache, filled from deno.lock (`deno install --frozen`).
 #  5. `deno bundle`'s esbuild in deno's cache (installShims bundles every shim it installs; deno
 #     fetches esbuild on its first bundle): one bundle of an empty module.
-#  6. rust-extensions' runc shim (crates.io containerd-runc-shim), the benchmarks' Rust peer,
-#     built into $SKIFF_CACHE/rust-shim by rust_shim.sh (minutes once, cached afterwards).
+#  6. Debian's docker-registry (registry.sh), 7. critest built from its Go module (critest.sh).
+#  Not here: rust-extensions' runc shim (rust_shim.sh, ~9 minutes to build once), which only the
+#  benchmarks use: `deno task bench` builds it when it is missing.
+#  8. The cgroup v2 test guest (sdk/testing/guest.ts): qemu-system-x86 and kmod from step 1, a
+#     Debian kernel (downloaded and unpacked into $SKIFF_CACHE/guest, not installed: this
+#     machine's boot is untouched) and a busybox initramfs, by guest.sh (cached afterwards).
 #
 # Not root or not Debian: it says exactly what is missing and carries on, so the tests skip
 # (or fail, under SKIFF_REQUIRE_INTEGRATION=1). Silent and fast when nothing needs doing.
@@ -40,13 +45,14 @@ is_debian=false
 
 # --- 1. packages -----------------------------------------------------------------------------
 packages=(containerd runc runsc crun busybox-static protobuf-compiler libprotobuf-dev util-linux bsdutils
-  iproute2 prometheus criu)
+  iproute2 prometheus criu containernetworking-plugins qemu-system-x86 kmod)
 # command → package, for machines where dpkg cannot tell us (and to catch a broken install).
 declare -A provides=(
   [containerd]=containerd [ctr]=containerd [containerd-shim-runc-v2]=containerd
   [runc]=runc [runsc]=runsc [crun]=crun [busybox]=busybox-static [protoc]=protobuf-compiler
   [unshare]=util-linux [nsenter]=util-linux [mountpoint]=util-linux [script]=bsdutils
-  [ip]=iproute2 [promtool]=prometheus [criu]=criu
+  [ip]=iproute2 [promtool]=prometheus [criu]=criu [qemu-system-x86_64]=qemu-system-x86
+  [modprobe]=kmod [depmod]=kmod
 )
 find_cmd() { PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin" command -v "$1" >/dev/null; }
 
@@ -65,7 +71,8 @@ for cmd in "${!provides[@]}"; do
   fi
 done
 # file → package, for what is not a command: protoc finds these through its own ../include.
-declare -A provides_file=([/usr/include/google/protobuf/timestamp.proto]=libprotobuf-dev)
+declare -A provides_file=([/usr/include/google/protobuf/timestamp.proto]=libprotobuf-dev
+  [/usr/lib/cni/bridge]=containernetworking-plugins)
 for f in "${!provides_file[@]}"; do
   if [ ! -r "$f" ]; then
     p=${provides_file[$f]}
@@ -156,6 +163,18 @@ if [ "$(cat "$cache/env" 2>/dev/null)" != "$env_text" ]; then
   say "wrote $cache/env: $(grep -c '^SKIFF_CONTAINERD_' "$cache/env") containerd build(s)"
 fi
 
+# --- 3b. the Go client test helper, built against containerd 2.3.7 and 2.4.2 ----------------
+# tests/fixtures/go-client (containerd's own Go client driving a pod; see build_go_client.sh).
+if command -v go >/dev/null; then
+  for v in 2.3.7 2.4.2; do
+    [ -x "$cache/go-client-v$v/skiff-go-client" ] &&
+      [ "$(cat "$cache/go-client-v$v/SOURCE" 2>/dev/null)" = \
+        "$(sha256sum <"$repo/tests/fixtures/go-client/main.go" | cut -c1-16)" ] && continue
+    bash "$here/build_go_client.sh" "$v" >/dev/null ||
+      say "FAILED: tests/setup/build_go_client.sh $v"
+  done
+fi
+
 # --- 4. deno dependencies from the lock file -------------------------------------------------
 if command -v deno >/dev/null; then
   if ! out=$(cd "$repo" && deno install --frozen 2>&1); then
@@ -177,9 +196,32 @@ if command -v deno >/dev/null; then
   rm -rf "$tmp"
 fi
 
-# --- 6. rust-extensions' runc shim, the benchmarks' Rust peer --------------------------------
-# Built from crates.io by rust_shim.sh (it says so when it builds: about 9 minutes on a fresh
-# two-core machine; cached afterwards). bench/ and docs/conformance.md use it; no test does.
-command -v cargo >/dev/null || { [ -x "${HOME:-}/.cargo/bin/cargo" ] && export PATH="$PATH:$HOME/.cargo/bin"; }
-bash "$here/rust_shim.sh" >/dev/null || say "FAILED: tests/setup/rust_shim.sh (the Rust runc shim)"
+# --- 6. Debian's docker-registry, unpacked privately (sdk/testing/registry.ts runs it) ------
+if [ ! -x "$cache/docker-registry/usr/bin/docker-registry" ]; then
+  if $is_root && $is_debian; then
+    bash "$here/registry.sh" >/dev/null || say "FAILED: tests/setup/registry.sh (docker-registry)"
+  else
+    say "missing docker-registry (as root on Debian run: bash tests/setup/registry.sh)"
+  fi
+fi
+
+# --- 7. critest (Kubernetes' CRI validation suite), built from its Go module -----------------
+if [ ! -x "$cache/critest-v1.37.0/critest" ]; then
+  if command -v go >/dev/null; then
+    say "building critest 1.37.0 from its Go module into $cache"
+    bash "$here/critest.sh" 1.37.0 >/dev/null || say "FAILED: tests/setup/critest.sh 1.37.0"
+  else
+    say "missing go: cannot build critest (bash tests/setup/critest.sh 1.37.0)"
+  fi
+fi
+
+# --- 8. the cgroup v2 test guest -------------------------------------------------------------
+if [ ! -r "$cache/guest/READY" ]; then
+  if $is_root && $is_debian; then
+    say "preparing the cgroup v2 test guest in $cache/guest"
+    bash "$here/guest.sh" >/dev/null || say "FAILED: tests/setup/guest.sh"
+  else
+    say "missing the cgroup v2 test guest (as root on Debian: bash tests/setup/guest.sh)"
+  fi
+fi
 exit 0

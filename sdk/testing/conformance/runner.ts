@@ -72,7 +72,6 @@ export interface ConformanceOptions {
 export const NOT_COVERED: readonly string[] = [
   "checkpoint/restore (criu)",
   "Tasks.Update (resources)",
-  "containerd 2.3+ BootstrapParams start dialect (no such containerd to run here)",
 ];
 
 /**

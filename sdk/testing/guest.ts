@@ -1,0 +1,320 @@
+/**
+ * A cgroup v2 test guest: runs one command of the checkout inside a QEMU virtual machine
+ * (TCG, so no KVM is needed) whose kernel mounts a pure cgroup2 hierarchy, for hosts that
+ * are cgroup v1 or hybrid themselves.
+ *
+ * The guest boots a Debian kernel and a tiny initramfs that `tests/setup/guest.sh` caches in
+ * `$SKIFF_CACHE/guest`. It sees the host's root read-only over virtio-9p with a tmpfs overlay
+ * on top, so the host's deno, containerd builds, runc and the checkout run there unchanged
+ * and whatever the guest writes stays in the guest. A second, writable 9p share carries the
+ * command in and its exit status (and any files it writes to `$SKIFF_GUEST_OUT`) out; its
+ * stdout and stderr come back over the serial console. QEMU is killed when the command
+ * exceeds its time bound, and the share is removed on every path.
+ *
+ * @example Run a command on cgroup v2
+ * ```ts ignore
+ * import { runInGuest } from "@skiff/shim/testing";
+ *
+ * const r = await runInGuest({ command: ["cat", "/sys/fs/cgroup/cgroup.controllers"] });
+ * console.log(r.code, r.output); // 0 "cpuset cpu io memory hugetlb pids\n"
+ * ```
+ *
+ * @module
+ */
+
+import { skiffCacheDir } from "./containerd.ts";
+
+/**
+ * The cached guest image ({@linkcode guestImage}).
+ *
+ * @example Usage
+ * ```ts ignore
+ * const img: GuestImage | undefined = guestImage();
+ * ```
+ */
+export interface GuestImage {
+  /** The kernel image (bzImage). */
+  kernel: string;
+  /** The initramfs (gzip'd newc cpio). */
+  initrd: string;
+  /** The kernel's release, e.g. `6.1.0-57-amd64`. */
+  kernelRelease: string;
+  /** The kernel's module tree, bound at `/lib/modules/<release>` inside the guest. */
+  modules: string;
+}
+
+/**
+ * Options of {@linkcode runInGuest}.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const o: GuestOptions = { command: ["deno", "--version"], timeoutMs: 120_000 };
+ * ```
+ */
+export interface GuestOptions {
+  /** The command and its arguments, run as root in the guest. */
+  command: string[];
+  /** Working directory in the guest (the host's paths are the guest's). Default: `Deno.cwd()`. */
+  cwd?: string;
+  /**
+   * Environment of the command, on top of PATH, HOME, SKIFF_CACHE, SKIFF_GUEST=1 and
+   * SKIFF_GUEST_OUT (and the host's NO_COLOR, DENO_DIR and SKIFF_REQUIRE_INTEGRATION when set).
+   */
+  env?: Record<string, string>;
+  /** Bound on the whole run, boot included; QEMU is killed after it. Default 30 minutes. */
+  timeoutMs?: number;
+  /** Guest memory in MiB (the tmpfs overlay lives in it). Default 3072. */
+  memoryMiB?: number;
+  /** Virtual CPUs. Default 2. */
+  cpus?: number;
+  /** Called with the command's console output as it arrives (e.g. to show progress). */
+  onOutput?: (text: string) => void;
+  /** The guest image. Default: {@linkcode guestImage}'s. */
+  image?: GuestImage;
+}
+
+/**
+ * What a guest run gave back ({@linkcode runInGuest}).
+ *
+ * @example Usage
+ * ```ts ignore
+ * const r: GuestResult = await runInGuest({ command: ["true"] });
+ * if (r.code !== 0) throw new Error(r.console);
+ * ```
+ */
+export interface GuestResult {
+  /** The command's exit status; -1 when the guest ended without one (timeout, panic). */
+  code: number;
+  /** The command's stdout and stderr, interleaved, as the serial console carried them. */
+  output: string;
+  /** Everything the console carried, boot included (for diagnosing a failed boot). */
+  console: string;
+  /** Files the command wrote directly into `$SKIFF_GUEST_OUT`, name → text. */
+  files: Record<string, string>;
+  /** True when the time bound killed QEMU. */
+  timedOut: boolean;
+  /** Wall-clock seconds from QEMU's start to its end. */
+  seconds: number;
+}
+
+const START = "skiff-guest: command starts";
+const END = "skiff-guest: command ended";
+/** The run's share, as the guest sees it. */
+const SHARE = "/skiff-guest";
+
+/**
+ * The cached guest image, or undefined when `tests/setup/guest.sh` has not made it.
+ *
+ * @param cache the skiff cache (default `$SKIFF_CACHE` or `~/.cache/skiff`)
+ * @returns the image's paths
+ *
+ * @example Usage
+ * ```ts ignore
+ * guestImage()?.kernelRelease; // "6.1.0-57-amd64"
+ * ```
+ */
+export function guestImage(cache: string = skiffCacheDir()): GuestImage | undefined {
+  const dir = `${cache}/guest`;
+  try {
+    Deno.statSync(`${dir}/READY`);
+    const kernelRelease = Deno.readTextFileSync(`${dir}/KVER`).trim();
+    const img = {
+      kernel: `${dir}/vmlinuz`,
+      initrd: `${dir}/initramfs.gz`,
+      kernelRelease,
+      modules: `${dir}/kernel/lib/modules/${kernelRelease}`,
+    };
+    Deno.statSync(img.kernel);
+    Deno.statSync(img.initrd);
+    return img;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Why the guest cannot run here, or undefined when it can: names what is missing.
+ *
+ * @returns a message such as `qemu-system-x86_64 (apt-get install qemu-system-x86)`
+ *
+ * @example Usage
+ * ```ts ignore
+ * const why = guestUnavailable();
+ * if (why) console.log(`skipping: needs ${why}`);
+ * ```
+ */
+export function guestUnavailable(): string | undefined {
+  if (Deno.build.os !== "linux" || Deno.build.arch !== "x86_64") {
+    return "an x86_64 Linux host (the guest is x86_64 under QEMU)";
+  }
+  if (!onPath("qemu-system-x86_64")) return "qemu-system-x86_64 (apt-get install qemu-system-x86)";
+  if (!guestImage()) return "the guest image (run tests/setup/guest.sh)";
+  return undefined;
+}
+
+function onPath(name: string): boolean {
+  return (Deno.env.get("PATH") ?? "").split(":").filter(Boolean).some((d) => {
+    try {
+      return Deno.statSync(`${d}/${name}`).isFile;
+    } catch {
+      return false;
+    }
+  });
+}
+
+/** Single-quotes a word for bash. */
+function quote(s: string): string {
+  return `'${s.replaceAll("'", `'\\''`)}'`;
+}
+
+/** The guest's second stage: the host's bash runs it as PID 1 after switch_root. */
+function stage2(cwd: string, env: Record<string, string>, command: string[], img: GuestImage) {
+  const exports = Object.entries(env).map(([k, v]) => `export ${k}=${quote(v)}`).join("\n");
+  return `# written by sdk/testing/guest.ts: the guest's PID 1 after switch_root
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mkdir -p /dev/pts /dev/shm /dev/mqueue
+mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts
+ln -sf pts/ptmx /dev/ptmx 2>/dev/null
+mount -t tmpfs tmpfs /dev/shm
+mount -t mqueue mqueue /dev/mqueue
+# The pure cgroup v2 hierarchy, every controller delegated to the root's children.
+mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup
+echo "+cpuset +cpu +io +memory +hugetlb +pids" >/sys/fs/cgroup/cgroup.subtree_control
+# A clean /tmp and /run: the host's own (seen through the overlay) hold its live state.
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs -o mode=755 tmpfs /run
+mkdir -p /lib/modules/${img.kernelRelease}
+mount --bind ${quote(img.modules)} /lib/modules/${img.kernelRelease}
+mount --make-rshared /
+hostname skiff-guest
+ip link set lo up
+stty -F /dev/ttyS0 -opost 2>/dev/null
+${exports}
+cd ${quote(cwd)} || echo "guest: no such directory ${cwd.replaceAll("$", "")}"
+echo ${quote(START)}
+${command.map(quote).join(" ")} </dev/null
+echo $? >${SHARE}/rc.tmp && mv ${SHARE}/rc.tmp ${SHARE}/rc
+echo ${quote(END)}
+sync
+/bin/busybox poweroff -f
+`;
+}
+
+/**
+ * Boots the guest, runs one command in it and returns its exit status and output.
+ *
+ * @param opts the command and the guest's bounds
+ * @returns the result; throws only when QEMU cannot be started or the image is missing
+ *
+ * @example Usage
+ * ```ts ignore
+ * const r = await runInGuest({ command: ["deno", "task", "conformance", "--help"] });
+ * console.log(r.code);
+ * ```
+ */
+export async function runInGuest(opts: GuestOptions): Promise<GuestResult> {
+  const img = opts.image ?? guestImage();
+  if (!img) {
+    throw new Error("runInGuest: no guest image in the skiff cache (run tests/setup/guest.sh)");
+  }
+  const share = await Deno.makeTempDir({ prefix: "skiff-guest-" });
+  const env: Record<string, string> = {
+    HOME: Deno.env.get("HOME") ?? "/root",
+    SKIFF_CACHE: skiffCacheDir(),
+    SKIFF_GUEST: "1",
+    SKIFF_GUEST_OUT: `${SHARE}/out`,
+  };
+  for (const k of ["NO_COLOR", "DENO_DIR", "SKIFF_REQUIRE_INTEGRATION"]) {
+    const v = Deno.env.get(k);
+    if (v !== undefined) env[k] = v;
+  }
+  Object.assign(env, opts.env ?? {});
+  let child: Deno.ChildProcess | undefined;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let timedOut = false;
+  const started = performance.now();
+  try {
+    await Deno.mkdir(`${share}/out`);
+    await Deno.writeTextFile(
+      `${share}/stage2.sh`,
+      stage2(opts.cwd ?? Deno.cwd(), env, opts.command, img),
+    );
+    const fsdev = (id: string, path: string, tag: string, extra: string) => [
+      "-fsdev",
+      `local,id=${id},path=${path},security_model=passthrough,multidevs=remap${extra}`,
+      "-device",
+      `virtio-9p-pci,fsdev=${id},mount_tag=${tag}`,
+    ];
+    const args = [
+      ...["-accel", "tcg", "-cpu", "max", "-smp", String(opts.cpus ?? 2)],
+      ...["-m", String(opts.memoryMiB ?? 3072), "-nodefaults", "-no-reboot", "-display", "none"],
+      ...["-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con"],
+      ...["-kernel", img.kernel, "-initrd", img.initrd],
+      ...["-append", "console=ttyS0 quiet loglevel=1 panic=-1 cgroup_no_v1=all"],
+      ...fsdev("hostroot", "/", "hostroot", ",readonly=on"),
+      ...fsdev("skiffrun", share, "skiffrun", ""),
+    ];
+    child = new Deno.Command("qemu-system-x86_64", {
+      args,
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+    const proc = child;
+    timer = setTimeout(() => {
+      timedOut = true;
+      try {
+        proc.kill("SIGKILL");
+      } catch { /* already gone */ }
+    }, opts.timeoutMs ?? 30 * 60_000);
+    let all = "";
+    let forwarded = 0;
+    const decoder = new TextDecoder();
+    const stderr = new Response(proc.stderr).text();
+    for await (const chunk of proc.stdout) {
+      all += decoder.decode(chunk, { stream: true }).replaceAll("\r", "");
+      if (opts.onOutput) {
+        const from = all.indexOf(START);
+        if (from >= 0) {
+          const begin = Math.max(forwarded, from + START.length + 1);
+          const stop = all.indexOf(END, begin);
+          const upTo = stop >= 0 ? stop : Math.max(begin, all.length - END.length);
+          if (upTo > begin) opts.onOutput(all.slice(begin, upTo));
+          forwarded = Math.max(forwarded, upTo);
+        }
+      }
+    }
+    const status = await proc.status;
+    child = undefined;
+    const qemuErr = await stderr;
+    const seconds = (performance.now() - started) / 1000;
+    const from = all.indexOf(START);
+    const to = all.indexOf(END, Math.max(from, 0));
+    const output = from < 0 ? "" : all.slice(from + START.length + 1, to < 0 ? undefined : to);
+    let code = -1;
+    try {
+      code = Number((await Deno.readTextFile(`${share}/rc`)).trim());
+    } catch { /* the guest ended without a status */ }
+    if (code === -1 && !timedOut && !status.success && from < 0) {
+      // QEMU itself failed (bad option, no memory): say so rather than an empty result.
+      throw new Error(`runInGuest: qemu-system-x86_64 exited ${status.code}: ${qemuErr.trim()}`);
+    }
+    const files: Record<string, string> = {};
+    for await (const e of Deno.readDir(`${share}/out`)) {
+      if (e.isFile) files[e.name] = await Deno.readTextFile(`${share}/out/${e.name}`);
+    }
+    return { code, output, console: all, files, timedOut, seconds };
+  } finally {
+    clearTimeout(timer);
+    if (child) {
+      try {
+        child.kill("SIGKILL");
+      } catch { /* already gone */ }
+      await child.status.catch(() => {});
+    }
+    await Deno.remove(share, { recursive: true }).catch(() => {});
+  }
+}

@@ -1,0 +1,102 @@
+// cgroup v2 for real: this machine (and CI's) is cgroup v1 hybrid, so the v2 paths run in the
+// QEMU test guest (sdk/testing/guest.ts), which boots a pure cgroup2 hierarchy over the host's
+// own root. One boot runs tests/guest/cgroup2_checks.ts there (conformance on v2 for the Go runc
+// shim and skiff's runc and runsc examples, checkpoint/restore of a counter for the Go shim and
+// skiff side by side) plus the existing v2-sensitive integration tests, and reports a JUnit
+// file back over the guest's writable share. Skipped only where QEMU cannot run (and under
+// SKIFF_REQUIRE_INTEGRATION=1 that fails instead).
+import assert from "node:assert/strict";
+import { integrationTest } from "./_integration.ts";
+import { guestUnavailable, runInGuest } from "../sdk/testing/guest.ts";
+import { containerdVersions, skiffCacheDir } from "../sdk/testing/containerd.ts";
+import { installShims } from "../sdk/testing/install.ts";
+
+/** Files run in the guest: its own checks and host tests whose v2 branches only a v2 host runs. */
+const IN_GUEST = [
+  "tests/guest/cgroup2_checks.ts",
+  "tests/shim_cgroup_join_test.ts",
+  "tests/linux_oom_test.ts",
+  "tests/linux_cgroups_test.ts",
+];
+
+/** A hang fails; a slow machine does not (the guest runs ~10x slower than the host). */
+const BOUND_MS = 45 * 60_000;
+
+integrationTest(
+  "cgroup v2 guest: conformance, OOM, metrics, shim_cgroup and checkpoint/restore on cgroup2",
+  {
+    root: true,
+    check: () =>
+      guestUnavailable() ??
+        (containerdVersions().some((v) => v.version.startsWith("2.1."))
+          ? undefined
+          : "containerd 2.1 (run tests/setup/prepare.sh)"),
+  },
+  async () => {
+    const repo = new URL("..", import.meta.url).pathname;
+    // Bundled here, run there (the guest sees the host's files, though not its /tmp): saves
+    // minutes of emulation.
+    const prefix = await Deno.makeTempDir({
+      prefix: "shims-",
+      dir: `${skiffCacheDir()}/guest`,
+    });
+    await installShims({ prefix });
+    let r;
+    try {
+      r = await runInGuest({
+        cwd: repo,
+        timeoutMs: BOUND_MS,
+        command: [
+          "deno",
+          "test",
+          "-A",
+          // The host's run type-checks these; under emulation a check takes minutes.
+          "--no-check",
+          "--junit-path=/skiff-guest/out/junit.xml",
+          ...IN_GUEST,
+        ],
+        env: { SKIFF_REQUIRE_INTEGRATION: "1", NO_COLOR: "1", SKIFF_GUEST_SHIMS: `${prefix}/bin` },
+        onOutput: (text) => Deno.stderr.writeSync(new TextEncoder().encode(text)),
+      });
+    } finally {
+      await Deno.remove(prefix, { recursive: true });
+    }
+    console.log(`cgroup v2 guest: exit ${r.code} after ${r.seconds.toFixed(0)} s`);
+    assert.ok(
+      !r.timedOut,
+      `the guest hung past ${BOUND_MS / 60_000} min:\n${r.console.slice(-4000)}`,
+    );
+    const junit = r.files["junit.xml"];
+    assert.ok(
+      junit,
+      `the guest wrote no JUnit report (exit ${r.code}):\n${r.console.slice(-4000)}`,
+    );
+    const cases = [
+      ...junit.matchAll(/<testcase name="([^"]*)"[^>]*?(\/>|>([\s\S]*?)<\/testcase>)/g),
+    ]
+      .map((m) => ({ name: unescapeXml(m[1]!), body: m[3] ?? "" }));
+    const failed = cases.filter((c) => /<failure|<error/.test(c.body)).map((c) => c.name);
+    const skipped = cases.filter((c) => /<skipped/.test(c.body)).map((c) => c.name);
+    assert.deepEqual(failed, [], `failed in the guest:\n${r.output.slice(-8000)}`);
+    assert.deepEqual(skipped, [], "nothing may be skipped in the guest");
+    for (
+      const name of [
+        "guest: the hierarchy is pure cgroup2, every controller delegated",
+        "guest: conformance on cgroup v2, containerd's Go runc shim",
+        "guest: conformance on cgroup v2, skiff's runc example",
+        "guest: conformance on cgroup v2, skiff's runsc example",
+        "guest: checkpoint and restore a counter, containerd's Go runc shim",
+        "guest: checkpoint and restore a counter, skiff's runc example",
+      ]
+    ) {
+      assert.ok(cases.some((c) => c.name === name), `ran in the guest: ${name}`);
+    }
+    assert.equal(r.code, 0, r.output.slice(-8000));
+  },
+);
+
+/** The five predefined XML entities, as deno's JUnit reporter writes names. */
+function unescapeXml(s: string): string {
+  return s.replaceAll("&apos;", "'").replaceAll("&quot;", '"').replaceAll("&lt;", "<")
+    .replaceAll("&gt;", ">").replaceAll("&amp;", "&");
+}

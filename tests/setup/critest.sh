@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds Kubernetes' CRI validation suite, critest (sigs.k8s.io/cri-tools), from its Go module
+# into a private cache: $SKIFF_CACHE/critest-v<version>/critest. Nothing is installed
+# system-wide. critest is a compiled Go test binary (cri-tools builds it with `go test -c`), so
+# `go install` cannot build it: the module is downloaded into Go's module cache and its
+# cmd/critest package compiled there, with the module's own go.mod and go.sum. Cached: a version
+# whose binary is there is skipped.
+#
+# usage: critest.sh [VERSION]   (default 1.37.0; prints the binary's path)
+# env:   SKIFF_CACHE (default ~/.cache/skiff)
+set -euo pipefail
+version=${1:-1.37.0}
+cache="${SKIFF_CACHE:-${HOME:-$(echo ~)}/.cache/skiff}"
+out="$cache/critest-v$version/critest"
+if [ -x "$out" ]; then
+  echo "$out"
+  exit 0
+fi
+command -v go >/dev/null || { [ -x /usr/local/go/bin/go ] && export PATH="$PATH:/usr/local/go/bin"; }
+command -v go >/dev/null || { echo "critest.sh: go not found on PATH" >&2; exit 2; }
+module=sigs.k8s.io/cri-tools
+# `go mod download -json` prints the module's source dir in the module cache.
+src=$(cd / && GOFLAGS=-mod=mod go mod download -json "$module@v$version" |
+  sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+[ -d "$src/cmd/critest" ] || { echo "critest.sh: no cmd/critest in \"$src\"" >&2; exit 1; }
+mkdir -p "$(dirname "$out")"
+(cd "$src" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=mod \
+  go test -c -trimpath -o "$out.tmp" ./cmd/critest >&2)
+mv "$out.tmp" "$out"
+echo "$out"
