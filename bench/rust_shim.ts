@@ -1,18 +1,19 @@
 /**
- * The Rust peer of the benchmarks: rust-extensions' runc shim (crates.io `containerd-runc-shim`),
- * built by tests/setup/rust_shim.sh into the skiff cache. The benchmarks add its column when the
- * binary is there and say how to build it when it is not.
+ * The Rust peer of the benchmarks: rust-extensions' runc shim (the Rust crate
+ * `containerd-runc-shim`), built by tests/setup/rust_shim.sh into the skiff cache: by the
+ * benchmark itself when it is missing (minutes, once; no test needs it, so prepare.sh does not).
  *
  * @module
  */
 import { skiffCacheDir } from "../sdk/testing/containerd.ts";
+import { checkoutRoot } from "../sdk/testing/install.ts";
 
 /** Its runtime type: containerd runs `containerd-shim-runc-v2-rs` for it. */
 export const RUST_RUNTIME = "io.containerd.runc.v2-rs";
 
 /** What the benchmarks print instead of the column when the binary is missing. */
 export const RUST_MISSING =
-  "Rust runc shim not built (bash tests/setup/rust_shim.sh): its column is left out";
+  "Rust runc shim not built (tests/setup/rust_shim.sh failed; see above): its column is left out";
 
 /**
  * The Rust runc shim binary, when tests/setup/rust_shim.sh has built it.
@@ -33,4 +34,29 @@ export function rustShim(): string | undefined {
   } catch {
     return undefined;
   }
+}
+
+/**
+ * The Rust runc shim binary, built first (tests/setup/rust_shim.sh, its progress on stderr) when
+ * it is missing.
+ *
+ * @returns its path, or undefined when it cannot be built here
+ *
+ * @example Usage
+ * ```ts ignore
+ * const bin = await ensureRustShim();
+ * ```
+ */
+export async function ensureRustShim(): Promise<string | undefined> {
+  const have = rustShim();
+  if (have) return have;
+  console.error("building the Rust runc shim for its benchmark column (minutes, once)");
+  const out = await new Deno.Command("bash", {
+    args: [`${checkoutRoot()}/tests/setup/rust_shim.sh`],
+    stdin: "null",
+    stdout: "null",
+    stderr: "inherit",
+  }).output();
+  if (!out.success) console.error(`tests/setup/rust_shim.sh exited with ${out.code}`);
+  return rustShim();
 }

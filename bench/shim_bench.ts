@@ -1,6 +1,6 @@
 /**
- * Shim benchmark, skiff's runc example against Debian's Go containerd-shim-runc-v2 and (when
- * tests/setup/rust_shim.sh has built it, on containerd 2.x: it serves only Task API v3)
+ * Shim benchmark, skiff's runc example against Debian's Go containerd-shim-runc-v2 and (on
+ * containerd 2.x: it serves only Task API v3; built by tests/setup/rust_shim.sh when missing)
  * rust-extensions' Rust runc shim, under the same private containerd in the same run:
  *
  * - wall time of `ctr run --rm <busybox> <id> true` (sequential runs, after a warm-up), for
@@ -27,7 +27,7 @@ import {
 import { ctrRun } from "../sdk/testing/ctr.ts";
 import { EXAMPLE_SHIMS, installShims, type InstallShimsOptions } from "../sdk/testing/install.ts";
 import { benchInstallOptions } from "./install_options.ts";
-import { RUST_MISSING, RUST_RUNTIME, rustShim } from "./rust_shim.ts";
+import { ensureRustShim, RUST_MISSING, RUST_RUNTIME } from "./rust_shim.ts";
 import { processMemory } from "../sdk/linux/smaps.ts";
 import { readSpareStatsSync, spareDir } from "../sdk/shim/actions/spare_handoff.ts";
 import { shimSocketAddress, socketPath } from "../sdk/shim/socket_address.ts";
@@ -139,12 +139,13 @@ export async function runShimBench(
     spare: false,
   });
   // The Rust shim answers `start` with Task API v3 only, which containerd 1.x cannot use.
-  const rustBin = Number(v.version.split(".")[0]) >= 2 ? rustShim() : undefined;
+  const v2 = Number(v.version.split(".")[0]) >= 2;
+  const rustBin = v2 ? await ensureRustShim() : undefined;
   const rustNote = rustBin
     ? undefined
-    : rustShim()
-    ? `Rust runc shim left out: it serves only Task API v3, which containerd ${v.version} does not speak`
-    : RUST_MISSING;
+    : v2
+    ? RUST_MISSING
+    : `Rust runc shim left out: it serves only Task API v3, which containerd ${v.version} does not speak`;
   const c = await startContainerd({
     binDir: v.binDir,
     extraPath: [

@@ -1,6 +1,6 @@
 /**
  * Start-up of the shim binary's short-lived actions, skiff runc example vs the Go runc shim and
- * rust-extensions' Rust runc shim (when tests/setup/rust_shim.sh has built it):
+ * rust-extensions' Rust runc shim (built by tests/setup/rust_shim.sh when it is missing):
  * `-v` (process start-up alone), `-info` (RuntimeInfo, with the runtime's features), `start`
  * (through to a serving server, as containerd runs it, for a fresh container: handed to the
  * warm spare, and with the spare off) and `delete` (after a clean exit, and after a killed
@@ -17,7 +17,7 @@ import { spareDir } from "../sdk/shim/actions/spare_handoff.ts";
 import { createBusyboxBundle } from "../sdk/testing/bundle.ts";
 import { EXAMPLE_SHIMS, installShims, type InstallShimsOptions } from "../sdk/testing/install.ts";
 import { benchInstallOptions } from "./install_options.ts";
-import { RUST_MISSING, rustShim } from "./rust_shim.ts";
+import { ensureRustShim, RUST_MISSING } from "./rust_shim.ts";
 
 /** Timings in milliseconds (median of the runs). */
 export interface StartupBenchResult {
@@ -200,7 +200,7 @@ export async function runStartupBench(
       spare: false,
     });
     const go = "containerd-shim-runc-v2";
-    const rust = rustShim();
+    const rust = await ensureRustShim();
     await Deno.writeTextFile(`${prefix}/empty.js`, "");
     const samples = new EmptyDeno(`${prefix}/empty.js`);
     const peers = rust ? [go, rust] : [go];

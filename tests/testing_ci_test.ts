@@ -6,16 +6,15 @@ import { skiffCacheDir } from "../sdk/testing/containerd.ts";
 const root = checkoutRoot();
 const dec = new TextDecoder();
 
-/** The containerd versions prepare.sh builds from Go modules (its `go_versions`). */
-const GO_BUILT_CONTAINERDS: string[] = Deno.readTextFileSync(`${root}/tests/setup/prepare.sh`)
-  .match(/^go_versions=\(([^)]*)\)$/m)![1]!.trim().split(/\s+/);
+const PREPARE_SH = Deno.readTextFileSync(`${root}/tests/setup/prepare.sh`);
 
-/** The VERSION file rust_shim.sh writes beside the binary it built ("<crate> <version>"). */
-function rustShimVersion(): string {
-  const script = Deno.readTextFileSync(`${root}/tests/setup/rust_shim.sh`);
-  const get = (k: string) => script.match(new RegExp(`^${k}=(\\S+)$`, "m"))![1];
-  return `${get("crate")} ${get("version")}\n`;
-}
+/** The Debian packages prepare.sh installs (its `packages` array). */
+const PREPARE_PACKAGES: string[] = PREPARE_SH.match(/^packages=\(([^)]*)\)$/m)![1]!.trim()
+  .split(/\s+/);
+
+/** The containerd versions prepare.sh builds from Go modules (its `go_versions`). */
+const GO_BUILT_CONTAINERDS: string[] = PREPARE_SH.match(/^go_versions=\(([^)]*)\)$/m)![1]!.trim()
+  .split(/\s+/);
 
 Deno.test(".ci/run runs exactly the README's test command", async () => {
   const ci = await Deno.readTextFile(`${root}/.ci/run`);
@@ -88,11 +87,13 @@ integrationTest(
     const home = await Deno.makeTempDir({ prefix: "skiff-prepare-" });
     try {
       // A dpkg-query that knows no package makes every package look missing; a no-op deno
-      // keeps the run off the network. Every cache dir exists, so nothing is fetched or built
-      // (without them this run, as nobody with an empty Go cache, compiled three containerds).
+      // keeps the run off the network. The containerd cache dirs exist, and a `go` that fails
+      // stands in front of the real one, so nothing is fetched or built (without them this run,
+      // as nobody with an empty Go cache, compiled three containerds and critest: minutes).
       await Deno.mkdir(`${home}/fakebin`);
       await Deno.writeTextFile(`${home}/fakebin/dpkg-query`, "#!/bin/sh\nexit 1\n");
       await Deno.writeTextFile(`${home}/fakebin/deno`, "#!/bin/sh\nexit 0\n");
+      await Deno.writeTextFile(`${home}/fakebin/go`, "#!/bin/sh\nexit 1\n");
       const cached = [
         ...["trixie", "sid"].map((s) => `containerd-${s}/usr/bin/containerd`),
         ...GO_BUILT_CONTAINERDS.map((v) => `containerd-v${v}/bin/containerd`),
@@ -103,13 +104,9 @@ integrationTest(
         });
         await Deno.symlink("/usr/bin/containerd", `${home}/cache/${path}`);
       }
-      await Deno.mkdir(`${home}/cache/rust-shim/bin`, { recursive: true });
-      await Deno.symlink("/bin/true", `${home}/cache/rust-shim/bin/containerd-shim-runc-v2-rs`);
-      await Deno.writeTextFile(`${home}/cache/rust-shim/VERSION`, rustShimVersion());
-      // critest too: prepare.sh builds it for anyone with go, which took minutes as nobody.
-      await Deno.mkdir(`${home}/cache/critest-v1.37.0`, { recursive: true });
-      await Deno.symlink("/bin/true", `${home}/cache/critest-v1.37.0/critest`);
-      for (const d of ["", "/fakebin", "/fakebin/dpkg-query", "/fakebin/deno", "/cache"]) {
+      for (
+        const d of ["", "/fakebin", "/fakebin/dpkg-query", "/fakebin/deno", "/fakebin/go", "/cache"]
+      ) {
         await Deno.chmod(`${home}${d}`, 0o777);
       }
       const out = await new Deno.Command("setpriv", {
@@ -129,9 +126,15 @@ integrationTest(
       }).output();
       const err = dec.decode(out.stderr);
       assert.equal(out.code, 0, err);
-      assert.match(
+      // Every package prepare.sh lists, in its order, in the report and in the command.
+      const all = PREPARE_PACKAGES.join(" ");
+      assert.ok(PREPARE_PACKAGES.includes("containerd") && PREPARE_PACKAGES.includes("criu"));
+      assert.ok(
+        err.split("\n").includes(
+          `prepare: missing packages: ${all} (not root; as root on Debian run: ` +
+            `apt-get install --no-install-recommends ${all})`,
+        ),
         err,
-        /^prepare: missing packages: containerd runc runsc crun busybox-static protobuf-compiler libprotobuf-dev util-linux bsdutils iproute2 prometheus criu containernetworking-plugins qemu-system-x86 kmod \(not root; as root on Debian run: apt-get install --no-install-recommends containerd .* protobuf-compiler libprotobuf-dev .* prometheus criu containernetworking-plugins qemu-system-x86 kmod\)$/m,
       );
       // Every dir holds 1.6 here, so one key is written and the first dir wins.
       const env = await Deno.readTextFile(`${home}/cache/env`);

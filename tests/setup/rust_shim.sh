@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds rust-extensions' runc shim, the crates.io crate containerd-runc-shim, into a private
+# Builds rust-extensions' runc shim, the Rust crate containerd-runc-shim (from
+# Cargo's default registry), into a private
 # cache: $SKIFF_CACHE/rust-shim/bin/containerd-shim-runc-v2-rs (runtime type
 # io.containerd.runc.v2-rs by containerd's naming rule). It is a peer for `deno task bench` and
 # a row of docs/conformance.md; nothing is installed system-wide.
@@ -16,12 +17,22 @@ crate=containerd-runc-shim
 version=0.2.0
 prefix="$cache/rust-shim"
 bin="$prefix/bin/containerd-shim-runc-v2-rs"
-if [ -x "$bin" ] && [ "$(cat "$prefix/VERSION" 2>/dev/null)" = "$crate $version" ]; then
+built() { [ -x "$bin" ] && [ "$(cat "$prefix/VERSION" 2>/dev/null)" = "$crate $version" ]; }
+if built; then
+  echo "$prefix/bin"
+  exit 0
+fi
+# Two preparing runs at once (two `deno task test`s) must not build into the same directory:
+# the second waits for the first, then finds the binary.
+mkdir -p "$cache"
+exec 9>"$prefix.lock"
+flock 9
+if built; then
   echo "$prefix/bin"
   exit 0
 fi
 command -v cargo >/dev/null || { echo "rust_shim: cargo not found on PATH" >&2; exit 2; }
-echo "rust_shim: building $crate $version from crates.io into $prefix (minutes on a fresh machine)" >&2
+echo "rust_shim: building $crate $version with cargo install into $prefix (minutes on a fresh machine)" >&2
 rm -rf "$prefix.tmp" && mkdir -p "$prefix.tmp"
 cargo install --quiet --locked --root "$prefix.tmp" "$crate" --version "$version" >&2
 rm -f "$prefix.tmp/.crates.toml" "$prefix.tmp/.crates2.json"
