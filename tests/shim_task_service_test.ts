@@ -462,7 +462,8 @@ Deno.test("TaskService Pids lists an init that died but is not reaped yet (conta
     assert.equal(svc.state({ id: "c1", execId: "" } as never).status, Status.RUNNING);
     assert.deepEqual(await pids(), [pid], "running per State, so listed by Pids");
     platform.exit(pid!, 3);
-    await new Promise((r) => setTimeout(r, 0));
+    // Once the reaped exit is processed (Wait answers), the init is STOPPED and not listed.
+    assert.equal((await svc.wait({ id: "c1", execId: "" } as never)).exitStatus, 3);
     assert.equal(svc.state({ id: "c1", execId: "" } as never).status, Status.STOPPED);
     assert.deepEqual(await pids(), []);
   });
