@@ -415,14 +415,19 @@ for (const v of versions) {
               : await ctrRun(c, { ...o, image, namespace: ns, runtime: RUNC_RUNTIME });
             if (shim === "go") track(id);
             assert.equal(r.code, 137, `${shim}: ${describe(r)}`);
-            const last = shim === "skiff" ? "/tasks/delete" : "/tasks/exit";
-            await events.until(id, last);
+            if (shim === "skiff") {
+              await events.until(id, "/tasks/delete");
+            } else {
+              // The Go shim's last events can be lost altogether when it exits on Shutdown
+              // (seen on 2.4.2 at load 30: neither /tasks/exit nor /tasks/delete arrived).
+              await events.until(id, "/tasks/exit").catch(() => undefined);
+            }
             await events.until(id, "/tasks/oom");
             const topics = events.of(id).map((e) => e.topic);
             const ooms = topics.filter((topic) => topic === "/tasks/oom").length;
-            const expected = ["/tasks/create", "/tasks/start", "/tasks/exit", "/tasks/delete"];
+            let expected = ["/tasks/create", "/tasks/start", "/tasks/exit", "/tasks/delete"];
             let others = topics.filter((topic) => topic !== "/tasks/oom");
-            if (shim === "go" && !others.includes("/tasks/delete")) expected.pop();
+            if (shim === "go") expected = expected.filter((topic) => others.includes(topic));
             if (shim === "go" && others.at(-2) === "/tasks/delete") {
               others = [...others.slice(0, -2), others.at(-1)!, "/tasks/delete"];
             }
