@@ -29,7 +29,7 @@
  */
 
 export { type RuntimeContext, Shim } from "./sdk/shim/shim.ts";
-export { runShim } from "./sdk/shim/actions/run.ts";
+export { runShim } from "./sdk/shim/boot/run.ts";
 export {
   acceptedTypes,
   type EndpointFree,
@@ -63,17 +63,17 @@ export {
   OciRuntimeCli,
   type OciRuntimeCliOptions,
   OciRuntimeError,
-} from "./sdk/runtime/oci_cli.ts";
+} from "./sdk/oci/cli.ts";
 export {
   decodeOciFeatures,
   OCI_FEATURES_TYPE_URL,
   type OciFeatures,
   ociFeaturesAny,
   parseOciFeatures,
-} from "./sdk/runtime/oci_features.ts";
+} from "./sdk/oci/features.ts";
 
 // Types referenced by the public API above.
-export type { SandboxContext, SandboxRuntime } from "./sdk/shim/sandbox_service.ts";
+export type { SandboxContext, SandboxRuntime } from "./sdk/shim/server/sandbox_service.ts";
 export type { EndpointKey } from "./sdk/shim/options.ts";
 export type { LogFormat } from "./sdk/shim/logger.ts";
 export type {
@@ -90,4 +90,4 @@ export type {
   RestoreOptions,
   SpawnFn,
   StdioMode,
-} from "./sdk/runtime/oci_cli.ts";
+} from "./sdk/oci/cli.ts";

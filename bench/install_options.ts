@@ -5,7 +5,7 @@
  * @module
  */
 import { parseArgs } from "node:util";
-import type { InstallMode, InstallShimsOptions } from "../sdk/testing/install.ts";
+import type { InstallMode, InstallShimsOptions } from "../sdk/install/install.ts";
 
 /**
  * Parses `--mode`, `--v8-flags` (`--v8-flags=` for none) and `--inline`; other arguments are

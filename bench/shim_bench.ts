@@ -25,12 +25,12 @@ import {
   startContainerd,
 } from "../sdk/testing/containerd.ts";
 import { ctrRun } from "../sdk/testing/ctr.ts";
-import { EXAMPLE_SHIMS, installShims, type InstallShimsOptions } from "../sdk/testing/install.ts";
+import { EXAMPLE_SHIMS, installShims, type InstallShimsOptions } from "../sdk/install/install.ts";
 import { benchInstallOptions } from "./install_options.ts";
 import { ensureRustShim, RUST_MISSING, RUST_RUNTIME } from "./rust_shim.ts";
 import { processMemory } from "../sdk/linux/smaps.ts";
-import { readSpareStatsSync, spareDir } from "../sdk/shim/actions/spare_handoff.ts";
-import { shimSocketAddress, socketPath } from "../sdk/shim/socket_address.ts";
+import { readSpareStatsSync, spareDir } from "../sdk/shim/spare/handoff.ts";
+import { shimSocketAddress, socketPath } from "../sdk/shim/boot/socket_address.ts";
 
 /** Results for one shim. */
 export interface ShimBenchRow {

@@ -13,9 +13,9 @@
  */
 import { ShimHarness } from "../sdk/testing/harness.ts";
 import { containerdVersions } from "../sdk/testing/containerd.ts";
-import { spareDir } from "../sdk/shim/actions/spare_handoff.ts";
+import { spareDir } from "../sdk/shim/spare/handoff.ts";
 import { createBusyboxBundle } from "../sdk/testing/bundle.ts";
-import { EXAMPLE_SHIMS, installShims, type InstallShimsOptions } from "../sdk/testing/install.ts";
+import { EXAMPLE_SHIMS, installShims, type InstallShimsOptions } from "../sdk/install/install.ts";
 import { benchInstallOptions } from "./install_options.ts";
 import { ensureRustShim, RUST_MISSING } from "./rust_shim.ts";
 

@@ -6,7 +6,7 @@
  */
 import { ShimHarness } from "../sdk/testing/harness.ts";
 import { createBusyboxBundle, findBusybox } from "../sdk/testing/bundle.ts";
-import { installShims } from "../sdk/testing/install.ts";
+import { installShims } from "../sdk/install/install.ts";
 
 /** `key=value` pairs of an event, without protobuf bookkeeping. */
 function summary(message: unknown): string {

@@ -43,7 +43,7 @@
  */
 
 // protobuf-es helpers for shims (kept out of the light `@skiff/shim` entry point).
-export { packAny } from "../sdk/shim/any.ts";
+export { packAny } from "../sdk/shim/server/any.ts";
 export { schemaCodec } from "../sdk/shim/schema_codec.ts";
 
 // Task API. containerd.task.v2 and containerd.task.v3 share every message shape; the messages are

@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { integrationTest } from "./_integration.ts";
 import { guestUnavailable, runInGuest } from "../sdk/testing/guest.ts";
 import { containerdVersions, skiffCacheDir } from "../sdk/testing/containerd.ts";
-import { installShims } from "../sdk/testing/install.ts";
+import { installShims } from "../sdk/install/install.ts";
 
 /** Files run in the guest: its own checks and host tests whose v2 branches only a v2 host runs. */
 const IN_GUEST = [

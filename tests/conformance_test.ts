@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { integrationTest } from "./_integration.ts";
 import { containerdVersions } from "../sdk/testing/containerd.ts";
-import { installShims } from "../sdk/testing/install.ts";
+import { installShims } from "../sdk/install/install.ts";
 import { runConformance } from "../sdk/testing/conformance/runner.ts";
 import { CATALOGUE } from "../sdk/testing/conformance/catalogue.ts";
 import { shimBinaryName } from "../sdk/testing/conformance/kit.ts";

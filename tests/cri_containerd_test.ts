@@ -22,7 +22,7 @@ import {
 } from "../sdk/testing/containerd.ts";
 import { CRI_NAMESPACE, type CriClient, criClient } from "../sdk/testing/cri_client.ts";
 import { type CriHandler, criPlugins, criRuntimePlugin } from "../sdk/testing/cri_config.ts";
-import { installShims } from "../sdk/testing/install.ts";
+import { installShims } from "../sdk/install/install.ts";
 import { BUSYBOX_IMAGE_REF, PAUSE_IMAGE_REF } from "../sdk/testing/image.ts";
 import { parse as parseToml } from "smol-toml";
 import { create } from "@bufbuild/protobuf";

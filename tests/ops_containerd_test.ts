@@ -13,7 +13,7 @@ import {
   startContainerd,
 } from "../sdk/testing/containerd.ts";
 import { ctrRun } from "../sdk/testing/ctr.ts";
-import { installShims } from "../sdk/testing/install.ts";
+import { installShims } from "../sdk/install/install.ts";
 import { type MetricFamily, parseExposition } from "../sdk/ops/metrics.ts";
 import { opsSocketPath } from "../sdk/ops/load.ts";
 import { serveMonitor } from "../sdk/ops/monitor.ts";

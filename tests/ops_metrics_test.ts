@@ -5,11 +5,7 @@ import { mergeFamilies } from "../sdk/ops/monitor.ts";
 import { grpcCodeName } from "../sdk/ops/rpc.ts";
 import { liveProcesses, ShimMetrics } from "../sdk/ops/shim_metrics.ts";
 import { opsSettings, opsSocketPath } from "../sdk/ops/load.ts";
-import {
-  countServerStart,
-  readSpareStatsSync,
-  spareStatsPath,
-} from "../sdk/shim/actions/spare_handoff.ts";
+import { countServerStart, readSpareStatsSync, spareStatsPath } from "../sdk/shim/spare/handoff.ts";
 import type { OpsContainerView, OpsProcessView } from "../sdk/ops/load.ts";
 
 Deno.test("MetricsRegistry.render() writes HELP, TYPE and samples in registration order", () => {

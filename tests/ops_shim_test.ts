@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { exists, integrationTest } from "./_integration.ts";
 import { ShimHarness } from "../sdk/testing/harness.ts";
-import { installShims } from "../sdk/testing/install.ts";
+import { installShims } from "../sdk/install/install.ts";
 import { parseExposition } from "../sdk/ops/metrics.ts";
 import { opsSocketPath } from "../sdk/ops/load.ts";
 import { unixGet } from "../sdk/ops/unix_http.ts";

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { integrationTest } from "./_integration.ts";
 import { containerdVersions, startContainerd } from "../sdk/testing/containerd.ts";
 import { ctrRun } from "../sdk/testing/ctr.ts";
-import { installShims } from "../sdk/testing/install.ts";
+import { installShims } from "../sdk/install/install.ts";
 
 const RUNSC = "io.containerd.skiff-runsc.v2";
 const NS = "skiff-test";

@@ -8,7 +8,7 @@ import {
   OciRuntimeError,
   type ProcessStdio,
   readPidFile,
-} from "../sdk/runtime/oci_cli.ts";
+} from "../sdk/oci/cli.ts";
 import { Reaper } from "../sdk/linux/reaper.ts";
 import { exists, integrationTest } from "./_integration.ts";
 

@@ -14,8 +14,8 @@ import assert from "node:assert/strict";
 import { exists, findExecutable, integrationTest } from "./_integration.ts";
 import { containerdVersions, skiffCacheDir, startContainerd } from "../sdk/testing/containerd.ts";
 import { createBusyboxBundle, mountsUnder } from "../sdk/testing/bundle.ts";
-import { installShims } from "../sdk/testing/install.ts";
-import { shimSocketAddress, socketPath } from "../sdk/shim/socket_address.ts";
+import { installShims } from "../sdk/install/install.ts";
+import { shimSocketAddress, socketPath } from "../sdk/shim/boot/socket_address.ts";
 
 const NS = "skiff-go";
 const SANDBOX = "pod";

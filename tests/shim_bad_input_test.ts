@@ -7,7 +7,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { integrationTest } from "./_integration.ts";
 import { ShimHarness } from "../sdk/testing/harness.ts";
 import { createBusyboxBundle } from "../sdk/testing/bundle.ts";
-import { installShims } from "../sdk/testing/install.ts";
+import { installShims } from "../sdk/install/install.ts";
 import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc/v1/oci_pb.ts";
 import { TaskOOMSchema } from "../proto/gen/containerd/events/task_pb.ts";
 

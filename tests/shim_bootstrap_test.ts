@@ -9,9 +9,9 @@ import {
   BootstrapResultSchema,
 } from "../proto/gen/containerd/runtime/bootstrap/v1/bootstrap_pb.ts";
 import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc/v1/oci_pb.ts";
-import { parseShimFlags } from "../sdk/shim/flags.ts";
-import { cleanPath, shimSocketAddress } from "../sdk/shim/socket_address.ts";
-import { formatStartAnswer, parseStartInput } from "../sdk/shim/actions/start.ts";
+import { parseShimFlags } from "../sdk/shim/boot/flags.ts";
+import { cleanPath, shimSocketAddress } from "../sdk/shim/boot/socket_address.ts";
+import { formatStartAnswer, parseStartInput } from "../sdk/shim/boot/start.ts";
 import { formatTaskApiEndpoint, parseTaskApiEndpoint } from "../sdk/shim/endpoint.ts";
 
 Deno.test("parseShimFlags() reads containerd's start and delete command lines", () => {

@@ -4,7 +4,7 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import { AnySchema } from "@bufbuild/protobuf/wkt";
 import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc/v1/oci_pb.ts";
 import { OptionsSchema as CriOptionsSchema } from "../proto/gen/runtimeoptions/v1/api_pb.ts";
-import { shimCgroupOf } from "../sdk/shim/actions/start.ts";
+import { shimCgroupOf } from "../sdk/shim/boot/start.ts";
 import { joinCgroup } from "../sdk/linux/cgroup_join.ts";
 import { cgroupVersion } from "../sdk/linux/cgroup_paths.ts";
 import { integrationTest } from "./_integration.ts";

@@ -6,7 +6,7 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { Events } from "../proto/gen/containerd/services/events/ttrpc/v1/events_pb.ts";
 import { TaskExitSchema, TaskOOMSchema } from "../proto/gen/containerd/events/task_pb.ts";
 import { TtrpcServer } from "../sdk/ttrpc/server.ts";
-import { EventPublisher } from "../sdk/shim/events.ts";
+import { EventPublisher } from "../sdk/shim/server/events.ts";
 
 interface Seen {
   topic: string;

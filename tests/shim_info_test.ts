@@ -5,15 +5,11 @@ import { type Any, AnySchema } from "@bufbuild/protobuf/wkt";
 import { RuntimeInfoSchema } from "../proto/gen/containerd/types/introspection_pb.ts";
 import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc/v1/oci_pb.ts";
 import { OptionsSchema as CriOptionsSchema } from "../proto/gen/runtimeoptions/v1/api_pb.ts";
-import { runInfo } from "../sdk/shim/actions/info.ts";
+import { runInfo } from "../sdk/shim/boot/info.ts";
 import { optionsMessage, RUNC_OPTIONS_CODEC } from "../sdk/shim/options.ts";
 import { Shim } from "../sdk/shim/shim.ts";
 import type { ContainerRuntime } from "../sdk/shim/runtime.ts";
-import {
-  decodeOciFeatures,
-  OCI_FEATURES_TYPE_URL,
-  ociFeaturesAny,
-} from "../sdk/runtime/oci_features.ts";
+import { decodeOciFeatures, OCI_FEATURES_TYPE_URL, ociFeaturesAny } from "../sdk/oci/features.ts";
 import { findExecutable, integrationTest } from "./_integration.ts";
 
 const EXAMPLE = new URL("../examples/runc/main.ts", import.meta.url).pathname;

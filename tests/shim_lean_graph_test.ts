@@ -10,29 +10,29 @@ const ROOT = new URL("..", import.meta.url);
 /** Every module an action may evaluate, relative to the checkout (npm packages by name). */
 const SHARED = [
   "mod.ts",
-  "sdk/shim/actions/run.ts",
-  "sdk/shim/actions/wire.ts",
-  "sdk/shim/flags.ts",
+  "sdk/shim/boot/run.ts",
+  "sdk/shim/boot/wire.ts",
+  "sdk/shim/boot/flags.ts",
   "sdk/shim/shim.ts",
   "sdk/shim/options.ts",
   "sdk/shim/endpoint.ts",
   "sdk/shim/logger.ts",
   "sdk/shim/status_error.ts",
-  "sdk/runtime/oci_cli.ts",
-  "sdk/runtime/oci_features.ts",
+  "sdk/oci/cli.ts",
+  "sdk/oci/features.ts",
   "npm:@bufbuild/protobuf/wire",
   "npm:smol-toml",
 ];
 const ALLOWED: Record<string, string[]> = {
   "-v": [],
-  "-info": ["sdk/shim/actions/info.ts"],
+  "-info": ["sdk/shim/boot/info.ts"],
   start: [
-    "sdk/shim/actions/start.ts",
-    "sdk/shim/actions/server_socket.ts",
-    "sdk/shim/socket_address.ts",
-    "sdk/shim/sha256.ts",
+    "sdk/shim/boot/start.ts",
+    "sdk/shim/boot/server_socket.ts",
+    "sdk/shim/boot/socket_address.ts",
+    "sdk/shim/boot/sha256.ts",
     // The warm spare's start side (handoff, next spare, counters): a few small functions.
-    "sdk/shim/actions/spare_handoff.ts",
+    "sdk/shim/spare/handoff.ts",
     // The spare's containerd, told apart from a reused pid by its start time.
     "sdk/linux/proc_stat.ts",
     // The server's OOM score (containerd's plus one), set by start as the Go shims do.
@@ -45,11 +45,11 @@ const ALLOWED: Record<string, string[]> = {
     "sdk/linux/cgroup_paths.ts",
   ],
   delete: [
-    "sdk/shim/actions/delete.ts",
-    "sdk/shim/actions/bundle_files.ts",
-    "sdk/shim/actions/server_socket.ts",
-    "sdk/shim/socket_address.ts",
-    "sdk/shim/sha256.ts",
+    "sdk/shim/boot/delete.ts",
+    "sdk/shim/boot/bundle_files.ts",
+    "sdk/shim/boot/server_socket.ts",
+    "sdk/shim/boot/socket_address.ts",
+    "sdk/shim/boot/sha256.ts",
     // mount.ts reads mountinfo; libc is opened only when a dead server left a mount.
     "sdk/linux/mount.ts",
     "sdk/linux/libc.ts",
@@ -58,9 +58,9 @@ const ALLOWED: Record<string, string[]> = {
 /** What each action imports dynamically when it runs (run.ts's `await import`s). */
 const ACTION_MODULE: Record<string, string | undefined> = {
   "-v": undefined,
-  "-info": "sdk/shim/actions/info.ts",
-  start: "sdk/shim/actions/start.ts",
-  delete: "sdk/shim/actions/delete.ts",
+  "-info": "sdk/shim/boot/info.ts",
+  start: "sdk/shim/boot/start.ts",
+  delete: "sdk/shim/boot/delete.ts",
 };
 
 interface InfoModule {
@@ -131,8 +131,8 @@ for (const example of ["examples/runc/main.ts", "examples/runsc/main.ts"]) {
 }
 
 Deno.test("the allow-list check catches a heavy import (it is not vacuous)", async () => {
-  const modules = await graph("sdk/shim/serve.ts");
-  const loaded = evaluated(modules, [new URL("sdk/shim/serve.ts", ROOT).href]);
+  const modules = await graph("sdk/shim/server/serve.ts");
+  const loaded = evaluated(modules, [new URL("sdk/shim/server/serve.ts", ROOT).href]);
   assert.ok(loaded.has("npm:@connectrpc/connect"), [...loaded].join("\n"));
   assert.ok([...loaded].some((m) => m.startsWith("proto/gen/")));
 });
@@ -144,7 +144,11 @@ Deno.test("the allow-list check catches a heavy import (it is not vacuous)", asy
 for (const example of ["examples/runc/main.ts", "examples/runsc/main.ts"]) {
   Deno.test(`${example}: the server and the spare load no node: module`, async () => {
     const modules = await graph(example);
-    const roots = ["sdk/shim/serve.ts", "sdk/shim/spare.ts", "sdk/shim/rehearsal.ts"];
+    const roots = [
+      "sdk/shim/server/serve.ts",
+      "sdk/shim/spare/spare.ts",
+      "sdk/shim/spare/rehearsal.ts",
+    ];
     const loaded = new Set<string>();
     for (const root of roots) {
       // Lazy imports too (oom.ts, cgroups, the Sandbox API), except the ops endpoint's.

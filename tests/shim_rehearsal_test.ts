@@ -1,7 +1,7 @@
-// The warm spare's rehearsal (sdk/shim/rehearsal.ts): one pretend container through the server's
+// The warm spare's rehearsal (sdk/shim/spare/rehearsal.ts): one pretend container through the server's
 // own code, with nothing left behind and nothing of the shim's runtime touched.
 import assert from "node:assert/strict";
-import { rehearse } from "../sdk/shim/rehearsal.ts";
+import { rehearse } from "../sdk/shim/spare/rehearsal.ts";
 import { Reaper } from "../sdk/linux/reaper.ts";
 import { RuncShim } from "../examples/runc/main.ts";
 

@@ -24,7 +24,7 @@ import {
   RUNC_RUNTIME,
   shellQuote,
 } from "../sdk/testing/ctr.ts";
-import { installShims } from "../sdk/testing/install.ts";
+import { installShims } from "../sdk/install/install.ts";
 import { processAlive } from "../sdk/linux/proc_stat.ts";
 
 const RUNTIME = "io.containerd.skiff-runc.v2";

@@ -21,13 +21,13 @@ import {
 } from "../sdk/testing/containerd.ts";
 import { type ContainerdClient, containerdClient } from "../sdk/testing/containerd_client.ts";
 import { createBusyboxBundle, createOciSpec } from "../sdk/testing/bundle.ts";
-import { installShims } from "../sdk/testing/install.ts";
+import { installShims } from "../sdk/install/install.ts";
 import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc/v1/oci_pb.ts";
 import {
   RuntimeInfoSchema,
   RuntimeRequestSchema,
 } from "../proto/gen/containerd/types/introspection_pb.ts";
-import { decodeOciFeatures, type OciFeatures } from "../sdk/runtime/oci_features.ts";
+import { decodeOciFeatures, type OciFeatures } from "../sdk/oci/features.ts";
 
 const NS = "skiff-test";
 const SPEC_TYPE = "types.containerd.io/opencontainers/runtime-spec/1/Spec";

@@ -8,7 +8,7 @@ import { AnySchema } from "@bufbuild/protobuf/wkt";
 import { integrationTest } from "./_integration.ts";
 import { ShimHarness } from "../sdk/testing/harness.ts";
 import { createBusyboxBundle } from "../sdk/testing/bundle.ts";
-import { installShims } from "../sdk/testing/install.ts";
+import { installShims } from "../sdk/install/install.ts";
 import { containerdVersions } from "../sdk/testing/containerd.ts";
 import { BootstrapParamsSchema } from "../proto/gen/containerd/runtime/bootstrap/v1/bootstrap_pb.ts";
 import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc/v1/oci_pb.ts";

@@ -1,5 +1,5 @@
 /**
- * The warm spare server (sdk/shim/spare.ts, sdk/shim/actions/spare_handoff.ts) under real
+ * The warm spare server (sdk/shim/spare/spare.ts, sdk/shim/spare/handoff.ts) under real
  * containerd 1.6 and 2.x with real runc and the skiff runc example shim installed by
  * `installShims` (spares on, as by default):
  *
@@ -28,12 +28,12 @@ import {
   type StartContainerdOptions,
 } from "../sdk/testing/containerd.ts";
 import { ctrRun, type CtrRunOptions } from "../sdk/testing/ctr.ts";
-import { installShims } from "../sdk/testing/install.ts";
+import { installShims } from "../sdk/install/install.ts";
 import { containerdClient } from "../sdk/testing/containerd_client.ts";
 import { createBusyboxBundle, createOciSpec } from "../sdk/testing/bundle.ts";
 import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc/v1/oci_pb.ts";
 import { processAlive } from "../sdk/linux/proc_stat.ts";
-import { spareDir } from "../sdk/shim/actions/spare_handoff.ts";
+import { spareDir } from "../sdk/shim/spare/handoff.ts";
 
 const RUNTIME = "io.containerd.skiff-runc.v2";
 const LAUNCHER = "containerd-shim-skiff-runc-v2";

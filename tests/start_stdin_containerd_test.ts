@@ -8,8 +8,8 @@ import { fromBinary } from "@bufbuild/protobuf";
 import { integrationTest } from "./_integration.ts";
 import { containerdVersions, startContainerd } from "../sdk/testing/containerd.ts";
 import { ctrRun } from "../sdk/testing/ctr.ts";
-import { installShims } from "../sdk/testing/install.ts";
-import { parseStartInput } from "../sdk/shim/actions/start.ts";
+import { installShims } from "../sdk/install/install.ts";
+import { parseStartInput } from "../sdk/shim/boot/start.ts";
 import { BootstrapResultSchema } from "../proto/gen/containerd/runtime/bootstrap/v1/bootstrap_pb.ts";
 import { OptionsSchema as CriOptionsSchema } from "../proto/gen/runtimeoptions/v1/api_pb.ts";
 

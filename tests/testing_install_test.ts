@@ -7,10 +7,10 @@ import {
   EXAMPLE_SHIMS,
   installShims,
   launcherScript,
-} from "../sdk/testing/install.ts";
-import { parseInstallArgs } from "../sdk/testing/install_cli.ts";
-import { launcherCodeId } from "../sdk/shim/actions/spare_handoff.ts";
-import { sha256Hex } from "../sdk/shim/sha256.ts";
+} from "../sdk/install/install.ts";
+import { parseInstallArgs } from "../sdk/install/cli.ts";
+import { launcherCodeId } from "../sdk/shim/spare/handoff.ts";
+import { sha256Hex } from "../sdk/shim/boot/sha256.ts";
 
 const dec = new TextDecoder();
 

@@ -23,7 +23,7 @@ import {
 } from "../../sdk/testing/containerd.ts";
 import { type ContainerdClient, containerdClient } from "../../sdk/testing/containerd_client.ts";
 import { ctrRun, RUNC_RUNTIME } from "../../sdk/testing/ctr.ts";
-import { installShims } from "../../sdk/testing/install.ts";
+import { installShims } from "../../sdk/install/install.ts";
 import { removeTree } from "../../sdk/testing/bundle.ts";
 
 /** The skiff runc example shim's runtime type. */

@@ -8,7 +8,7 @@
  */
 
 import type { Interceptor } from "@connectrpc/connect";
-import type { PublisherStats, QueuedEvent } from "../shim/events.ts";
+import type { PublisherStats, QueuedEvent } from "../shim/server/events.ts";
 import type { Logger } from "../shim/logger.ts";
 
 /**

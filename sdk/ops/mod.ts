@@ -82,4 +82,4 @@ export {
 } from "./monitor.ts";
 export { parseMonitorArgs } from "./monitor_cli.ts";
 // Shim types the hooks above mention, so the ops API documents itself.
-export type { PublisherStats, QueuedEvent } from "../shim/events.ts";
+export type { PublisherStats, QueuedEvent } from "../shim/server/events.ts";

@@ -11,14 +11,14 @@
 import { type DescMessage, fromBinary, toJson } from "@bufbuild/protobuf";
 import type { Interceptor } from "@connectrpc/connect";
 import * as taskEvents from "../../proto/gen/containerd/events/task_pb.ts";
-import type { PublisherStats, QueuedEvent } from "../shim/events.ts";
+import type { PublisherStats, QueuedEvent } from "../shim/server/events.ts";
 import type { Logger } from "../shim/logger.ts";
 import { type OpsContainerView, type OpsProcessView, opsSocketPath } from "./load.ts";
 import type { ShimOpsContext, ShimOpsHooks } from "./load.ts";
 import { rpcInterceptor } from "./rpc.ts";
 import { liveProcesses, ShimMetrics } from "./shim_metrics.ts";
 import type { UnixHttpServer } from "./unix_http.ts";
-import { readSpareStatsSync } from "../shim/actions/spare_handoff.ts";
+import { readSpareStatsSync } from "../shim/spare/handoff.ts";
 
 const EVENT_SCHEMAS: ReadonlyMap<string, DescMessage> = new Map(
   (Object.values(taskEvents) as unknown[])

@@ -25,7 +25,7 @@
 import type { Any } from "@bufbuild/protobuf/wkt";
 import { parse as parseToml } from "smol-toml";
 import type { Options as RuncOptions } from "../../proto/gen/containerd/runc/v1/oci_pb.ts";
-import { decodeCriRuntimeOptions, decodeRuncOptions } from "./actions/wire.ts";
+import { decodeCriRuntimeOptions, decodeRuncOptions } from "./boot/wire.ts";
 import { parseTaskApiEndpoint, type TaskApiEndpoint } from "./endpoint.ts";
 // Light errors and wire-level decoders: `-info` resolves options without Connect or
 // protobuf-es's reflection (docs/architecture.md, "What each process loads").

@@ -22,7 +22,7 @@
  */
 
 import { type PrivateContainerd, skiffCacheDir, startContainerd } from "./containerd.ts";
-import { installShims } from "./install.ts";
+import { installShims } from "../install/install.ts";
 import { buildBusyboxImage, buildPauseImage } from "./image.ts";
 import { type LocalRegistry, startRegistry } from "./registry.ts";
 

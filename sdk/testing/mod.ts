@@ -99,7 +99,7 @@ export {
   type InstallMode,
   installShims,
   type InstallShimsOptions,
-} from "./install.ts";
+} from "../install/install.ts";
 export { type ConformanceOptions, NOT_COVERED, runConformance } from "./conformance/runner.ts";
 export {
   compareReports,

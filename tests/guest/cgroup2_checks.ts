@@ -11,7 +11,7 @@
 //   shim and skiff's runc shim side by side.
 import assert from "node:assert/strict";
 import { containerdVersions, startContainerd } from "../../sdk/testing/containerd.ts";
-import { installShims } from "../../sdk/testing/install.ts";
+import { installShims } from "../../sdk/install/install.ts";
 import { runConformance } from "../../sdk/testing/conformance/runner.ts";
 import { markdownReport } from "../../sdk/testing/conformance/report.ts";
 import { ctrRun, DEFAULT_NAMESPACE, RUNC_RUNTIME } from "../../sdk/testing/ctr.ts";

@@ -8,7 +8,7 @@
 // --runc-systemd-cgroup) and for skiff's runc example (SystemdCgroup in its TOML options).
 import assert from "node:assert/strict";
 import { containerdVersions, startContainerd } from "../../sdk/testing/containerd.ts";
-import { installShims } from "../../sdk/testing/install.ts";
+import { installShims } from "../../sdk/install/install.ts";
 import { ctrRun, DEFAULT_NAMESPACE, RUNC_RUNTIME } from "../../sdk/testing/ctr.ts";
 
 const v21 = containerdVersions().find((v) => v.version.startsWith("2.1."));

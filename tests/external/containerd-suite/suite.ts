@@ -17,7 +17,7 @@
  */
 
 import { containerdVersions, skiffCacheDir } from "../../../sdk/testing/containerd.ts";
-import { installShims } from "../../../sdk/testing/install.ts";
+import { installShims } from "../../../sdk/install/install.ts";
 import { registryBinary, startRegistry } from "../../../sdk/testing/registry.ts";
 import { buildSuiteImage, buildWhiteoutImage } from "./image.ts";
 import type { LocalRegistry } from "../../../sdk/testing/registry.ts";

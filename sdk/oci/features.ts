@@ -23,7 +23,7 @@ export const OCI_FEATURES_TYPE_URL: string =
  *
  * @example Usage
  * ```ts
- * import type { OciFeatures } from "./oci_features.ts";
+ * import type { OciFeatures } from "./features.ts";
  * const f: OciFeatures = { ociVersionMin: "1.0.0", mountOptions: ["ro", "rro"] };
  * console.assert(f.mountOptions?.includes("rro"));
  * ```
@@ -52,7 +52,7 @@ export interface OciFeatures {
  * @returns an `Any` with {@link OCI_FEATURES_TYPE_URL} and the JSON bytes
  * @example Usage
  * ```ts
- * import { OCI_FEATURES_TYPE_URL, ociFeaturesAny } from "./oci_features.ts";
+ * import { OCI_FEATURES_TYPE_URL, ociFeaturesAny } from "./features.ts";
  * const any = ociFeaturesAny({ mountOptions: ["rro"] });
  * console.assert(any.typeUrl === OCI_FEATURES_TYPE_URL);
  * ```
@@ -73,7 +73,7 @@ export function ociFeaturesAny(features: OciFeatures): Any {
  * @returns the document; throws when the type URL is another one or the JSON is not an object
  * @example Usage
  * ```ts
- * import { decodeOciFeatures, ociFeaturesAny } from "./oci_features.ts";
+ * import { decodeOciFeatures, ociFeaturesAny } from "./features.ts";
  * const back = decodeOciFeatures(ociFeaturesAny({ hooks: ["prestart"] }));
  * console.assert(back.hooks?.[0] === "prestart");
  * ```
@@ -94,7 +94,7 @@ export function decodeOciFeatures(any: Any): OciFeatures {
  * @returns the document; throws naming the text when it is not a JSON object
  * @example Usage
  * ```ts
- * import { parseOciFeatures } from "./oci_features.ts";
+ * import { parseOciFeatures } from "./features.ts";
  * console.assert(parseOciFeatures('{"mountOptions":["rro"]}').mountOptions?.[0] === "rro");
  * ```
  */

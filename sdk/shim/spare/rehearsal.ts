@@ -12,18 +12,18 @@
  */
 
 import { createClient, createServiceImplSpec } from "@connectrpc/connect";
-import { Task } from "../../proto/gen/containerd/task/v2/shim_pb.ts";
-import { Events } from "../../proto/gen/containerd/services/events/ttrpc/v1/events_pb.ts";
-import { TtrpcServer } from "../ttrpc/server.ts";
-import { createTtrpcTransport } from "../ttrpc/transport.ts";
-import type { Reaper } from "../linux/reaper.ts";
-import { EventPublisher } from "./events.ts";
-import { Logger } from "./logger.ts";
-import { linuxPlatform } from "./linux_platform.ts";
-import type { ContainerRuntime } from "./runtime.ts";
-import type { ShimPlatform } from "./platform.ts";
-import type { Shim } from "./shim.ts";
-import { TaskService } from "./task_service.ts";
+import { Task } from "../../../proto/gen/containerd/task/v2/shim_pb.ts";
+import { Events } from "../../../proto/gen/containerd/services/events/ttrpc/v1/events_pb.ts";
+import { TtrpcServer } from "../../ttrpc/server.ts";
+import { createTtrpcTransport } from "../../ttrpc/transport.ts";
+import type { Reaper } from "../../linux/reaper.ts";
+import { EventPublisher } from "../server/events.ts";
+import { Logger } from "../logger.ts";
+import { linuxPlatform } from "../server/linux_platform.ts";
+import type { ContainerRuntime } from "../runtime.ts";
+import type { ShimPlatform } from "../server/platform.ts";
+import type { Shim } from "../shim.ts";
+import { TaskService } from "../server/task_service.ts";
 
 /** How long a rehearsal may take before the spare gives up on it and waits anyway. */
 const REHEARSAL_MS = 5_000;

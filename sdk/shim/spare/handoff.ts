@@ -1,7 +1,7 @@
 /**
  * `start`'s side of the warm spare server: where a shim binary's spare waits for one
  * containerd, how `start` hands it a container, how the next spare is spawned, and the node-wide
- * counters (spares adopted, cold starts). The spare's own side is `../spare.ts`, which only the
+ * counters (spares adopted, cold starts). The spare's own side is `./spare.ts`, which only the
  * spare process loads.
  *
  * A spare is keyed by the installed code (the launcher's text, which names the content-hashed
@@ -18,8 +18,8 @@
  * @module
  */
 
-import { sha256Hex } from "../sha256.ts";
-import { DEFAULT_SOCKET_DIR } from "../socket_address.ts";
+import { sha256Hex } from "../boot/sha256.ts";
+import { DEFAULT_SOCKET_DIR } from "../boot/socket_address.ts";
 import { processStartTime } from "../../linux/proc_stat.ts";
 import { mayRaisePriority, niceOf, setAutogroupNice } from "../../linux/nice.ts";
 
@@ -106,7 +106,7 @@ const OFF = /^(0|off|false|no)$/i;
  *
  * @example Usage
  * ```ts
- * import { spareIdleSeconds } from "./spare_handoff.ts";
+ * import { spareIdleSeconds } from "./handoff.ts";
  * console.assert(spareIdleSeconds(new Map([["SKIFF_SPARE_IDLE_SECONDS", "-1"]])) === 600);
  * ```
  */
@@ -127,7 +127,7 @@ const CODE_LINE = /^SKIFF_SHIM_CODE=([0-9a-f]{64})$/m;
  *
  * @example Usage
  * ```ts
- * import { launcherCodeId } from "./spare_handoff.ts";
+ * import { launcherCodeId } from "./handoff.ts";
  * const id = "ab".repeat(32);
  * console.assert(launcherCodeId(new TextEncoder().encode(`#!/bin/sh\nSKIFF_SHIM_CODE=${id}\n`)) === id);
  * ```
@@ -158,7 +158,7 @@ export function spareCodeId(launcher: string): string {
  * @param env the environment to read the settings from
  * @example Usage
  * ```ts
- * import { spareConfig } from "./spare_handoff.ts";
+ * import { spareConfig } from "./handoff.ts";
  * console.assert(spareConfig("/run/containerd/containerd.sock", "/run/containerd/s", new Map()) === undefined);
  * ```
  */
@@ -196,7 +196,7 @@ export function spareConfig(
  * @param socketDir the directory of shim sockets
  * @example Usage
  * ```ts
- * import { spareDir } from "./spare_handoff.ts";
+ * import { spareDir } from "./handoff.ts";
  * console.assert(spareDir("/run/containerd/containerd.sock").startsWith("/run/containerd/s/skiff-"));
  * ```
  */
@@ -504,7 +504,7 @@ export async function recordStart(path: string, origin: "spare" | "cold"): Promi
  *
  * @example Usage
  * ```ts
- * import { readSpareStatsSync } from "./spare_handoff.ts";
+ * import { readSpareStatsSync } from "./handoff.ts";
  * console.assert(readSpareStatsSync("/nonexistent/stats.json").adopted === 0);
  * ```
  */
@@ -534,7 +534,7 @@ function parseSpareStats(text: string): SpareStats {
  * @param socket the socket the server serves (its directory holds the spares' directory)
  * @example Usage
  * ```ts
- * import { spareStatsPath } from "./spare_handoff.ts";
+ * import { spareStatsPath } from "./handoff.ts";
  * // A shim run by hand (no launcher in its environment) keeps no counters.
  * console.assert(spareStatsPath("/run/containerd/containerd.sock", "/run/containerd/s/x", new Map()) === undefined);
  * ```

@@ -5,7 +5,7 @@
  */
 
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { ContainerRuntime, RuntimeStdio } from "./runtime.ts";
+import type { ContainerRuntime, RuntimeStdio } from "../runtime.ts";
 import type { ShimProcess } from "./process.ts";
 
 /** Mount as containerd passes it in `CreateTaskRequest.rootfs`. */

@@ -11,5 +11,5 @@
  *
  * @module
  */
-export * from "./oci_cli.ts";
-export * from "./oci_features.ts";
+export * from "./cli.ts";
+export * from "./features.ts";

@@ -7,26 +7,26 @@
  */
 
 import { createServiceImplSpec } from "@connectrpc/connect";
-import { Task as TaskV2 } from "../../proto/gen/containerd/task/v2/shim_pb.ts";
-import type { Sandbox } from "../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts";
+import { Task as TaskV2 } from "../../../proto/gen/containerd/task/v2/shim_pb.ts";
+import type { Sandbox } from "../../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts";
 import type { SandboxService } from "./sandbox_service.ts";
 import { exitWhenAbandoned } from "./abandoned.ts";
-import { O, open } from "../linux/libc.ts";
-import { FdStream } from "../linux/fd_stream.ts";
-import { TtrpcServer } from "../ttrpc/server.ts";
-import { Reaper } from "../linux/reaper.ts";
-import type { ShimFlags } from "./flags.ts";
+import { O, open } from "../../linux/libc.ts";
+import { FdStream } from "../../linux/fd_stream.ts";
+import { TtrpcServer } from "../../ttrpc/server.ts";
+import { Reaper } from "../../linux/reaper.ts";
+import type { ShimFlags } from "../boot/flags.ts";
 import { EventPublisher } from "./events.ts";
-import { Logger } from "./logger.ts";
-import type { Shim } from "./shim.ts";
+import { Logger } from "../logger.ts";
+import type { Shim } from "../shim.ts";
 import { linuxPlatform } from "./linux_platform.ts";
 import { TaskService } from "./task_service.ts";
-import { shimSocketAddress, socketPath } from "./socket_address.ts";
-import { groupKey } from "./actions/server_socket.ts";
-import { formatTaskApiEndpoint, type TaskApiEndpoint } from "./endpoint.ts";
-import { loadShimOps } from "../ops/load.ts";
-import { countServerStart, loadSpareConfig, spawnSpare } from "./actions/spare_handoff.ts";
-import { trimMemoryLater } from "./memory_trim.ts";
+import { shimSocketAddress, socketPath } from "../boot/socket_address.ts";
+import { groupKey } from "../boot/server_socket.ts";
+import { formatTaskApiEndpoint, type TaskApiEndpoint } from "../endpoint.ts";
+import { loadShimOps } from "../../ops/load.ts";
+import { countServerStart, loadSpareConfig, spawnSpare } from "../spare/handoff.ts";
+import { trimMemoryLater } from "../../linux/memory_trim.ts";
 
 /** Service names the Task implementation is registered under. */
 export const TASK_SERVICE_NAMES: readonly string[] = [
@@ -209,7 +209,7 @@ export async function serveShim<T extends object>(
   let sandboxes: SandboxService<T> | undefined;
   server.registerLazy(async () => {
     const [{ Sandbox }, { SandboxService }] = await Promise.all([
-      import("../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts"),
+      import("../../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts"),
       import("./sandbox_service.ts"),
     ]);
     sandboxes = new SandboxService<T>({

@@ -6,7 +6,7 @@
  * @module
  */
 
-import { parseShimFlags, type ShimFlags } from "../flags.ts";
+import { parseShimFlags, type ShimFlags } from "./flags.ts";
 import type { Shim } from "../shim.ts";
 
 async function writeAll(w: { write(p: Uint8Array): Promise<number> }, data: Uint8Array) {
@@ -78,11 +78,11 @@ export async function runShim<T extends object>(
       Deno.exit(0);
     }
     if (flags.spare) {
-      const { runSpare } = await import("../spare.ts");
+      const { runSpare } = await import("../spare/spare.ts");
       await runSpare(shim, flags);
       Deno.exit(0);
     }
-    const { serveShim } = await import("../serve.ts");
+    const { serveShim } = await import("../server/serve.ts");
     await serveShim(shim, flags);
     Deno.exit(0);
   } catch (e) {

@@ -1,7 +1,7 @@
 /**
  * The warm spare server: a shim server process that has loaded everything before any container
  * needs it, and waits on a 0600 unix socket for the next `start` of the same installed code and
- * the same containerd to hand it one (`actions/spare_handoff.ts` is that side). Once adopted it
+ * the same containerd to hand it one (`spare/handoff.ts` is that side). Once adopted it
  * takes what a server spawned by that `start` would have had (working directory, environment,
  * cgroups, `shim_cgroup`, OOM score, log FIFO, `-debug`) and runs {@linkcode serveShim}.
  *
@@ -12,8 +12,8 @@
  * @module
  */
 
-import type { ShimFlags } from "./flags.ts";
-import type { Shim } from "./shim.ts";
+import type { ShimFlags } from "../boot/flags.ts";
+import type { Shim } from "../shim.ts";
 import {
   JsonLines,
   launcherCodeId,
@@ -21,14 +21,14 @@ import {
   type SpareHandoff,
   spareIdleSeconds,
   writeJsonLine,
-} from "./actions/spare_handoff.ts";
-import { effectiveIds, PeerCredentialResolver } from "../ttrpc/_peer_cred.ts";
-import { joinCgroup, joinCgroupsOf } from "../linux/cgroup_join.ts";
-import { setOomScoreAdj } from "../linux/oom_score.ts";
-import { processStartTime } from "../linux/proc_stat.ts";
-import { niceOf, setAutogroupNice, setProcessNice } from "../linux/nice.ts";
-import { containerdVersion } from "./actions/start.ts";
-import { trimMemory } from "./memory_trim.ts";
+} from "./handoff.ts";
+import { effectiveIds, PeerCredentialResolver } from "../../ttrpc/_peer_cred.ts";
+import { joinCgroup, joinCgroupsOf } from "../../linux/cgroup_join.ts";
+import { setOomScoreAdj } from "../../linux/oom_score.ts";
+import { processStartTime } from "../../linux/proc_stat.ts";
+import { niceOf, setAutogroupNice, setProcessNice } from "../../linux/nice.ts";
+import { containerdVersion } from "../boot/start.ts";
+import { trimMemory } from "../../linux/memory_trim.ts";
 
 /** How often the spare checks its idle time, containerd and its launcher. */
 const WATCH_MS = 1_000;
@@ -89,11 +89,11 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
   if (!flags.socket.endsWith(`/spare-${codeId.slice(0, 16)}.sock`)) Deno.exit(0); // reinstalled
 
   // The point of a spare: the server's modules are loaded and evaluated now, not at start.
-  const { serveShim } = await import("./serve.ts");
+  const { serveShim } = await import("../server/serve.ts");
   const [{ libc }, { Reaper }] = await Promise.all([
-    import("../linux/libc.ts"),
-    import("../linux/reaper.ts"),
-    import("../linux/oom.ts"), // every container's Create loads it (linux_platform.ts)
+    import("../../linux/libc.ts"),
+    import("../../linux/reaper.ts"),
+    import("../../linux/oom.ts"), // every container's Create loads it (linux_platform.ts)
   ]);
   // The server's reaper (the subreaper flag, SIGCHLD, the sweep), ready before any handoff.
   const reaper = Reaper.start();
@@ -265,11 +265,11 @@ async function adopt<T extends object>(
   handoff: SpareHandoff,
   codeId: string,
   lock: Deno.FsFile,
-  serveShim: typeof import("./serve.ts").serveShim,
+  serveShim: typeof import("../server/serve.ts").serveShim,
   ready: {
     containerd: Promise<[number, number] | undefined>;
     deadline: ReturnType<typeof setTimeout>;
-    reaper: import("../linux/reaper.ts").Reaper;
+    reaper: import("../../linux/reaper.ts").Reaper;
   },
 ): Promise<never> {
   const { containerd, deadline, reaper } = ready;

@@ -5,13 +5,13 @@
  * @module
  */
 
-import type { Reaper } from "../linux/reaper.ts";
-import { kill } from "../linux/libc.ts";
-import { bootTicks, processStartTime } from "../linux/proc_stat.ts";
-import { ConsoleSocket } from "../linux/console.ts";
-import { ProcessIo, type ProcessIoContext } from "../linux/process_io.ts";
-import { mountAll, unmountAll } from "../linux/mount.ts";
-import { readPidFile } from "../runtime/oci_cli.ts";
+import type { Reaper } from "../../linux/reaper.ts";
+import { kill } from "../../linux/libc.ts";
+import { bootTicks, processStartTime } from "../../linux/proc_stat.ts";
+import { ConsoleSocket } from "../../linux/console.ts";
+import { ProcessIo, type ProcessIoContext } from "../../linux/process_io.ts";
+import { mountAll, unmountAll } from "../../linux/mount.ts";
+import { readPidFile } from "../../oci/cli.ts";
 import type { ProcessIoSetup, ShimPlatform } from "./platform.ts";
 
 /** How long to wait for the runtime to hand over a terminal's pty master. */
@@ -38,8 +38,8 @@ export function linuxPlatform(reaper: Reaper): ShimPlatform {
     mount: (mounts, target) => mountAll(mounts, target),
     unmount: (target) => unmountAll(target),
     // Loaded on first use: most shims never serve Stats, and start-up cost matters.
-    stats: async (pid) => (await import("../linux/cgroups.ts")).cgroupStats(pid),
-    watchOom: async (pid, onOom) => (await import("../linux/oom.ts")).watchOom(pid, onOom),
+    stats: async (pid) => (await import("../../linux/cgroups.ts")).cgroupStats(pid),
+    watchOom: async (pid, onOom) => (await import("../../linux/oom.ts")).watchOom(pid, onOom),
     kill: (pid, signal) => kill(pid, signal),
     readPidFile: (path) => readPidFile(path),
   };

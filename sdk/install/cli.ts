@@ -26,7 +26,7 @@ ${Object.entries(EXAMPLE_SHIMS).map(([n, e]) => `  ${n}  →  ${e}`).join("\n")}
  *
  * @example Usage
  * ```ts
- * import { parseInstallArgs } from "./install_cli.ts";
+ * import { parseInstallArgs } from "./cli.ts";
  * console.assert(parseInstallArgs(["--prefix", "/opt"]).prefix === "/opt");
  * ```
  */

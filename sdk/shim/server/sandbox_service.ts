@@ -25,12 +25,12 @@ import type {
   StartSandboxRequest,
   StopSandboxRequest,
   WaitSandboxRequest,
-} from "../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts";
+} from "../../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts";
 import { abortable } from "./abortable.ts";
-import type { Logger } from "./logger.ts";
-import { resolveOptions } from "./options.ts";
+import type { Logger } from "../logger.ts";
+import { resolveOptions } from "../options.ts";
 import type { ShimPlatform } from "./platform.ts";
-import type { Shim } from "./shim.ts";
+import type { Shim } from "../shim.ts";
 import { validateId } from "./task_service.ts";
 import type { TaskService } from "./task_service.ts";
 

@@ -8,7 +8,7 @@
 import type { Any } from "@bufbuild/protobuf/wkt";
 import type { ProcessExitInfo, ProcessIoHandle, ProcessStdioPaths } from "./process.ts";
 import type { RootfsMount } from "./container.ts";
-import type { RuntimeStdio } from "./runtime.ts";
+import type { RuntimeStdio } from "../runtime.ts";
 
 /** An exit reaped by the platform. */
 export interface ReapedExit extends ProcessExitInfo {

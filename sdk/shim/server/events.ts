@@ -13,9 +13,9 @@ import type { DescMessage, MessageInitShape } from "@bufbuild/protobuf";
 import { type Any, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { packAny } from "./any.ts";
 import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
-import { Events } from "../../proto/gen/containerd/services/events/ttrpc/v1/events_pb.ts";
-import { createTtrpcTransport } from "../ttrpc/transport.ts";
-import type { Logger } from "./logger.ts";
+import { Events } from "../../../proto/gen/containerd/services/events/ttrpc/v1/events_pb.ts";
+import { createTtrpcTransport } from "../../ttrpc/transport.ts";
+import type { Logger } from "../logger.ts";
 
 /** Header that carries the namespace on containerd's ttrpc calls. */
 export const NAMESPACE_HEADER = "containerd-namespace-ttrpc";

@@ -8,11 +8,11 @@
  */
 
 import { encodeDeleteResponse } from "./wire.ts";
-import type { ShimFlags } from "../flags.ts";
+import type { ShimFlags } from "./flags.ts";
 import type { Shim } from "../shim.ts";
 import { Logger } from "../logger.ts";
 import { groupKey, socketAlive } from "./server_socket.ts";
-import { shimSocketAddress, socketPath } from "../socket_address.ts";
+import { shimSocketAddress, socketPath } from "./socket_address.ts";
 import { DEAD_SHIM_EXIT_STATUS, RUNTIME_DELETED_FILE } from "./bundle_files.ts";
 
 export { DEAD_SHIM_EXIT_STATUS } from "./bundle_files.ts";

@@ -15,14 +15,14 @@ import {
   decodeRuncOptions,
   encodeBootstrapResult,
 } from "./wire.ts";
-import type { ShimFlags } from "../flags.ts";
+import type { ShimFlags } from "./flags.ts";
 import { endpointJson, type TaskApiEndpoint } from "../endpoint.ts";
 import { bareTypeName, resolveOptions, RUNC_OPTIONS_TYPE } from "../options.ts";
 import type { Shim } from "../shim.ts";
-import { DEFAULT_SOCKET_DIR, shimSocketAddress, socketPath } from "../socket_address.ts";
+import { DEFAULT_SOCKET_DIR, shimSocketAddress, socketPath } from "./socket_address.ts";
 import { setOomScoreAdj, shimOomScore } from "../../linux/oom_score.ts";
 import { niceOf } from "../../linux/nice.ts";
-import { containerdProcess, handOff, loadSpareConfig } from "./spare_handoff.ts";
+import { containerdProcess, handOff, loadSpareConfig } from "../spare/handoff.ts";
 import { groupKey, pathPresent, socketAlive } from "./server_socket.ts";
 
 export { GROUP_ANNOTATIONS, groupKey, socketAlive } from "./server_socket.ts";
@@ -187,7 +187,7 @@ export async function runStart<T extends object>(
     try {
       oomScore = shimOomScore();
     } catch { /* our parent is gone: nothing to be one above */ }
-    // A warm spare (actions/spare_handoff.ts) takes the container if one waits; else cold.
+    // A warm spare (spare/handoff.ts) takes the container if one waits; else cold.
     const spare = await loadSpareConfig(flags.address, socketDir);
     const adopted = spare && await handOff(spare, {
       codeId: spare.codeId,

@@ -12,7 +12,7 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { Any } from "@bufbuild/protobuf/wkt";
 import { fromBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import type { Task } from "../../proto/gen/containerd/task/v2/shim_pb.ts";
+import type { Task } from "../../../proto/gen/containerd/task/v2/shim_pb.ts";
 import type {
   CheckpointTaskRequest,
   CloseIORequest,
@@ -31,8 +31,8 @@ import type {
   StatsRequest,
   UpdateTaskRequest,
   WaitRequest,
-} from "../../proto/gen/containerd/task/v2/shim_pb.ts";
-import { Status } from "../../proto/gen/containerd/types/task/task_pb.ts";
+} from "../../../proto/gen/containerd/task/v2/shim_pb.ts";
+import { Status } from "../../../proto/gen/containerd/types/task/task_pb.ts";
 import {
   TaskCreateSchema,
   TaskDeleteSchema,
@@ -43,25 +43,25 @@ import {
   TaskPausedSchema,
   TaskResumedSchema,
   TaskStartSchema,
-} from "../../proto/gen/containerd/events/task_pb.ts";
+} from "../../../proto/gen/containerd/events/task_pb.ts";
 import {
   CheckpointOptionsSchema,
   ProcessDetailsSchema,
-} from "../../proto/gen/containerd/runc/v1/oci_pb.ts";
+} from "../../../proto/gen/containerd/runc/v1/oci_pb.ts";
 import { abortable } from "./abortable.ts";
 import { Container } from "./container.ts";
 import type { EventPublisher } from "./events.ts";
 import { packAny } from "./any.ts";
-import type { Logger } from "./logger.ts";
-import { resolveOptions } from "./options.ts";
+import type { Logger } from "../logger.ts";
+import { resolveOptions } from "../options.ts";
 import type { ReapedExit, ShimPlatform } from "./platform.ts";
 import { type ProcessExitInfo, ShimProcess } from "./process.ts";
 import { ExitWindow, isExitOf } from "./exit_window.ts";
 import { sharesPidNamespace } from "./bundle_spec.ts";
-import type { Shim } from "./shim.ts";
-import type { TaskApiEndpoint } from "./endpoint.ts";
-import { DEAD_SHIM_EXIT_STATUS, RUNTIME_DELETED_FILE } from "./actions/bundle_files.ts";
-import { encodeDeleteResponse } from "./actions/wire.ts";
+import type { Shim } from "../shim.ts";
+import type { TaskApiEndpoint } from "../endpoint.ts";
+import { DEAD_SHIM_EXIT_STATUS, RUNTIME_DELETED_FILE } from "../boot/bundle_files.ts";
+import { encodeDeleteResponse } from "../boot/wire.ts";
 
 type TaskImpl = ServiceImpl<typeof Task>;
 type Out<M extends keyof TaskImpl> = MessageInitShape<

@@ -38,7 +38,7 @@
 import type { ConnectError } from "@connectrpc/connect";
 // Light Connect-shaped errors: `delete` and `-info` build this runtime without loading Connect.
 import { Code, isStatusError, statusError } from "../shim/status_error.ts";
-import { type OciFeatures, parseOciFeatures } from "./oci_features.ts";
+import { type OciFeatures, parseOciFeatures } from "./features.ts";
 
 /** How one stdio stream of a spawned runtime command is wired. */
 export type StdioMode = "piped" | "null" | "inherit";
@@ -76,7 +76,7 @@ export interface ProcessStdio {
  *
  * @example Usage
  * ```ts
- * import type { SpawnFn } from "./oci_cli.ts";
+ * import type { SpawnFn } from "./cli.ts";
  * const spawn: SpawnFn = (cmd) => cmd.spawn();
  * ```
  */
@@ -87,7 +87,7 @@ export type SpawnFn = (cmd: Deno.Command) => Deno.ChildProcess;
  *
  * @example Usage
  * ```ts
- * import type { OciRuntimeCliOptions } from "./oci_cli.ts";
+ * import type { OciRuntimeCliOptions } from "./cli.ts";
  * const opts: OciRuntimeCliOptions = {
  *   binary: "runsc",
  *   root: "/run/containerd/runsc/default",
@@ -127,7 +127,7 @@ export interface OciRuntimeCliOptions {
   /**
    * Working directory of every per-container command (create, start, kill, exec, state...):
    * the container's bundle, as containerd's runc shim runs runc there. OCI runtimes and
-   * wrappers around them may read `./config.json`. Without it, `create` and `restore` run in
+   * wrappers around them may read `../runtime/config.json`. Without it, `create` and `restore` run in
    * their `bundle` and the other commands in the caller's working directory. When the
    * directory no longer exists (a late delete), the command runs in the caller's.
    */
@@ -151,7 +151,7 @@ export interface OciRuntimeCliOptions {
  *
  * @example Usage
  * ```ts
- * import type { CreateOptions } from "./oci_cli.ts";
+ * import type { CreateOptions } from "./cli.ts";
  * const opts: CreateOptions = { bundle: "/b", pidFile: "/b/init.pid", noPivot: true };
  * ```
  */
@@ -178,7 +178,7 @@ export interface CreateOptions {
  *
  * @example Usage
  * ```ts
- * import type { ExecOptions } from "./oci_cli.ts";
+ * import type { ExecOptions } from "./cli.ts";
  * const opts: ExecOptions = { pidFile: "/b/exec1.pid", detach: true };
  * ```
  */
@@ -200,7 +200,7 @@ export interface ExecOptions {
  *
  * @example Usage
  * ```ts
- * import type { KillOptions } from "./oci_cli.ts";
+ * import type { KillOptions } from "./cli.ts";
  * const opts: KillOptions = { all: true };
  * ```
  */
@@ -214,7 +214,7 @@ export interface KillOptions {
  *
  * @example Usage
  * ```ts
- * import type { DeleteOptions } from "./oci_cli.ts";
+ * import type { DeleteOptions } from "./cli.ts";
  * const opts: DeleteOptions = { force: true };
  * ```
  */
@@ -228,7 +228,7 @@ export interface DeleteOptions {
  *
  * @example Usage
  * ```ts
- * import type { CriuOptions } from "./oci_cli.ts";
+ * import type { CriuOptions } from "./cli.ts";
  * const opts: CriuOptions = { imagePath: "/var/ckpt", tcpEstablished: true };
  * ```
  */
@@ -256,7 +256,7 @@ export interface CriuOptions {
  *
  * @example Usage
  * ```ts
- * import type { CheckpointOptions } from "./oci_cli.ts";
+ * import type { CheckpointOptions } from "./cli.ts";
  * const opts: CheckpointOptions = { imagePath: "/var/ckpt", leaveRunning: true };
  * ```
  */
@@ -272,7 +272,7 @@ export interface CheckpointOptions extends CriuOptions {
  *
  * @example Usage
  * ```ts
- * import type { RestoreOptions } from "./oci_cli.ts";
+ * import type { RestoreOptions } from "./cli.ts";
  * const opts: RestoreOptions = {
  *   bundle: "/b",
  *   imagePath: "/var/ckpt",
@@ -305,7 +305,7 @@ export interface RestoreOptions extends CriuOptions {
  *
  * @example Usage
  * ```ts
- * import type { EventsOptions } from "./oci_cli.ts";
+ * import type { EventsOptions } from "./cli.ts";
  * const opts: EventsOptions = { stats: true };
  * ```
  */
@@ -320,7 +320,7 @@ export interface EventsOptions {
  *
  * @example Usage
  * ```ts
- * import type { OciState } from "./oci_cli.ts";
+ * import type { OciState } from "./cli.ts";
  * const s: OciState = { id: "web", pid: 42, status: "running", bundle: "/b" };
  * ```
  */
@@ -350,7 +350,7 @@ export interface OciState {
  *
  * @example Usage
  * ```ts
- * import type { OciEvent } from "./oci_cli.ts";
+ * import type { OciEvent } from "./cli.ts";
  * const e: OciEvent = { type: "stats", id: "web", data: { pids: { current: 1 } } };
  * ```
  */
@@ -368,7 +368,7 @@ export interface OciEvent {
  *
  * @example Usage
  * ```ts
- * import type { OciRuntimeErrorInit } from "./oci_cli.ts";
+ * import type { OciRuntimeErrorInit } from "./cli.ts";
  * const init: OciRuntimeErrorInit = {
  *   binary: "runc",
  *   command: "start",
@@ -400,7 +400,7 @@ export interface OciRuntimeErrorInit {
  *
  * @example Usage
  * ```ts
- * import { OciRuntimeError } from "./oci_cli.ts";
+ * import { OciRuntimeError } from "./cli.ts";
  * const e = new OciRuntimeError({
  *   binary: "runc",
  *   command: "start",
@@ -468,7 +468,7 @@ const GONE_PATTERNS: readonly RegExp[] = [
  * @example Usage
  * ```ts
  * import { Code } from "@connectrpc/connect";
- * import { mapKillError } from "./oci_cli.ts";
+ * import { mapKillError } from "./cli.ts";
  * const e = mapKillError(new Error("container not running"));
  * console.assert(e.code === Code.NotFound);
  * ```
@@ -508,7 +508,7 @@ export function mapKillError(e: unknown): ConnectError {
  *
  * @example Usage
  * ```ts
- * import { isNotExist, OciRuntimeError } from "./oci_cli.ts";
+ * import { isNotExist, OciRuntimeError } from "./cli.ts";
  * const e = new OciRuntimeError({
  *   binary: "runc",
  *   command: "delete",
@@ -539,7 +539,7 @@ function runtimeSaysMissing(message: string, id: string | undefined): boolean {
  *
  * @example Usage
  * ```ts
- * import type { ReadPidFileOptions } from "./oci_cli.ts";
+ * import type { ReadPidFileOptions } from "./cli.ts";
  * const opts: ReadPidFileOptions = { attempts: 50, intervalMs: 20 };
  * ```
  */
@@ -560,7 +560,7 @@ export interface ReadPidFileOptions {
  *
  * @example Usage
  * ```ts ignore
- * import { readPidFile } from "./oci_cli.ts";
+ * import { readPidFile } from "./cli.ts";
  * const pid = await readPidFile("/run/containerd/io.containerd.runtime.v2.task/default/web/init.pid");
  * ```
  */
@@ -590,7 +590,7 @@ export async function readPidFile(path: string, options: ReadPidFileOptions = {}
  *
  * @example Usage
  * ```ts ignore
- * import { OciRuntimeCli } from "./oci_cli.ts";
+ * import { OciRuntimeCli } from "./cli.ts";
  * const cli = new OciRuntimeCli({
  *   root: "/run/containerd/runc/default",
  *   log: `${bundle}/log.json`,
@@ -647,7 +647,7 @@ export class OciRuntimeCli {
    *
    * @example Usage
    * ```ts
-   * import { OciRuntimeCli } from "./oci_cli.ts";
+   * import { OciRuntimeCli } from "./cli.ts";
    * console.assert(new OciRuntimeCli().binary === "runc");
    * ```
    */
@@ -660,7 +660,7 @@ export class OciRuntimeCli {
    *
    * @example Usage
    * ```ts
-   * import { OciRuntimeCli } from "./oci_cli.ts";
+   * import { OciRuntimeCli } from "./cli.ts";
    * const cli = new OciRuntimeCli({ root: "/run/r/default", log: "/b/log.json" });
    * console.assert(cli.globalArgs.join(" ") === "--root /run/r/default --log /b/log.json --log-format json");
    * ```
@@ -682,7 +682,7 @@ export class OciRuntimeCli {
    *
    * @example Usage
    * ```ts
-   * import { OciRuntimeCli } from "./oci_cli.ts";
+   * import { OciRuntimeCli } from "./cli.ts";
    * const base = new OciRuntimeCli({ root: "/run/r/default" });
    * const perBundle = base.withOptions({ log: "/b/log.json" });
    * console.assert(perBundle.globalArgs.includes("/b/log.json"));

@@ -11,7 +11,7 @@
  * shims always answer, the time of that delete). The `delete` action then has nothing to clean in
  * the runtime and prints it: the common case, after a clean exit, costs no
  * `runc delete` process, and a bundled launcher answers it without starting deno at all once
- * the server's socket is gone (`deleteFastPath` in sdk/testing/install.ts).
+ * the server's socket is gone (`deleteFastPath` in sdk/install/install.ts).
  *
  * @example Usage
  * ```ts ignore

@@ -13,7 +13,7 @@
  * @module
  */
 
-import { libc } from "../linux/libc.ts";
+import { libc } from "./libc.ts";
 
 /** How long after listening a server trims: past a typical Create and Start. */
 export const IDLE_TRIM_DELAY_MS = 1_000;
