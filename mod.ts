@@ -57,13 +57,9 @@ export {
   type TaskApiVersion,
 } from "./sdk/shim/endpoint.ts";
 export { type LogFields, Logger, type LogLevel } from "./sdk/shim/logger.ts";
-export {
-  isNotExist,
-  mapKillError,
-  OciRuntimeCli,
-  type OciRuntimeCliOptions,
-  OciRuntimeError,
-} from "./sdk/oci/cli.ts";
+export { OciRuntimeCli } from "./sdk/oci/cli.ts";
+export type { OciRuntimeCliOptions } from "./sdk/oci/options.ts";
+export { isNotExist, mapKillError, OciRuntimeError } from "./sdk/oci/errors.ts";
 export {
   decodeOciFeatures,
   OCI_FEATURES_TYPE_URL,
@@ -90,4 +86,4 @@ export type {
   RestoreOptions,
   SpawnFn,
   StdioMode,
-} from "./sdk/oci/cli.ts";
+} from "./sdk/oci/options.ts";

@@ -1,14 +1,9 @@
 import assert from "node:assert/strict";
 import { Code, ConnectError } from "@connectrpc/connect";
-import {
-  isNotExist,
-  mapKillError,
-  OciRuntimeCli,
-  type OciRuntimeCliOptions,
-  OciRuntimeError,
-  type ProcessStdio,
-  readPidFile,
-} from "../sdk/oci/cli.ts";
+import { OciRuntimeCli } from "../sdk/oci/cli.ts";
+import { isNotExist, mapKillError, OciRuntimeError } from "../sdk/oci/errors.ts";
+import type { OciRuntimeCliOptions, ProcessStdio } from "../sdk/oci/options.ts";
+import { readPidFile } from "../sdk/linux/pid_file.ts";
 import { Reaper } from "../sdk/linux/reaper.ts";
 import { exists, integrationTest } from "./_integration.ts";
 

@@ -38,3 +38,4 @@ export { CgroupNotFoundError, cgroupStats, cgroupVersion } from "./cgroups.ts";
 export { type OomWatch, watchOom } from "./oom.ts";
 export { ErrnoError } from "./libc.ts";
 export { FdStream, type FdStreamOptions } from "./fd_stream.ts";
+export { readPidFile, type ReadPidFileOptions } from "./pid_file.ts";

@@ -12,4 +12,7 @@
  * @module
  */
 export * from "./cli.ts";
+export * from "./errors.ts";
 export * from "./features.ts";
+export type * from "./options.ts";
+export { readPidFile, type ReadPidFileOptions } from "../linux/pid_file.ts";

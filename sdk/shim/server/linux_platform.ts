@@ -11,7 +11,7 @@ import { bootTicks, processStartTime } from "../../linux/proc_stat.ts";
 import { ConsoleSocket } from "../../linux/console.ts";
 import { ProcessIo, type ProcessIoContext } from "../../linux/process_io.ts";
 import { mountAll, unmountAll } from "../../linux/mount.ts";
-import { readPidFile } from "../../oci/cli.ts";
+import { readPidFile } from "../../linux/pid_file.ts";
 import type { ProcessIoSetup, ShimPlatform } from "./platform.ts";
 
 /** How long to wait for the runtime to hand over a terminal's pty master. */

@@ -1,0 +1,210 @@
+/**
+ * One runtime command, run to completion: its environment and working directory, how its stdio
+ * is wired (the caller's `ProcessStdio`, /dev/null for commands that leave a container holding
+ * their stdio, pipes otherwise), its output collected in the background (bounded, so a chatty
+ * runtime cannot grow the shim), and its failure described as an {@link OciRuntimeError}.
+ *
+ * @module
+ */
+
+import { Code, statusError } from "../shim/status_error.ts";
+import { isNotExist, OciRuntimeError } from "./errors.ts";
+import type { ProcessStdio, SpawnFn, StdioMode } from "./options.ts";
+import { lastLogError, logSize, tail } from "./runtime_log.ts";
+
+/** The adapter's settings every command shares. */
+export interface CommandRunner {
+  /** Runtime executable. */
+  readonly binary: string;
+  /** Spawns the command (the shim's subreaper). */
+  readonly spawn: SpawnFn;
+  /** Extra environment. */
+  readonly env: Record<string, string>;
+  /** The `--log` file the command's error is read from, if any. */
+  readonly log: string | undefined;
+}
+
+/** How one command runs. */
+export interface RunOptions {
+  /** The command leaves descendants holding its stdio (create, exec, restore). */
+  detaches?: boolean;
+  /** The stdio the container process inherits (create, exec, restore; start with runsc). */
+  io?: ProcessStdio | undefined;
+  /** Bytes written to the command's stdin (update's resources). */
+  input?: Uint8Array;
+  /** Map "does not exist" to NotFound (false for create/restore, where it means the bundle). */
+  addressesContainer?: boolean;
+  /** Working directory; used only when it still exists (a late delete runs where we are). */
+  cwd?: string;
+}
+
+type Stdio = { stdin: StdioMode; stdout: StdioMode; stderr: StdioMode };
+
+/**
+ * Runs `runner.binary argv...` and resolves with its stdout ("" for a detaching command), or
+ * rejects with an {@link OciRuntimeError} carrying the runtime's last error line (a ConnectError
+ * with Code.NotFound when it says the container `id` does not exist).
+ *
+ * @param runner The adapter's binary, spawn hook, environment and log file.
+ * @param command The subcommand, for the error message.
+ * @param id The container the command addresses, if any.
+ * @param argv The full argument list.
+ * @param opts Stdio, input and working directory.
+ * @returns The command's stdout.
+ */
+export async function runCommand(
+  runner: CommandRunner,
+  command: string,
+  id: string | undefined,
+  argv: string[],
+  opts: RunOptions = {},
+): Promise<string> {
+  const cwd = await existingDir(opts.cwd);
+  const ownStdio = opts.io === undefined;
+  const stdio = stdioFor(opts, runner.log);
+  const logOffset = runner.log === undefined ? 0 : await logSize(runner.log);
+  const fail = (exitCode: number, runtimeMessage: string, cause?: unknown) => {
+    const err = new OciRuntimeError(
+      { binary: runner.binary, command, id, args: argv, exitCode, runtimeMessage },
+      cause === undefined ? undefined : { cause },
+    );
+    if ((opts.addressesContainer ?? true) && id !== undefined && isNotExist(err)) {
+      return statusError(err.message, Code.NotFound, err);
+    }
+    return err;
+  };
+
+  let child: Deno.ChildProcess;
+  try {
+    child = runner.spawn(
+      new Deno.Command(runner.binary, {
+        args: argv,
+        ...stdio,
+        ...commandEnv(runner.env),
+        ...(cwd === undefined ? {} : { cwd }),
+      }),
+    );
+  } catch (e) {
+    throw fail(-1, e instanceof Error ? e.message : String(e), e);
+  }
+  if (opts.io !== undefined) opts.io.attach(child);
+
+  const stdout = ownStdio && stdio.stdout === "piped" ? new Collector(child.stdout) : undefined;
+  const stderr = ownStdio && stdio.stderr === "piped" ? new Collector(child.stderr) : undefined;
+  if (ownStdio && stdio.stdin === "piped") await writeInput(child, opts.input);
+
+  const status = await child.status;
+  if (status.success && opts.detaches) {
+    // Keep draining (and discarding) so the container never writes into a closed pipe.
+    stderr?.discardRest();
+    return "";
+  }
+  await drain([stdout, stderr]);
+  if (status.success) return stdout?.text() ?? "";
+
+  const fromLog = runner.log === undefined ? undefined : await lastLogError(runner.log, logOffset);
+  throw fail(status.code, fromLog ?? tail(stderr?.text() ?? ""));
+}
+
+function stdioFor(opts: RunOptions, log: string | undefined): Stdio {
+  if (opts.io !== undefined) return { ...opts.io.stdio };
+  if (opts.detaches) {
+    // Descendants keep these open; a pipe we stopped reading would give them EPIPE, so stderr
+    // is only piped when there is no log file to read the error from.
+    return { stdin: "null", stdout: "null", stderr: log === undefined ? "piped" : "null" };
+  }
+  return { stdin: opts.input ? "piped" : "null", stdout: "piped", stderr: "piped" };
+}
+
+async function writeInput(child: Deno.ChildProcess, input: Uint8Array | undefined): Promise<void> {
+  const writer = child.stdin.getWriter();
+  try {
+    if (input) await writer.write(input);
+    await writer.close();
+  } catch {
+    // The runtime exited without reading its input; its exit status says why.
+  }
+}
+
+/** `dir` when it is an existing directory, else undefined (run where the caller is). */
+async function existingDir(dir: string | undefined): Promise<string | undefined> {
+  if (dir === undefined) return undefined;
+  return await Deno.stat(dir).then((st) => st.isDirectory ? dir : undefined, () => undefined);
+}
+
+function commandEnv(
+  extra: Record<string, string>,
+): { env: Record<string, string>; clearEnv: boolean } {
+  try {
+    // The shim's NOTIFY_SOCKET (if systemd started containerd) must not reach the runtime.
+    const env = Deno.env.toObject();
+    delete env.NOTIFY_SOCKET;
+    return { env: { ...env, ...extra }, clearEnv: true };
+  } catch {
+    return { env: extra, clearEnv: false };
+  }
+}
+
+const COLLECT_LIMIT = 1 << 20;
+
+/** Reads a stream in the background, keeping at most COLLECT_LIMIT bytes. */
+class Collector {
+  #chunks: Uint8Array[] = [];
+  #size = 0;
+  #reader: ReadableStreamDefaultReader<Uint8Array>;
+  #discard = false;
+  readonly done: Promise<void>;
+
+  constructor(stream: ReadableStream<Uint8Array>) {
+    this.#reader = stream.getReader();
+    this.done = this.#pump();
+  }
+
+  async #pump(): Promise<void> {
+    try {
+      for (;;) {
+        const { done, value } = await this.#reader.read();
+        if (done) return;
+        if (this.#discard || this.#size >= COLLECT_LIMIT) continue;
+        this.#chunks.push(value);
+        this.#size += value.length;
+      }
+    } catch {
+      // Cancelled or the pipe broke: what was read so far is all there is.
+    }
+  }
+
+  discardRest(): void {
+    this.#discard = true;
+    this.#chunks = [];
+  }
+
+  async cancel(): Promise<void> {
+    await this.#reader.cancel().catch(() => {});
+    await this.done;
+  }
+
+  text(): string {
+    const all = new Uint8Array(this.#size);
+    let at = 0;
+    for (const c of this.#chunks) {
+      all.set(c.subarray(0, Math.min(c.length, this.#size - at)), at);
+      at += c.length;
+    }
+    return new TextDecoder().decode(all);
+  }
+}
+
+// After the runtime exits, its output is complete in the pipe; wait that long at most for EOF
+// in case a descendant (e.g. a runsc gofer) still holds the write end.
+const DRAIN_MS = 2000;
+
+async function drain(collectors: (Collector | undefined)[]): Promise<void> {
+  const live = collectors.filter((c): c is Collector => c !== undefined);
+  if (live.length === 0) return;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<"timeout">((r) => timer = setTimeout(() => r("timeout"), DRAIN_MS));
+  const result = await Promise.race([Promise.all(live.map((c) => c.done)), timeout]);
+  clearTimeout(timer);
+  if (result === "timeout") await Promise.all(live.map((c) => c.cancel()));
+}
