@@ -6,40 +6,22 @@
  * Global flags follow the runc shim: `--root <root> --log <log> --log-format json
  * [--systemd-cgroup] <globalArgs...> <command> ...`.
  *
- * ## Observed runtime differences (Debian runc 1.1.5, runsc release 20221219, crun 1.8.1)
- *
- * The adapter does not branch on the binary name; it tolerates the following instead, and the
- * runsc-specific global flags come in through `globalArgs`:
- *
- * - runsc refuses to start a container outside a network namespace it manages unless given
- *   `--network=none` or `--network=host`: `create` succeeds, then `start` fails with "cannot
- *   run with network enabled in root network namespace". The default `runc spec` config.json
- *   needs no other change for runsc. `--platform=ptrace` is that release's default and works
- *   on a VM; `--platform=kvm` hung in `create` with the sandbox spinning a CPU (nested KVM).
- *   `--debug --debug-log=<dir>/` writes per-command debug files there; `--log` keeps errors.
- * - runsc writes its `--log-format json` entries without a newline between them, with `msg`
- *   before `level`; the log parser below scans concatenated JSON objects rather than lines.
- *   It also reads text-format `level=error msg="..."` lines.
- * - runsc exits 128 on failure (runc and crun exit 1).
- * - runsc `state` has no `rootfs`, `created` or `owner` fields; only id, pid, status, bundle.
- * - runsc `ps --format json` lists sandbox-internal pids (the init is `[1]`), not host pids.
- * - runsc `kill` of a container whose sandbox has exited fails with "connecting to control
- *   server at PID <n>: connection refused"; `kill()` confirms with `state()` that the
- *   container is stopped and then reports NotFound, for any runtime whose wording differs.
- * - A missing container is "container does not exist" for runc, `loading container "<id>":
- *   file does not exist` for runsc, and "error opening file `<root>/<id>/status`: No such file
- *   or directory" for crun; `isNotExist()` accepts all three.
- * - runsc without `--log` writes its internal log to stdout, which for `create`/`exec` with
- *   stdio attached would end up in the container's output: always set `log`.
+ * See the package doc (`mod.ts`) for the differences between runc, runsc and crun it tolerates.
  *
  * @module
  */
 
 import { Code, statusError } from "../shim/status_error.ts";
-import { runCommand, type RunOptions } from "./command.ts";
+import {
+  type CliSettings,
+  cliSettings,
+  outputJson,
+  runCommand,
+  type RunOptions,
+  withProcessFile,
+} from "./command.ts";
 import { isNotExist, mapKillError, OciRuntimeError, saysGone } from "./errors.ts";
 import { type OciFeatures, parseOciFeatures } from "./features.ts";
-import { firstJsonValue, tail } from "./runtime_log.ts";
 import type {
   CheckpointOptions,
   CreateOptions,
@@ -53,7 +35,6 @@ import type {
   OciState,
   ProcessStdio,
   RestoreOptions,
-  SpawnFn,
 } from "./options.ts";
 
 /**
@@ -78,18 +59,8 @@ import type {
  * ```
  */
 export class OciRuntimeCli {
-  #binary: string;
-  #root: string | undefined;
-  #log: string | undefined;
-  #systemdCgroup: boolean;
-  #globalArgs: readonly string[];
-  #spawn: SpawnFn;
-  #env: Record<string, string>;
-  #noPivot: boolean;
-  #noNewKeyring: boolean;
-  #cwd: string | undefined;
-  #stdioAt: "create" | "start";
-  #psPids: "host" | "sandbox";
+  /** The options with their defaults filled in. */
+  readonly #o: CliSettings;
   /** With `stdioAt: "start"`: the stdio `create` was given, handed to `start`. */
   #deferredIo: ProcessStdio | undefined;
   /** How the init's exit is observed (see {@link OciRuntimeCliOptions.initExit}). */
@@ -101,19 +72,8 @@ export class OciRuntimeCli {
    * @param options Binary, global flags, create defaults and spawn hook.
    */
   constructor(options: OciRuntimeCliOptions = {}) {
-    this.#binary = options.binary ?? "runc";
-    this.#root = options.root;
-    this.#log = options.log;
-    this.#systemdCgroup = options.systemdCgroup ?? false;
-    this.#globalArgs = [...(options.globalArgs ?? [])];
-    this.#spawn = options.spawn ?? ((cmd) => cmd.spawn());
-    this.#env = { ...(options.env ?? {}) };
-    this.#noPivot = options.noPivot ?? false;
-    this.#noNewKeyring = options.noNewKeyring ?? false;
-    this.initExit = options.initExit ?? "reap";
-    this.#cwd = options.cwd;
-    this.#stdioAt = options.stdioAt ?? "create";
-    this.#psPids = options.psPids ?? "host";
+    this.#o = cliSettings(options);
+    this.initExit = this.#o.initExit;
   }
 
   /**
@@ -126,7 +86,7 @@ export class OciRuntimeCli {
    * ```
    */
   get binary(): string {
-    return this.#binary;
+    return this.#o.binary;
   }
 
   /**
@@ -141,10 +101,10 @@ export class OciRuntimeCli {
    */
   get globalArgs(): string[] {
     const args: string[] = [];
-    if (this.#root !== undefined) args.push("--root", this.#root);
-    if (this.#log !== undefined) args.push("--log", this.#log, "--log-format", "json");
-    if (this.#systemdCgroup) args.push("--systemd-cgroup");
-    args.push(...this.#globalArgs);
+    if (this.#o.root !== undefined) args.push("--root", this.#o.root);
+    if (this.#o.log !== undefined) args.push("--log", this.#o.log, "--log-format", "json");
+    if (this.#o.systemdCgroup) args.push("--systemd-cgroup");
+    args.push(...this.#o.globalArgs);
     return args;
   }
 
@@ -163,22 +123,7 @@ export class OciRuntimeCli {
    * ```
    */
   withOptions(patch: OciRuntimeCliOptions): OciRuntimeCli {
-    return new OciRuntimeCli({
-      binary: this.#binary,
-      root: this.#root,
-      log: this.#log,
-      systemdCgroup: this.#systemdCgroup,
-      globalArgs: this.#globalArgs,
-      spawn: this.#spawn,
-      env: this.#env,
-      noPivot: this.#noPivot,
-      noNewKeyring: this.#noNewKeyring,
-      initExit: this.initExit,
-      cwd: this.#cwd,
-      stdioAt: this.#stdioAt,
-      psPids: this.#psPids,
-      ...patch,
-    });
+    return new OciRuntimeCli({ ...this.#o, ...patch });
   }
 
   /**
@@ -199,16 +144,16 @@ export class OciRuntimeCli {
   async create(id: string, options: CreateOptions): Promise<void> {
     const args = ["--bundle", options.bundle, "--pid-file", options.pidFile];
     if (options.consoleSocket !== undefined) args.push("--console-socket", options.consoleSocket);
-    if (options.noPivot ?? this.#noPivot) args.push("--no-pivot");
-    if (options.noNewKeyring ?? this.#noNewKeyring) args.push("--no-new-keyring");
+    if (options.noPivot ?? this.#o.noPivot) args.push("--no-pivot");
+    if (options.noNewKeyring ?? this.#o.noNewKeyring) args.push("--no-new-keyring");
     args.push(...(options.extraArgs ?? []), id);
-    const deferIo = this.#stdioAt === "start" && options.consoleSocket === undefined;
+    const deferIo = this.#o.stdioAt === "start" && options.consoleSocket === undefined;
     this.#deferredIo = deferIo ? options.io : undefined;
     await this.#run("create", id, args, {
       detaches: true,
       io: deferIo ? undefined : options.io,
       addressesContainer: false,
-      cwd: this.#cwd ?? options.bundle,
+      cwd: this.#o.cwd ?? options.bundle,
     });
   }
 
@@ -243,14 +188,13 @@ export class OciRuntimeCli {
    */
   async state(id: string): Promise<OciState> {
     const out = await this.#run("state", id, [id]);
-    const value = this.#parseJson("state", id, out);
-    if (
-      typeof value !== "object" || value === null || typeof value.id !== "string" ||
-      typeof value.pid !== "number" || typeof value.status !== "string"
-    ) {
-      throw this.#badOutput("state", id, out);
-    }
-    return value as unknown as OciState;
+    return this.#json(
+      "state",
+      id,
+      out,
+      (v: Partial<Record<keyof OciState, unknown>> | null) =>
+        typeof v?.id === "string" && typeof v.pid === "number" && typeof v.status === "string",
+    );
   }
 
   /**
@@ -336,20 +280,12 @@ export class OciRuntimeCli {
     process: Record<string, unknown>,
     options: ExecOptions,
   ): Promise<void> {
-    const file = await Deno.makeTempFile({
-      dir: runtimeDir(),
-      prefix: "skiff-process-",
-      suffix: ".json",
-    });
-    try {
-      await Deno.writeTextFile(file, JSON.stringify(process));
+    await withProcessFile(process, async (file) => {
       const args = ["--process", file, "--detach", "--pid-file", options.pidFile];
       if (options.consoleSocket !== undefined) args.push("--console-socket", options.consoleSocket);
       args.push(...(options.extraArgs ?? []), id);
       await this.#run("exec", id, args, { detaches: true, io: options.io });
-    } finally {
-      await Deno.remove(file).catch(() => {});
-    }
+    });
   }
 
   /**
@@ -366,14 +302,15 @@ export class OciRuntimeCli {
    * ```
    */
   async ps(id: string): Promise<number[]> {
-    if (this.#psPids === "sandbox") return [];
+    if (this.#o.psPids === "sandbox") return [];
     const out = await this.#run("ps", id, ["--format", "json", id]);
-    const value = this.#parseJson("ps", id, out);
-    if (value === null) return [];
-    if (!Array.isArray(value) || !value.every((p) => typeof p === "number")) {
-      throw this.#badOutput("ps", id, out);
-    }
-    return value as number[];
+    const pids = this.#json<number[] | null>(
+      "ps",
+      id,
+      out,
+      (v: unknown) => v === null || (Array.isArray(v) && v.every((p) => typeof p === "number")),
+    );
+    return pids ?? [];
   }
 
   /**
@@ -460,14 +397,14 @@ export class OciRuntimeCli {
     if (options.workPath !== undefined) args.push("--work-path", options.workPath);
     args.push("--detach", "--pid-file", options.pidFile);
     if (options.consoleSocket !== undefined) args.push("--console-socket", options.consoleSocket);
-    if (options.noPivot ?? this.#noPivot) args.push("--no-pivot");
+    if (options.noPivot ?? this.#o.noPivot) args.push("--no-pivot");
     if (options.noSubreaper) args.push("--no-subreaper");
     args.push(...criuFlags(options), ...(options.extraArgs ?? []), id);
     await this.#run("restore", id, args, {
       detaches: true,
       io: options.io,
       addressesContainer: false,
-      cwd: this.#cwd ?? options.bundle,
+      cwd: this.#o.cwd ?? options.bundle,
     });
   }
 
@@ -485,10 +422,13 @@ export class OciRuntimeCli {
    */
   async wait(id: string): Promise<number> {
     const out = await this.#run("wait", id, [id]);
-    const value = this.#parseJson("wait", id, out);
-    const status = (value as { exitStatus?: unknown } | null)?.exitStatus;
-    if (typeof status !== "number") throw this.#badOutput("wait", id, out);
-    return status;
+    const value = this.#json<{ exitStatus: number }>(
+      "wait",
+      id,
+      out,
+      (v) => typeof (v as { exitStatus?: unknown } | null)?.exitStatus === "number",
+    );
+    return value.exitStatus;
   }
 
   /**
@@ -505,11 +445,12 @@ export class OciRuntimeCli {
    */
   async events(id: string, _options: EventsOptions = { stats: true }): Promise<OciEvent> {
     const out = await this.#run("events", id, ["--stats", id]);
-    const value = this.#parseJson("events", id, out);
-    if (typeof value !== "object" || value === null || typeof value.type !== "string") {
-      throw this.#badOutput("events", id, out);
-    }
-    return value as unknown as OciEvent;
+    return this.#json(
+      "events",
+      id,
+      out,
+      (v: { type?: unknown } | null) => typeof v?.type === "string",
+    );
   }
 
   /**
@@ -548,13 +489,17 @@ export class OciRuntimeCli {
       return parseOciFeatures(out);
     } catch (e) {
       throw new OciRuntimeError({
-        binary: this.#binary,
+        binary: this.#o.binary,
         command: "features",
         args: ["features"],
         exitCode: 0,
         runtimeMessage: (e as Error).message,
       });
     }
+  }
+
+  #json<T>(command: string, id: string, out: string, valid: (v: never) => boolean): T {
+    return outputJson<T>(this.#o.binary, command, id, out, valid);
   }
 
   #run(
@@ -564,27 +509,9 @@ export class OciRuntimeCli {
     opts: RunOptions & { global?: boolean } = {},
   ): Promise<string> {
     const argv = [...(opts.global === false ? [] : this.globalArgs), command, ...args];
-    const runner = { binary: this.#binary, spawn: this.#spawn, env: this.#env, log: this.#log };
     // Per-container commands run in the bundle; the others where the caller is.
-    const cwd = id === undefined ? undefined : opts.cwd ?? this.#cwd;
-    return runCommand(runner, command, id, argv, { ...opts, cwd });
-  }
-
-  #parseJson(command: string, id: string, out: string): Record<string, unknown> | null {
-    const value = firstJsonValue(out);
-    if (value === undefined) throw this.#badOutput(command, id, out);
-    return value as Record<string, unknown> | null;
-  }
-
-  #badOutput(command: string, id: string, out: string): OciRuntimeError {
-    return new OciRuntimeError({
-      binary: this.#binary,
-      command,
-      id,
-      args: [command, id],
-      exitCode: 0,
-      runtimeMessage: `unexpected output ${JSON.stringify(tail(out))}`,
-    });
+    const cwd = id === undefined ? undefined : opts.cwd ?? this.#o.cwd;
+    return runCommand(this.#o, command, id, argv, { ...opts, cwd });
   }
 }
 
@@ -597,12 +524,4 @@ function criuFlags(o: CriuOptions): string[] {
   for (const ns of o.emptyNs ?? []) args.push("--empty-ns", ns);
   if (o.cgroupsMode !== undefined) args.push("--manage-cgroups-mode", o.cgroupsMode);
   return args;
-}
-
-function runtimeDir(): string | undefined {
-  try {
-    return Deno.env.get("XDG_RUNTIME_DIR") || undefined;
-  } catch {
-    return undefined;
-  }
 }

@@ -1,5 +1,5 @@
 /**
- * One runtime command, run to completion: its environment and working directory, how its stdio
+ * The adapter's settings with their defaults, and one runtime command run to completion: its environment and working directory, how its stdio
  * is wired (the caller's `ProcessStdio`, /dev/null for commands that leave a container holding
  * their stdio, pipes otherwise), its output collected in the background (bounded, so a chatty
  * runtime cannot grow the shim), and its failure described as an {@link OciRuntimeError}.
@@ -9,8 +9,8 @@
 
 import { Code, statusError } from "../shim/status_error.ts";
 import { isNotExist, OciRuntimeError } from "./errors.ts";
-import type { ProcessStdio, SpawnFn, StdioMode } from "./options.ts";
-import { lastLogError, logSize, tail } from "./runtime_log.ts";
+import type { OciRuntimeCliOptions, ProcessStdio, SpawnFn, StdioMode } from "./options.ts";
+import { firstJsonValue, lastLogError, logSize, tail } from "./runtime_log.ts";
 
 /** The adapter's settings every command shares. */
 export interface CommandRunner {
@@ -21,7 +21,37 @@ export interface CommandRunner {
   /** Extra environment. */
   readonly env: Record<string, string>;
   /** The `--log` file the command's error is read from, if any. */
-  readonly log: string | undefined;
+  readonly log?: string;
+}
+
+/** {@link OciRuntimeCliOptions} with the defaults applied (root, log and cwd stay optional). */
+export type CliSettings =
+  & Required<Omit<OciRuntimeCliOptions, "root" | "log" | "cwd">>
+  & Pick<OciRuntimeCliOptions, "root" | "log" | "cwd">;
+
+/**
+ * Fills in the defaults of {@link OciRuntimeCliOptions} (runc, the caller's spawn, create's
+ * flags off, exits reaped, stdio at create, host pids) and copies its arrays and records.
+ *
+ * @param options What the caller set.
+ * @returns Every setting.
+ */
+export function cliSettings(options: OciRuntimeCliOptions): CliSettings {
+  return {
+    binary: options.binary ?? "runc",
+    root: options.root,
+    log: options.log,
+    systemdCgroup: options.systemdCgroup ?? false,
+    globalArgs: [...(options.globalArgs ?? [])],
+    spawn: options.spawn ?? ((cmd) => cmd.spawn()),
+    env: { ...(options.env ?? {}) },
+    noPivot: options.noPivot ?? false,
+    noNewKeyring: options.noNewKeyring ?? false,
+    initExit: options.initExit ?? "reap",
+    cwd: options.cwd,
+    stdioAt: options.stdioAt ?? "create",
+    psPids: options.psPids ?? "host",
+  };
 }
 
 /** How one command runs. */
@@ -106,6 +136,62 @@ export async function runCommand(
   throw fail(status.code, fromLog ?? tail(stderr?.text() ?? ""));
 }
 
+/**
+ * The JSON a command printed, when `valid` accepts it; otherwise an {@link OciRuntimeError}
+ * quoting the output ("unexpected output ...").
+ *
+ * @param binary Runtime executable, for the error.
+ * @param command The subcommand.
+ * @param id The container id.
+ * @param out The command's stdout.
+ * @param valid Whether the parsed value has the expected shape.
+ * @returns The parsed value.
+ */
+export function outputJson<T>(
+  binary: string,
+  command: string,
+  id: string,
+  out: string,
+  valid: (v: never) => boolean,
+): T {
+  const value = firstJsonValue(out);
+  if (value === undefined || !valid(value as never)) {
+    throw new OciRuntimeError({
+      binary,
+      command,
+      id,
+      args: [command, id],
+      exitCode: 0,
+      runtimeMessage: `unexpected output ${JSON.stringify(tail(out))}`,
+    });
+  }
+  return value as T;
+}
+
+/**
+ * Runs `fn` with the OCI `process` JSON in a temporary file (exec's `--process`), removed after.
+ *
+ * @param process The OCI process object.
+ * @param fn What runs with the file's path.
+ * @returns What `fn` returns.
+ */
+export async function withProcessFile<T>(
+  process: Record<string, unknown>,
+  fn: (file: string) => Promise<T>,
+): Promise<T> {
+  const file = await Deno.makeTempFile({
+    dir: runtimeDir(),
+    prefix: "skiff-process-",
+    suffix: ".json",
+  });
+  try {
+    await Deno.writeTextFile(file, JSON.stringify(process));
+    return await fn(file);
+  } finally {
+    await Deno.remove(file).catch(() => {});
+  }
+}
+
 function stdioFor(opts: RunOptions, log: string | undefined): Stdio {
   if (opts.io !== undefined) return { ...opts.io.stdio };
   if (opts.detaches) {
@@ -142,6 +228,14 @@ function commandEnv(
     return { env: { ...env, ...extra }, clearEnv: true };
   } catch {
     return { env: extra, clearEnv: false };
+  }
+}
+
+function runtimeDir(): string | undefined {
+  try {
+    return Deno.env.get("XDG_RUNTIME_DIR") || undefined;
+  } catch {
+    return undefined;
   }
 }
 
