@@ -58,6 +58,7 @@ export {
 } from "./sdk/shim/endpoint.ts";
 export { type LogFields, Logger, type LogLevel } from "./sdk/shim/logger.ts";
 export { OciRuntimeCli } from "./sdk/oci/cli.ts";
+export { OciShim, type OciShimOptions } from "./sdk/oci/shim.ts";
 export type { OciRuntimeCliOptions } from "./sdk/oci/options.ts";
 export { isNotExist, mapKillError, OciRuntimeError } from "./sdk/oci/errors.ts";
 export {

@@ -7,6 +7,8 @@ import assert from "node:assert/strict";
 
 const ROOT = new URL("..", import.meta.url);
 
+const EXAMPLES = ["examples/runc/main.ts", "examples/runsc/main.ts", "examples/crun/main.ts"];
+
 /** Every module an action may evaluate, relative to the checkout (npm packages by name). */
 const SHARED = [
   "mod.ts",
@@ -22,6 +24,7 @@ const SHARED = [
   "sdk/oci/command.ts",
   "sdk/oci/errors.ts",
   "sdk/oci/runtime_log.ts",
+  "sdk/oci/shim.ts",
   "sdk/oci/features.ts",
   "npm:@bufbuild/protobuf/wire",
   "npm:smol-toml",
@@ -115,7 +118,7 @@ function evaluated(
   return new Set([...seen].map(name));
 }
 
-for (const example of ["examples/runc/main.ts", "examples/runsc/main.ts"]) {
+for (const example of EXAMPLES) {
   Deno.test(`${example}: start, delete, -v and -info load only their allow-listed modules`, async () => {
     const modules = await graph(example);
     for (const [action, extra] of Object.entries(ALLOWED)) {
@@ -144,7 +147,7 @@ Deno.test("the allow-list check catches a heavy import (it is not vacuous)", asy
 // no `node:` module: the first one boots Deno's Node compatibility layer, +1.2 MiB of V8 heap in
 // every shim (node:path's `dirname` alone did that). The operations endpoint (sdk/ops, loaded only
 // with -debug or SKIFF_OPS=1) is not counted.
-for (const example of ["examples/runc/main.ts", "examples/runsc/main.ts"]) {
+for (const example of EXAMPLES) {
   Deno.test(`${example}: the server and the spare load no node: module`, async () => {
     const modules = await graph(example);
     const roots = [

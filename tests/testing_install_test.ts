@@ -22,6 +22,7 @@ Deno.test("installShims() in source mode writes launchers that run the checkout"
     assert.deepEqual(paths, [
       `${await Deno.realPath(prefix)}/bin/containerd-shim-skiff-runc-v2`,
       `${await Deno.realPath(prefix)}/bin/containerd-shim-skiff-runsc-v2`,
+      `${await Deno.realPath(prefix)}/bin/containerd-shim-skiff-crun-v2`,
     ]);
     assert.ok((await Deno.stat(`${root}/deno.json`)).isFile);
     for (const [i, p] of paths.entries()) {
@@ -41,6 +42,7 @@ Deno.test("installShims() in source mode writes launchers that run the checkout"
     // Installing again replaces the launchers in place.
     assert.deepEqual(await installShims({ prefix, mode: "source" }), paths);
     assert.deepEqual([...Deno.readDirSync(`${prefix}/bin`)].map((e) => e.name).sort(), [
+      "containerd-shim-skiff-crun-v2",
       "containerd-shim-skiff-runc-v2",
       "containerd-shim-skiff-runsc-v2",
     ]);
@@ -192,11 +194,17 @@ Deno.test("deno task install --prefix installs through the CLI", async () => {
     const text = dec.decode(out.stdout);
     assert.match(text, /installed .*\/bin\/containerd-shim-skiff-runc-v2/);
     assert.match(text, /installed .*\/bin\/containerd-shim-skiff-runsc-v2/);
-    const v = await new Deno.Command(`${prefix}/bin/containerd-shim-skiff-runc-v2`, {
-      args: ["-v"],
-      stdout: "piped",
-    }).output();
-    assert.match(dec.decode(v.stdout), /^io\.containerd\.skiff-runc\.v2 \(skiff\)\n/);
+    assert.match(text, /installed .*\/bin\/containerd-shim-skiff-crun-v2/);
+    for (const runtime of ["runc", "crun"]) {
+      const v = await new Deno.Command(`${prefix}/bin/containerd-shim-skiff-${runtime}-v2`, {
+        args: ["-v"],
+        stdout: "piped",
+      }).output();
+      assert.match(
+        dec.decode(v.stdout),
+        new RegExp(`^io\\.containerd\\.skiff-${runtime}\\.v2 \\(skiff\\)\n`),
+      );
+    }
   } finally {
     await Deno.remove(prefix, { recursive: true });
   }

@@ -4,15 +4,13 @@
  * (or the same keys in CRI's TOML runtime options).
  */
 import {
-  ociFeaturesAny,
-  OciRuntimeCli,
+  type OciRuntimeCliOptions,
+  OciShim,
   optionsMessage,
   RUNC_OPTIONS_CODEC,
   runShim,
   type RuntimeContext,
-  Shim,
 } from "../../mod.ts";
-import type { Any } from "@bufbuild/protobuf/wkt";
 
 /** The runc settings this shim honours. */
 export interface RuncOptions {
@@ -25,7 +23,7 @@ export interface RuncOptions {
 }
 
 /** The runc shim: options in, an OCI runtime CLI out. */
-export class RuncShim extends Shim<RuncOptions> {
+export class RuncShim extends OciShim<RuncOptions> {
   readonly runtimeName = "io.containerd.skiff-runc.v2";
   readonly options = {
     defaults: (): RuncOptions => ({
@@ -54,25 +52,13 @@ export class RuncShim extends Shim<RuncOptions> {
     }),
   };
 
-  /** `-info`'s features: the runtime's own `features` document, when it has one. */
-  override async features(o: RuncOptions): Promise<Any> {
-    return ociFeaturesAny(await new OciRuntimeCli({ binary: o.binaryName }).features());
-  }
-
-  runtime(ctx: RuntimeContext<RuncOptions>): OciRuntimeCli {
-    const o = ctx.options;
-    return new OciRuntimeCli({
-      binary: o.binaryName,
-      root: `${o.root}/${ctx.namespace}`,
-      log: `${ctx.bundle}/log.json`,
-      // The bundle is the runtime's working directory (wrappers read ./config.json).
-      cwd: ctx.bundle,
-      systemdCgroup: o.systemdCgroup,
+  /** runc's own flags; root, log, cwd, spawn, `--systemd-cgroup` and features are OciShim's. */
+  protected override cliOptions({ options: o }: RuntimeContext<RuncOptions>): OciRuntimeCliOptions {
+    return {
       noPivot: o.noPivotRoot,
       noNewKeyring: o.noNewKeyring,
       globalArgs: o.criuPath ? [`--criu=${o.criuPath}`] : [],
-      spawn: ctx.spawn,
-    });
+    };
   }
 }
 

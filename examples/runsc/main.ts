@@ -9,8 +9,7 @@
  *   network = "none"
  *   platform = "ptrace"
  */
-import { ociFeaturesAny, OciRuntimeCli, runShim, type RuntimeContext, Shim } from "../../mod.ts";
-import type { Any } from "@bufbuild/protobuf/wkt";
+import { type OciRuntimeCliOptions, OciShim, runShim, type RuntimeContext } from "../../mod.ts";
 
 /** The runsc settings this shim honours. */
 export interface RunscOptions {
@@ -21,7 +20,7 @@ export interface RunscOptions {
 }
 
 /** The runsc shim: TOML options in, an OCI runtime CLI with runsc's flags out. */
-export class RunscShim extends Shim<RunscOptions> {
+export class RunscShim extends OciShim<RunscOptions> {
   readonly runtimeName = "io.containerd.skiff-runsc.v2";
   readonly options = {
     defaults: (): RunscOptions => ({
@@ -43,21 +42,12 @@ export class RunscShim extends Shim<RunscOptions> {
     }),
   };
 
-  /** `-info`'s features: the runtime's own `features` document, when it has one. */
-  override async features(o: RunscOptions): Promise<Any> {
-    return ociFeaturesAny(await new OciRuntimeCli({ binary: o.binaryName }).features());
-  }
-
-  runtime(ctx: RuntimeContext<RunscOptions>): OciRuntimeCli {
+  /** runsc's flags and its sandbox model; root, log, cwd, spawn and features are OciShim's. */
+  protected override cliOptions(ctx: RuntimeContext<RunscOptions>): OciRuntimeCliOptions {
     const o = ctx.options;
     const spec = readSpec(ctx.bundle);
     const network = o.runscConfig.network ?? networkMode(spec);
-    return new OciRuntimeCli({
-      binary: o.binaryName,
-      root: `${o.root}/${ctx.namespace}`,
-      log: `${ctx.bundle}/log.json`,
-      // The bundle is the runtime's working directory (wrappers read ./config.json).
-      cwd: ctx.bundle,
+    return {
       globalArgs: Object.entries({ ...o.runscConfig, network }).map(([k, v]) => `--${k}=${v}`),
       // A pod's containers share one gVisor sandbox process: exits come from `runsc wait`.
       initExit: "wait",
@@ -68,8 +58,7 @@ export class RunscShim extends Shim<RunscOptions> {
         : "create",
       // `runsc ps` lists gVisor's own pids; the shim reports the host pids it knows.
       psPids: "sandbox",
-      spawn: ctx.spawn,
-    });
+    };
   }
 }
 

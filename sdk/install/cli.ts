@@ -68,6 +68,6 @@ if (import.meta.main) {
   }
   console.log(
     `containerd finds them on its PATH; runtime names: io.containerd.skiff-runc.v2, ` +
-      `io.containerd.skiff-runsc.v2`,
+      `io.containerd.skiff-runsc.v2, io.containerd.skiff-crun.v2`,
   );
 }

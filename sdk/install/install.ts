@@ -37,6 +37,7 @@ import { sha256Hex } from "../shim/boot/sha256.ts";
 export const EXAMPLE_SHIMS: Readonly<Record<string, string>> = {
   "containerd-shim-skiff-runc-v2": "examples/runc/main.ts",
   "containerd-shim-skiff-runsc-v2": "examples/runsc/main.ts",
+  "containerd-shim-skiff-crun-v2": "examples/crun/main.ts",
 };
 
 /**

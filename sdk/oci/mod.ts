@@ -40,5 +40,6 @@
 export * from "./cli.ts";
 export * from "./errors.ts";
 export * from "./features.ts";
+export * from "./shim.ts";
 export type * from "./options.ts";
 export { readPidFile, type ReadPidFileOptions } from "../linux/pid_file.ts";

@@ -1,0 +1,124 @@
+/**
+ * {@link OciShim}: a {@link Shim} whose runtime is an {@link OciRuntimeCli}, with the runc
+ * shim's conventions filled in, so a shim for runc, crun or runsc names only its options and
+ * the few CLI settings that differ.
+ *
+ * @module
+ */
+
+import type { Any } from "@bufbuild/protobuf/wkt";
+import { type RuntimeContext, Shim } from "../shim/shim.ts";
+import { OciRuntimeCli } from "./cli.ts";
+import { ociFeaturesAny } from "./features.ts";
+import type { OciRuntimeCliOptions } from "./options.ts";
+
+/**
+ * The settings every OCI shim's options carry: which runtime binary, and its state root.
+ *
+ * @example Usage
+ * ```ts
+ * import type { OciShimOptions } from "./shim.ts";
+ * const o: OciShimOptions = { binaryName: "crun", root: "/run/containerd/crun" };
+ * ```
+ */
+export interface OciShimOptions {
+  /** The runtime executable, a name looked up on PATH or a path ("runc", "crun", "runsc"). */
+  binaryName: string;
+  /** The runtime's state root; each namespace gets `<root>/<namespace>`. */
+  root: string;
+  /** `--systemd-cgroup`: cgroups through systemd (runc options `systemd_cgroup`). */
+  systemdCgroup?: boolean;
+}
+
+/**
+ * A shim driving a runc-compatible runtime CLI the way containerd's runc shim does: `--root
+ * <root>/<namespace>`, `--log <bundle>/log.json`, `--systemd-cgroup` when the options ask, the bundle as the commands' working directory,
+ * the runtime commands spawned through the shim's subreaper, and `-info`'s features from the
+ * runtime's own `features` command. A subclass gives its runtime name and options, and
+ * overrides {@link OciShim.cliOptions} for the settings that differ (flags, how exits are
+ * observed, ...); it can still override `runtime()` altogether.
+ *
+ * @example A crun shim
+ * ```ts
+ * import { OciShim, type OciShimOptions } from "./shim.ts";
+ *
+ * class CrunShim extends OciShim<OciShimOptions> {
+ *   readonly runtimeName = "io.containerd.my-crun.v2";
+ *   readonly options = {
+ *     defaults: (): OciShimOptions => ({ binaryName: "crun", root: "/run/containerd/crun" }),
+ *   };
+ * }
+ * const cli = new CrunShim().runtime({
+ *   id: "web",
+ *   namespace: "default",
+ *   bundle: "/run/b/web",
+ *   options: { binaryName: "crun", root: "/run/containerd/crun" },
+ *   spawn: (cmd) => cmd.spawn(),
+ *   logger: undefined as never,
+ * });
+ * console.assert(cli.globalArgs.join(" ") ===
+ *   "--root /run/containerd/crun/default --log /run/b/web/log.json --log-format json");
+ * ```
+ */
+export abstract class OciShim<T extends OciShimOptions> extends Shim<T> {
+  /**
+   * The CLI settings this runtime adds to (or changes in) the defaults: e.g. runc's
+   * `noPivot` and `noNewKeyring`, runsc's `globalArgs` and `initExit: "wait"`. The base adds
+   * none.
+   *
+   * @param _ctx The container the runtime is built for.
+   * @returns Options merged over the defaults.
+   *
+   * @example Usage
+   * ```ts ignore
+   * protected override cliOptions(ctx: RuntimeContext<RuncOptions>): OciRuntimeCliOptions {
+   *   return { noPivot: ctx.options.noPivotRoot };
+   * }
+   * ```
+   */
+  protected cliOptions(_ctx: RuntimeContext<T>): OciRuntimeCliOptions {
+    return {};
+  }
+
+  /**
+   * The runtime for one container: the defaults described on {@link OciShim}, then
+   * {@link OciShim.cliOptions}.
+   *
+   * @param ctx The container, its options and the shim's spawn hook.
+   * @returns The runtime CLI adapter.
+   *
+   * @example Usage
+   * ```ts ignore
+   * const cli = shim.runtime(ctx);
+   * ```
+   */
+  runtime(ctx: RuntimeContext<T>): OciRuntimeCli {
+    const o = ctx.options;
+    return new OciRuntimeCli({
+      binary: o.binaryName,
+      root: `${o.root}/${ctx.namespace}`,
+      log: `${ctx.bundle}/log.json`,
+      // The bundle is the runtime's working directory (wrappers read ./config.json).
+      cwd: ctx.bundle,
+      systemdCgroup: o.systemdCgroup ?? false,
+      spawn: ctx.spawn,
+      ...this.cliOptions(ctx),
+    });
+  }
+
+  /**
+   * `-info`'s features: the runtime's own `features` document (rejects when the runtime has no
+   * such command, as runsc and older runc do; `-info` then reports none).
+   *
+   * @param options The resolved options (their `binaryName` is run).
+   * @returns The document as containerd's `Any`.
+   *
+   * @example Usage
+   * ```ts ignore
+   * const any = await shim.features({ binaryName: "runc", root: "/run/containerd/runc" });
+   * ```
+   */
+  override async features(options: T): Promise<Any> {
+    return ociFeaturesAny(await new OciRuntimeCli({ binary: options.binaryName }).features());
+  }
+}
