@@ -152,3 +152,45 @@ integrationTest(
     }
   },
 );
+
+integrationTest(
+  "the crun example's -info: crun's features when it has the command, else none; BinaryName chooses",
+  { binaries: ["crun", "runc"] },
+  async () => {
+    const crunExample = new URL("../examples/crun/main.ts", import.meta.url).pathname;
+    const run = async (stdin: Uint8Array) => {
+      const child = new Deno.Command(Deno.execPath(), {
+        args: ["run", "-A", "--quiet", crunExample, "-info"],
+        stdin: "piped",
+        stdout: "piped",
+        stderr: "piped",
+      }).spawn();
+      const w = child.stdin.getWriter();
+      await w.write(stdin);
+      await w.close();
+      const out = await child.output();
+      assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+      return { info: fromBinary(RuntimeInfoSchema, out.stdout), stderr: out.stderr };
+    };
+    const features = async (binary: string) => {
+      const out = await new Deno.Command(binary, { args: ["features"], stderr: "null" }).output();
+      return out.success ? JSON.parse(new TextDecoder().decode(out.stdout)) : undefined;
+    };
+
+    const plain = await run(new Uint8Array());
+    assert.equal(plain.info.name, "io.containerd.skiff-crun.v2");
+    const crun = await features("crun");
+    if (crun === undefined) {
+      // crun before 1.9 has no `features` command: -info answers without, and says why.
+      assert.equal(plain.info.features, undefined);
+      assert.match(new TextDecoder().decode(plain.stderr), /no features: crun features failed/);
+    } else {
+      assert.deepEqual(decodeOciFeatures(plain.info.features!), crun);
+    }
+    // runc's options message reaches the crun shim: its BinaryName is the binary asked.
+    const runc = findExecutable("runc")!;
+    const named = await run(toBinary(AnySchema, runcOptionsAny(runc)));
+    assert.equal(fromBinary(RuncOptionsSchema, named.info.options!.value).binaryName, runc);
+    assert.deepEqual(decodeOciFeatures(named.info.features!), await features(runc));
+  },
+);
