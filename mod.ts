@@ -2,25 +2,25 @@
  * skiff: write containerd runtime v2 shims in TypeScript.
  *
  * A shim extends {@link Shim} with its runtime name, a {@link RuntimeOptions} hook and a
- * {@link ContainerRuntime} factory (usually an {@link OciRuntimeCli}), and calls
- * {@link runShim}. The base class owns bootstrap (`start`/`delete` for containerd 1.6 to
- * 2.3+), the Task API v2+v3, events, exit reaping, stdio, logging and the task-API endpoint.
+ * {@link ContainerRuntime} factory, and calls {@link runShim}; for a runc-compatible runtime,
+ * {@link OciShim} is that factory (an {@link OciRuntimeCli} with the runc shim's conventions).
+ * The base class owns bootstrap (`start`/`delete` for containerd 1.6 to 2.3+), the Task API
+ * v2+v3, events, exit reaping, stdio, logging and the task-API endpoint.
  *
  * This entry point is light on purpose: importing it loads neither protobuf-es's reflection nor
  * Connect, so a shim's `start`, `delete`, `-v` and `-info` start fast; the server's modules are
  * imported only when the server runs (docs/architecture.md, "What each process loads"). Helpers
  * that need protobuf-es's reflection (`packAny`, `schemaCodec`) are in `@skiff/shim/proto`.
  *
- * @example A runc shim
+ * @example A crun shim
  * ```ts ignore
- * import { OciRuntimeCli, runShim, Shim, type RuntimeContext } from "@skiff/shim";
+ * import { OciShim, type OciShimOptions, runShim } from "@skiff/shim";
  *
- * class MyShim extends Shim<{ binary: string }> {
+ * class MyShim extends OciShim<OciShimOptions> {
  *   readonly runtimeName = "io.containerd.my.v1";
- *   readonly options = { defaults: () => ({ binary: "runc" }) };
- *   runtime(ctx: RuntimeContext<{ binary: string }>): OciRuntimeCli {
- *     return new OciRuntimeCli({ binary: ctx.options.binary, spawn: ctx.spawn });
- *   }
+ *   readonly options = {
+ *     defaults: (): OciShimOptions => ({ binaryName: "crun", root: "/run/containerd/crun" }),
+ *   };
  * }
  * await runShim(new MyShim());
  * ```
