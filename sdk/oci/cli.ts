@@ -11,7 +11,6 @@
  * @module
  */
 
-import { Code, statusError } from "../shim/status_error.ts";
 import {
   type CliSettings,
   cliSettings,
@@ -20,7 +19,7 @@ import {
   type RunOptions,
   withProcessFile,
 } from "./command.ts";
-import { isNotExist, mapKillError, OciRuntimeError, saysGone } from "./errors.ts";
+import { isNotExist, mapKillError, OciRuntimeError, processGone, saysGone } from "./errors.ts";
 import { type OciFeatures, parseOciFeatures } from "./features.ts";
 import type {
   CheckpointOptions,
@@ -219,21 +218,10 @@ export class OciRuntimeCli {
       if (!(e instanceof OciRuntimeError)) throw e;
       if (saysGone(e.runtimeMessage)) throw mapKillError(e);
       // runsc words a stopped sandbox as a refused control connection; ask for the state.
-      let status: string;
-      try {
-        status = (await this.state(id)).status;
-      } catch (stateError) {
-        if (isNotExist(stateError)) throw stateError;
-        throw e;
-      }
-      if (status === "stopped") {
-        throw statusError(
-          `kill failed: process already finished: ${e.message}`,
-          Code.NotFound,
-          e,
-        );
-      }
-      throw e;
+      const status = await this.state(id).then((st) => st.status, (stateError) => {
+        throw isNotExist(stateError) ? stateError : e;
+      });
+      throw status === "stopped" ? processGone(e.message, e) : e;
     }
   }
 

@@ -148,17 +148,31 @@ export function mapKillError(e: unknown): ConnectError {
     : String(e);
   const message = e instanceof Error ? e.message : String(e);
   if (saysGone(text)) {
-    return statusError(
-      `kill failed: process already finished: ${message}`,
-      Code.NotFound,
-      e,
-    );
+    return processGone(message, e);
   }
   return statusError(
     `kill failed: ${message}`,
     Code.FailedPrecondition,
     e,
   );
+}
+
+/**
+ * The NotFound a kill of a finished process reports (containerd's `errdefs.ErrNotFound`).
+ *
+ * @param message What the runtime said.
+ * @param cause The runtime's error.
+ * @returns The ConnectError to throw.
+ *
+ * @example Usage
+ * ```ts
+ * import { Code } from "@connectrpc/connect";
+ * import { processGone } from "./errors.ts";
+ * console.assert(processGone("connection refused").code === Code.NotFound);
+ * ```
+ */
+export function processGone(message: string, cause?: unknown): ConnectError {
+  return statusError(`kill failed: process already finished: ${message}`, Code.NotFound, cause);
 }
 
 /**
