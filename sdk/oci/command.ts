@@ -1,8 +1,9 @@
 /**
- * The adapter's settings with their defaults, and one runtime command run to completion: its environment and working directory, how its stdio
- * is wired (the caller's `ProcessStdio`, /dev/null for commands that leave a container holding
- * their stdio, pipes otherwise), its output collected in the background (bounded, so a chatty
- * runtime cannot grow the shim), and its failure described as an {@link OciRuntimeError}.
+ * The adapter's settings with their defaults, and one runtime command run to completion: its
+ * environment and working directory, how its stdio is wired (the caller's `ProcessStdio`,
+ * /dev/null for commands that leave a container holding their stdio, pipes otherwise), its output
+ * collected in the background (bounded, so a chatty runtime cannot grow the shim), and its
+ * failure described as an {@link OciRuntimeError}.
  *
  * @module
  */

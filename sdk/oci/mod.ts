@@ -14,8 +14,8 @@
  *   on a VM; `--platform=kvm` hung in `create` with the sandbox spinning a CPU (nested KVM).
  *   `--debug --debug-log=<dir>/` writes per-command debug files there; `--log` keeps errors.
  * - runsc writes its `--log-format json` entries without a newline between them, with `msg`
- *   before `level`; the log parser (runtime_log.ts) scans concatenated JSON objects rather than lines.
- *   It also reads text-format `level=error msg="..."` lines.
+ *   before `level`; the log parser (runtime_log.ts) scans concatenated JSON objects rather than
+ *   lines. It also reads text-format `level=error msg="..."` lines.
  * - runsc exits 128 on failure (runc and crun exit 1).
  * - runsc `state` has no `rootfs`, `created` or `owner` fields; only id, pid, status, bundle.
  * - runsc `ps --format json` lists sandbox-internal pids (the init is `[1]`), not host pids.

@@ -32,11 +32,11 @@ export interface OciShimOptions {
 
 /**
  * A shim driving a runc-compatible runtime CLI the way containerd's runc shim does: `--root
- * <root>/<namespace>`, `--log <bundle>/log.json`, `--systemd-cgroup` when the options ask, the bundle as the commands' working directory,
- * the runtime commands spawned through the shim's subreaper, and `-info`'s features from the
- * runtime's own `features` command. A subclass gives its runtime name and options, and
- * overrides {@link OciShim.cliOptions} for the settings that differ (flags, how exits are
- * observed, ...); it can still override `runtime()` altogether.
+ * <root>/<namespace>`, `--log <bundle>/log.json`, `--systemd-cgroup` when the options ask, the
+ * bundle as the commands' working directory, the runtime commands spawned through the shim's
+ * subreaper, and `-info`'s features from the runtime's own `features` command. A subclass gives
+ * its runtime name and options, and overrides {@link OciShim.cliOptions} for the settings that
+ * differ (flags, how exits are observed, ...); it can still override `runtime()` altogether.
  *
  * @example A crun shim
  * ```ts
