@@ -73,7 +73,7 @@ export {
 } from "./sdk/oci/features.ts";
 
 // Types referenced by the public API above.
-export type { SandboxContext, SandboxRuntime } from "./sdk/shim/server/sandbox_service.ts";
+export type { SandboxContext, SandboxRuntime } from "./sdk/shim/sandbox.ts";
 export type { EndpointKey } from "./sdk/shim/options.ts";
 export type { LogFormat } from "./sdk/shim/logger.ts";
 export type {

@@ -31,14 +31,6 @@ const KNOWN: { from: string; to: string; owner: string }[] = [
   { from: "proto/mod.ts", to: "sdk/shim/schema_codec.ts", owner: "graph" },
   { from: "sdk/linux/mount.ts", to: "sdk/shim/boot/socket_address.ts", owner: "graph" },
   { from: "sdk/shim/options.ts", to: "sdk/shim/boot/wire.ts", owner: "graph" },
-  { from: "sdk/shim/shim.ts", to: "sdk/shim/server/sandbox_service.ts", owner: "graph" },
-  { from: "sdk/shim/server/sandbox_service.ts", to: "sdk/shim/shim.ts", owner: "graph" },
-  {
-    from: "sdk/shim/server/sandbox_service.ts",
-    to: "sdk/shim/server/task_service.ts",
-    owner: "graph",
-  },
-  { from: "sdk/shim/server/task_service.ts", to: "sdk/shim/shim.ts", owner: "graph" },
 ];
 
 /** A row of the drawing: its parts, each a list of path patterns. */
