@@ -26,11 +26,6 @@ const KNOWN: { from: string; to: string; owner: string }[] = [
   { from: "sdk/ops/shim_metrics.ts", to: "sdk/ops/load.ts", owner: "server" },
   { from: "sdk/ops/shim_ops.ts", to: "sdk/ops/load.ts", owner: "server" },
   { from: "sdk/ops/shim_ops.ts", to: "sdk/ops/shim_metrics.ts", owner: "server" },
-  // issue 18, branch graph (this one): fixed in the commits that follow.
-  { from: "proto/mod.ts", to: "sdk/shim/server/any.ts", owner: "graph" },
-  { from: "proto/mod.ts", to: "sdk/shim/schema_codec.ts", owner: "graph" },
-  { from: "sdk/linux/mount.ts", to: "sdk/shim/boot/socket_address.ts", owner: "graph" },
-  { from: "sdk/shim/options.ts", to: "sdk/shim/boot/wire.ts", owner: "graph" },
 ];
 
 /** A row of the drawing: its parts, each a list of path patterns. */

@@ -7,7 +7,7 @@
  * @module
  */
 
-import { encodeDeleteResponse } from "./wire.ts";
+import { encodeDeleteResponse } from "../../../proto/wire.ts";
 import type { ShimFlags } from "./flags.ts";
 import type { Shim } from "../shim.ts";
 import { Logger } from "../logger.ts";

@@ -14,7 +14,7 @@ import {
   decodeBootstrapParams,
   decodeRuncOptions,
   encodeBootstrapResult,
-} from "./wire.ts";
+} from "../../../proto/wire.ts";
 import type { ShimFlags } from "./flags.ts";
 import { endpointJson, type TaskApiEndpoint } from "../endpoint.ts";
 import { bareTypeName, resolveOptions, RUNC_OPTIONS_TYPE } from "../options.ts";
