@@ -10,6 +10,19 @@
 import { sha256Hex } from "./sha256.ts";
 import { cleanPath } from "../../linux/clean_path.ts";
 
+/**
+ * Written by `start`: the address of the server that serves the container, one line
+ * (`unix://…`), as containerd's shims do. `delete` reads it to find a dead server's socket; a
+ * launcher reads it to see that the server's socket is gone.
+ *
+ * @example Usage
+ * ```ts
+ * import { ADDRESS_FILE } from "./socket_address.ts";
+ * console.assert(ADDRESS_FILE === "address");
+ * ```
+ */
+export const ADDRESS_FILE = "address";
+
 /** containerd's default shim socket directory for root. */
 export const DEFAULT_SOCKET_DIR = "/run/containerd/s";
 
