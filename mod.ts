@@ -9,8 +9,14 @@
  *
  * This entry point is light on purpose: importing it loads neither protobuf-es's reflection nor
  * Connect, so a shim's `start`, `delete`, `-v` and `-info` start fast; the server's modules are
- * imported only when the server runs (docs/architecture.md, "What each process loads"). Helpers
- * that need protobuf-es's reflection (`packAny`, `schemaCodec`) are in `@skiff/shim/proto`.
+ * imported only when the server runs (docs/architecture.md, "What each process loads").
+ *
+ * It holds what a runtime author writes a shim with; the rest is in sub-entry points:
+ * `@skiff/shim/seam` (the seam in full: every type of the `ContainerRuntime` contract, options
+ * resolution, the task-API endpoint, logging), `@skiff/shim/oci` (the OCI runtime CLI adapter in
+ * full: its command options, errors, `features` helpers), `@skiff/shim/proto` (schemas, and the
+ * helpers that need protobuf-es's reflection: `packAny`, `schemaCodec`), `@skiff/shim/ttrpc`,
+ * `@skiff/shim/testing`, `@skiff/shim/ops`. CHANGELOG.md says where each name went.
  *
  * @example A crun shim
  * ```ts ignore
@@ -28,63 +34,23 @@
  * @module
  */
 
+// The shim and its entry point.
 export { type RuntimeContext, Shim } from "./sdk/shim/shim.ts";
 export { runShim } from "./sdk/shim/boot/run.ts";
+export type { SandboxContext, SandboxRuntime } from "./sdk/shim/sandbox.ts";
+// The options hook.
 export {
-  acceptedTypes,
-  type EndpointFree,
   type MessageCodec,
   type OptionsMessage,
   optionsMessage,
-  type ResolvedOptions,
-  resolveOptions,
   RUNC_OPTIONS_CODEC,
   type RuntimeOptions,
 } from "./sdk/shim/options.ts";
-export type {
-  ContainerRuntime,
-  RuntimeCheckpointOptions,
-  RuntimeCreateOptions,
-  RuntimeExecOptions,
-  RuntimeRestoreOptions,
-  RuntimeStdio,
-} from "./sdk/shim/runtime.ts";
-export {
-  formatTaskApiEndpoint,
-  parseTaskApiEndpoint,
-  type TaskApiEndpoint,
-  type TaskApiProtocol,
-  type TaskApiVersion,
-} from "./sdk/shim/endpoint.ts";
-export { type LogFields, Logger, type LogLevel } from "./sdk/shim/logger.ts";
+// The runtime seam (its option types: @skiff/shim/seam).
+export type { ContainerRuntime, RuntimeStdio } from "./sdk/shim/runtime.ts";
+export { Logger } from "./sdk/shim/logger.ts";
+// OCI runtimes (the rest: @skiff/shim/oci).
 export { OciRuntimeCli } from "./sdk/oci/cli.ts";
-export { OciShim, type OciShimOptions } from "./sdk/oci/shim.ts";
 export type { OciRuntimeCliOptions } from "./sdk/oci/options.ts";
-export { isNotExist, mapKillError, OciRuntimeError } from "./sdk/oci/errors.ts";
-export {
-  decodeOciFeatures,
-  OCI_FEATURES_TYPE_URL,
-  type OciFeatures,
-  ociFeaturesAny,
-  parseOciFeatures,
-} from "./sdk/oci/features.ts";
-
-// Types referenced by the public API above.
-export type { SandboxContext, SandboxRuntime } from "./sdk/shim/server/sandbox_service.ts";
-export type { EndpointKey } from "./sdk/shim/options.ts";
-export type { LogFormat } from "./sdk/shim/logger.ts";
-export type {
-  CheckpointOptions,
-  CreateOptions,
-  CriuOptions,
-  DeleteOptions,
-  EventsOptions,
-  ExecOptions,
-  KillOptions,
-  OciEvent,
-  OciState,
-  ProcessStdio,
-  RestoreOptions,
-  SpawnFn,
-  StdioMode,
-} from "./sdk/oci/options.ts";
+export { OciShim, type OciShimOptions } from "./sdk/oci/shim.ts";
+export { ociFeaturesAny } from "./sdk/oci/features.ts";

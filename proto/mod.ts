@@ -43,8 +43,8 @@
  */
 
 // protobuf-es helpers for shims (kept out of the light `@skiff/shim` entry point).
-export { packAny } from "../sdk/shim/server/any.ts";
-export { schemaCodec } from "../sdk/shim/schema_codec.ts";
+export { packAny } from "./any.ts";
+export { schemaCodec } from "./schema_codec.ts";
 
 // Task API. containerd.task.v2 and containerd.task.v3 share every message shape; the messages are
 // exported once, from v2. TaskServiceV3 is the same service under the v3 package name.

@@ -7,7 +7,7 @@ import { TaskExitSchema, TaskStartSchema } from "../proto/gen/containerd/events/
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { TtrpcServer } from "../sdk/ttrpc/server.ts";
 import { createTtrpcTransport } from "../sdk/ttrpc/transport.ts";
-import { packAny } from "../sdk/shim/server/any.ts";
+import { packAny } from "../proto/any.ts";
 import { Logger } from "../sdk/shim/logger.ts";
 import { parseExposition } from "../sdk/ops/metrics.ts";
 import { loadShimOps, type OpsContainerView } from "../sdk/ops/load.ts";

@@ -8,7 +8,7 @@ import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc
 import { OptionsSchema as CriOptionsSchema } from "../proto/gen/runtimeoptions/v1/api_pb.ts";
 import { TaskOOMSchema } from "../proto/gen/containerd/events/task_pb.ts";
 import { optionsMessage, resolveOptions, type RuntimeOptions } from "../sdk/shim/options.ts";
-import { schemaCodec } from "../sdk/shim/schema_codec.ts";
+import { schemaCodec } from "../proto/schema_codec.ts";
 import { RuncShim } from "../examples/runc/main.ts";
 import { RunscShim } from "../examples/runsc/main.ts";
 

@@ -11,6 +11,12 @@ import {
 import { parseInstallArgs } from "../sdk/install/cli.ts";
 import { launcherCodeId } from "../sdk/shim/spare/handoff.ts";
 import { sha256Hex } from "../sdk/shim/boot/sha256.ts";
+import { runDelete } from "../sdk/shim/boot/delete.ts";
+import { RUNTIME_DELETED_FILE } from "../sdk/shim/boot/bundle_files.ts";
+import { ADDRESS_FILE } from "../sdk/shim/boot/socket_address.ts";
+import { parseShimFlags } from "../sdk/shim/boot/flags.ts";
+import type { Shim } from "../sdk/shim/shim.ts";
+import { Logger } from "../sdk/shim/logger.ts";
 
 const dec = new TextDecoder();
 
@@ -257,7 +263,11 @@ Deno.test("a bundled launcher reads a dynamically imported chunk only when the i
   }
 });
 
-Deno.test("the launchers' delete fast path prints the server's answer only when nothing is left to clean", async () => {
+// The launcher's fast path is shell; the protocol it implements is the `delete` action's: in
+// every case below, where the shell answers, runDelete on the same bundle and arguments prints
+// the same bytes and runs no runtime command (so skipping deno loses nothing), and the cases
+// where it must answer (and where it must not) are pinned.
+Deno.test("the launchers' delete fast path answers only where the delete action would print the same and run nothing", async () => {
   const dir = await Deno.makeTempDir({ prefix: "skiff-fastpath-" });
   try {
     const script = `${dir}/launcher`;
@@ -267,39 +277,116 @@ Deno.test("the launchers' delete fast path prints the server's answer only when 
       ["#!/bin/sh", ...deleteFastPath(), "echo FELL-THROUGH"].join("\n"),
     );
     const bundle = `${dir}/bundle`;
-    await Deno.mkdir(bundle);
+    const sock = `${dir}/gone.sock`;
     const answer = new Uint8Array([0x08, 0x2a, 0x10, 0x89, 0x01]);
-    const run = async (...args: string[]) => {
-      const out = await new Deno.Command("sh", { args: [script, ...args], stdout: "piped" })
-        .output();
-      assert.equal(out.code, 0);
-      return out.stdout;
-    };
-    const fell = (b: Uint8Array) => dec.decode(b).trim() === "FELL-THROUGH";
     const flags = ["-namespace", "n", "-address", "/a", "-publish-binary", "/p", "-id", "c1"];
-
-    // No answer left by a server: the delete action runs.
-    assert.ok(fell(await run(...flags, "-bundle", bundle, "delete")));
-    await Deno.writeFile(`${bundle}/skiff-runtime-deleted`, answer);
-    // An answer, but no address file: the action runs (it knows where to look).
-    assert.ok(fell(await run(...flags, "-bundle", bundle, "delete")));
-    // An answer and the socket gone: printed as is, both flag spellings, nothing started.
-    await Deno.writeTextFile(`${bundle}/address`, `unix://${dir}/gone.sock`);
-    assert.deepEqual(await run(...flags, "-bundle", bundle, "delete"), answer);
-    assert.deepEqual(await run(...flags, `--bundle=${bundle}`, "-debug", "delete"), answer);
-    // The socket still there (a group's live server, or a dead one's leftover): the action runs.
-    await Deno.writeTextFile(`${dir}/gone.sock`, "");
-    assert.ok(fell(await run(...flags, "-bundle", bundle, "delete")));
-    await Deno.remove(`${dir}/gone.sock`);
-    // Other actions, and an empty answer, never take the fast path.
-    assert.ok(fell(await run(...flags, "-bundle", bundle, "start")));
-    assert.ok(fell(await run("-v")));
-    await Deno.writeFile(`${bundle}/skiff-runtime-deleted`, new Uint8Array());
-    assert.ok(fell(await run(...flags, "-bundle", bundle, "delete")));
+    type Case = {
+      name: string;
+      files: { answer?: Uint8Array; address?: string; socket?: boolean };
+      args: string[];
+      answers: boolean;
+    };
+    const gone = `unix://${sock}`;
+    const cases: Case[] = [
+      {
+        name: "no answer left",
+        files: {},
+        args: [...flags, "-bundle", bundle, "delete"],
+        answers: false,
+      },
+      {
+        name: "an answer, no address file",
+        files: { answer },
+        args: [...flags, "-bundle", bundle, "delete"],
+        answers: false,
+      },
+      {
+        name: "an answer, the socket gone",
+        files: { answer, address: gone },
+        args: [...flags, "-bundle", bundle, "delete"],
+        answers: true,
+      },
+      {
+        name: "the address with a newline",
+        files: { answer, address: `${gone}\n` },
+        args: [...flags, "-bundle", bundle, "delete"],
+        answers: true,
+      },
+      {
+        name: "--bundle= and -debug",
+        files: { answer, address: gone },
+        args: [...flags, `--bundle=${bundle}`, "-debug", "delete"],
+        answers: true,
+      },
+      {
+        name: "the socket still there",
+        files: { answer, address: gone, socket: true },
+        args: [...flags, "-bundle", bundle, "delete"],
+        answers: false,
+      },
+      {
+        name: "an empty address file",
+        files: { answer, address: "" },
+        args: [...flags, "-bundle", bundle, "delete"],
+        answers: false,
+      },
+      {
+        name: "an empty answer",
+        files: { answer: new Uint8Array(), address: gone },
+        args: [...flags, "-bundle", bundle, "delete"],
+        answers: false,
+      },
+      {
+        name: "start",
+        files: { answer, address: gone },
+        args: [...flags, "-bundle", bundle, "start"],
+        answers: false,
+      },
+      { name: "-v", files: { answer, address: gone }, args: ["-v"], answers: false },
+    ];
+    for (const c of cases) {
+      await Deno.remove(bundle, { recursive: true }).catch(() => {});
+      await Deno.remove(sock).catch(() => {});
+      await Deno.mkdir(bundle);
+      if (c.files.answer) await Deno.writeFile(`${bundle}/${RUNTIME_DELETED_FILE}`, c.files.answer);
+      if (c.files.address !== undefined) {
+        await Deno.writeTextFile(`${bundle}/${ADDRESS_FILE}`, c.files.address);
+      }
+      if (c.files.socket) await Deno.writeTextFile(sock, "");
+      const out = await new Deno.Command("sh", { args: [script, ...c.args], stdout: "piped" })
+        .output();
+      assert.equal(out.code, 0, c.name);
+      const fell = dec.decode(out.stdout).trim() === "FELL-THROUGH";
+      assert.equal(
+        !fell,
+        c.answers,
+        `${c.name}: the launcher ${fell ? "fell through" : "answered"}`,
+      );
+      if (fell) continue;
+      assert.deepEqual(out.stdout, answer, c.name);
+      const calls: string[] = [];
+      const action = await runDelete(recordingShim(calls), parseShimFlags(c.args), quiet);
+      assert.deepEqual(action, out.stdout, `${c.name}: the delete action prints the same`);
+      assert.deepEqual(calls, [], `${c.name}: the delete action runs no runtime command`);
+    }
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+/** A Shim whose runtime records the commands the delete action would run. */
+function recordingShim(calls: string[]): Shim<object> {
+  return {
+    options: { defaults: () => ({}) },
+    runtime: () => ({
+      delete: (id: string) => {
+        calls.push(`delete ${id}`);
+        return Promise.resolve();
+      },
+    }),
+  } as unknown as Shim<object>;
+}
+const quiet = new Logger({ sink: () => {} });
 
 Deno.test("a bundle launcher states its code identity: the hash of the rest of its text", () => {
   const spec = { deno: "/usr/bin/deno", denoDir: "/c", entry: "/b/0123/main.js", v8Flags: [] };

@@ -25,6 +25,8 @@
  */
 
 import { sha256Hex } from "../shim/boot/sha256.ts";
+import { RUNTIME_DELETED_FILE } from "../shim/boot/bundle_files.ts";
+import { ADDRESS_FILE } from "../shim/boot/socket_address.ts";
 
 /**
  * The example shims: launcher name → entry point relative to the checkout root.
@@ -164,9 +166,12 @@ export interface BundleLauncherSpec {
  * The launcher's answer to containerd's common `delete`, without starting deno. containerd runs
  * `<shim> … -bundle B delete` every time a shim's connection closes, and waits for it before
  * the task delete returns. After a clean Task `Delete` the server has left the answer in the
- * bundle (`skiff-runtime-deleted`, a marshalled `DeleteResponse`) and removed its socket: there
- * is nothing to clean, so the launcher prints that file. Anything else (no answer, the socket
- * still there: a live group server or a dead one's leftover) runs the `delete` action as before.
+ * bundle ({@linkcode RUNTIME_DELETED_FILE}, a marshalled `DeleteResponse`) and removed its
+ * socket: there is nothing to clean, so the launcher prints that file. Anything else (no answer,
+ * the socket still there: a live group server or a dead one's leftover) runs the `delete` action
+ * as before. The file names are the TypeScript constants the actions use; the shell is tested
+ * against the `delete` action itself (tests/testing_install_test.ts: wherever it answers, the
+ * action would print the same bytes and run nothing).
  *
  * @example Usage
  * ```ts
@@ -175,6 +180,8 @@ export interface BundleLauncherSpec {
  * ```
  */
 export function deleteFastPath(): string[] {
+  const answer = `"$b/${bundleFileName(RUNTIME_DELETED_FILE)}"`;
+  const address = `"$b/${bundleFileName(ADDRESS_FILE)}"`;
   return [
     'for a in "$@"; do last=$a; done',
     'if [ "${last-}" = delete ]; then',
@@ -184,13 +191,19 @@ export function deleteFastPath(): string[] {
     "    case $a in -bundle=*|--bundle=*) b=${a#*=} ;; esac",
     "    prev=$a",
     "  done",
-    '  if [ -n "$b" ] && [ -s "$b/skiff-runtime-deleted" ] &&',
-    '    { read -r addr < "$b/address" || [ -n "${addr-}" ]; } 2>/dev/null &&',
+    `  if [ -n "$b" ] && [ -s ${answer} ] &&`,
+    `    { read -r addr < ${address} || [ -n "\${addr-}" ]; } 2>/dev/null &&`,
     '    [ -n "$addr" ] && [ ! -e "${addr#unix://}" ]; then',
-    '    exec cat "$b/skiff-runtime-deleted"',
+    `    exec cat ${answer}`,
     "  fi",
     "fi",
   ];
+}
+
+/** A bundle file's name, checked to need no quoting inside the launcher's double quotes. */
+function bundleFileName(name: string): string {
+  if (!/^[A-Za-z0-9._-]+$/.test(name)) throw new Error(`bundle file name "${name}" needs quoting`);
+  return name;
 }
 
 /**

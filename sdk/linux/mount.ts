@@ -5,8 +5,7 @@
  */
 
 import { cstr, Errno, errno, ErrnoError, libc } from "./libc.ts";
-// Not node:path: loading Node compatibility costs `delete` (which unmounts) ~8 ms and 5 MiB.
-import { cleanPath } from "../shim/boot/socket_address.ts";
+import { cleanPath } from "./clean_path.ts";
 
 /**
  * One entry of `CreateTaskRequest.rootfs` (containerd's `Mount`).

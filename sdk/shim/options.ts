@@ -25,7 +25,8 @@
 import type { Any } from "@bufbuild/protobuf/wkt";
 import { parse as parseToml } from "smol-toml";
 import type { Options as RuncOptions } from "../../proto/gen/containerd/runc/v1/oci_pb.ts";
-import { decodeCriRuntimeOptions, decodeRuncOptions } from "./boot/wire.ts";
+import { decodeCriRuntimeOptions, decodeRuncOptions } from "../../proto/wire.ts";
+import type { MessageCodec } from "../../proto/schema_codec.ts";
 import { parseTaskApiEndpoint, type TaskApiEndpoint } from "./endpoint.ts";
 // Light errors and wire-level decoders: `-info` resolves options without Connect or
 // protobuf-es's reflection (docs/architecture.md, "What each process loads").
@@ -51,17 +52,7 @@ export type EndpointKey =
 export type EndpointFree<T> = [Extract<keyof T, EndpointKey>] extends [never] ? T
   : { "RuntimeOptions cannot declare task-API endpoint fields": Extract<keyof T, EndpointKey> };
 
-/**
- * How to decode one protobuf message type from its bytes. {@link RUNC_OPTIONS_CODEC} is a
- * wire-level one; for a generated schema use `schemaCodec(schema)` from `@skiff/shim/proto`
- * (it loads protobuf-es's reflection, so the short-lived actions then load it too).
- */
-export interface MessageCodec<M> {
-  /** The message's full type name, matched against the `Any`'s bare type URL. */
-  readonly typeName: string;
-  /** Decodes the message; throws when the bytes are not one. */
-  decode(bytes: Uint8Array): M;
-}
+export type { MessageCodec };
 
 /**
  * containerd's runc options (`containerd.runc.v1.Options`), decoded at the wire level.

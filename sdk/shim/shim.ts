@@ -15,7 +15,7 @@ import type { RuntimeOptions } from "./options.ts";
 import type { ContainerRuntime } from "./runtime.ts";
 import type { Logger } from "./logger.ts";
 import type { TaskApiVersion } from "./endpoint.ts";
-import type { SandboxContext, SandboxRuntime } from "./server/sandbox_service.ts";
+import type { SandboxContext, SandboxRuntime } from "./sandbox.ts";
 
 /** What a runtime hook gets to build a container's runtime. Endpoint-free by design. */
 export interface RuntimeContext<T> {

@@ -1,5 +1,7 @@
 /**
- * Files the server leaves in a container's bundle for the `delete` action to read.
+ * Files in a container's bundle that the actions, the server and the installed launchers
+ * (`deleteFastPath` in sdk/install/install.ts, generated from these constants) agree on; the
+ * `address` file is `ADDRESS_FILE` in socket_address.ts, which `start` loads anyway.
  *
  * @module
  */
@@ -14,8 +16,12 @@
  * the server's socket is gone (`deleteFastPath` in sdk/install/install.ts).
  *
  * @example Usage
- * ```ts ignore
- * await Deno.writeTextFile(`${bundle}/${RUNTIME_DELETED_FILE}`, "");
+ * ```ts
+ * import { RUNTIME_DELETED_FILE } from "./bundle_files.ts";
+ * const bundle = await Deno.makeTempDir();
+ * await Deno.writeFile(`${bundle}/${RUNTIME_DELETED_FILE}`, new Uint8Array([0x10, 0x89, 0x01]));
+ * console.assert((await Deno.readFile(`${bundle}/${RUNTIME_DELETED_FILE}`)).length === 3);
+ * await Deno.remove(bundle, { recursive: true });
  * ```
  */
 export const RUNTIME_DELETED_FILE = "skiff-runtime-deleted";

@@ -7,12 +7,12 @@
  * @module
  */
 
-import { encodeDeleteResponse } from "./wire.ts";
+import { encodeDeleteResponse } from "../../../proto/wire.ts";
 import type { ShimFlags } from "./flags.ts";
 import type { Shim } from "../shim.ts";
 import { Logger } from "../logger.ts";
 import { groupKey, socketAlive } from "./server_socket.ts";
-import { shimSocketAddress, socketPath } from "./socket_address.ts";
+import { ADDRESS_FILE, shimSocketAddress, socketPath } from "./socket_address.ts";
 import { DEAD_SHIM_EXIT_STATUS, RUNTIME_DELETED_FILE } from "./bundle_files.ts";
 
 export { DEAD_SHIM_EXIT_STATUS } from "./bundle_files.ts";
@@ -100,7 +100,7 @@ async function unmountLeftRootfs(
  * `start` wrote the address it served on (with 2.3+'s socket_dir, not the default dir).
  */
 async function removeDeadSocket(bundle: string, flags: ShimFlags): Promise<void> {
-  const written = await Deno.readTextFile(`${bundle}/address`).catch(() => "");
+  const written = await Deno.readTextFile(`${bundle}/${ADDRESS_FILE}`).catch(() => "");
   if (!written.trim() && !flags.address) return;
   const path = socketPath(
     written.trim() ||

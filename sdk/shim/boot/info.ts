@@ -8,7 +8,7 @@
  */
 
 import type { Any } from "@bufbuild/protobuf/wkt";
-import { decodeAny, encodeRuntimeInfo } from "./wire.ts";
+import { decodeAny, encodeRuntimeInfo } from "../../../proto/wire.ts";
 import { resolveOptions } from "../options.ts";
 import type { Shim } from "../shim.ts";
 

@@ -8,38 +8,26 @@
  */
 
 import { sha256Hex } from "./sha256.ts";
+import { cleanPath } from "../../linux/clean_path.ts";
+
+/**
+ * Written by `start`: the address of the server that serves the container, one line
+ * (`unix://…`), as containerd's shims do. `delete` reads it to find a dead server's socket; a
+ * launcher reads it to see that the server's socket is gone.
+ *
+ * @example Usage
+ * ```ts
+ * import { ADDRESS_FILE } from "./socket_address.ts";
+ * console.assert(ADDRESS_FILE === "address");
+ * ```
+ */
+export const ADDRESS_FILE = "address";
 
 /** containerd's default shim socket directory for root. */
 export const DEFAULT_SOCKET_DIR = "/run/containerd/s";
 
 /** Unix socket paths longer than this do not fit in `sockaddr_un` (Go shims use 106). */
 export const SOCKET_PATH_LIMIT = 106;
-
-/**
- * Cleans a slash-separated path like Go's `path.Clean`.
- *
- * @example Usage
- * ```ts
- * import { cleanPath } from "./socket_address.ts";
- * console.assert(cleanPath("/a//b/../c/") === "/a/c");
- * ```
- */
-export function cleanPath(p: string): string {
-  if (p === "") return ".";
-  const rooted = p.startsWith("/");
-  const out: string[] = [];
-  for (const part of p.split("/")) {
-    if (part === "" || part === ".") continue;
-    if (part === "..") {
-      if (out.length > 0 && out[out.length - 1] !== "..") out.pop();
-      else if (!rooted) out.push("..");
-      continue;
-    }
-    out.push(part);
-  }
-  const joined = out.join("/");
-  return rooted ? "/" + joined : (joined || ".");
-}
 
 /**
  * Computes the socket address a shim for `group` listens on.

@@ -14,12 +14,17 @@ import {
   decodeBootstrapParams,
   decodeRuncOptions,
   encodeBootstrapResult,
-} from "./wire.ts";
+} from "../../../proto/wire.ts";
 import type { ShimFlags } from "./flags.ts";
 import { endpointJson, type TaskApiEndpoint } from "../endpoint.ts";
 import { bareTypeName, resolveOptions, RUNC_OPTIONS_TYPE } from "../options.ts";
 import type { Shim } from "../shim.ts";
-import { DEFAULT_SOCKET_DIR, shimSocketAddress, socketPath } from "./socket_address.ts";
+import {
+  ADDRESS_FILE,
+  DEFAULT_SOCKET_DIR,
+  shimSocketAddress,
+  socketPath,
+} from "./socket_address.ts";
 import { setOomScoreAdj, shimOomScore } from "../../linux/oom_score.ts";
 import { niceOf } from "../../linux/nice.ts";
 import { containerdProcess, handOff, loadSpareConfig } from "../spare/handoff.ts";
@@ -216,7 +221,7 @@ export async function runStart<T extends object>(
       Deno.writeTextFileSync(`${bundle}/shim.pid`, String(pid));
     } catch { /* the bundle is containerd's; the pid file is a courtesy */ }
   }
-  Deno.writeTextFileSync(`${bundle}/address`, address);
+  Deno.writeTextFileSync(`${bundle}/${ADDRESS_FILE}`, address);
   return formatStartAnswer(input.dialect, ep, await version());
 }
 

@@ -11,7 +11,7 @@
 
 import type { DescMessage, MessageInitShape } from "@bufbuild/protobuf";
 import { type Any, timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { packAny } from "./any.ts";
+import { packAny } from "../../../proto/any.ts";
 import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
 import { Events } from "../../../proto/gen/containerd/services/events/ttrpc/v1/events_pb.ts";
 import { createTtrpcTransport } from "../../ttrpc/transport.ts";

@@ -4,7 +4,7 @@
  * shim's `start` for the sandbox, then CreateSandbox, StartSandbox, and later routes the pod's
  * containers to this shim's task-API endpoint (version 3: no per-container `start`).
  *
- * A runtime may supply a narrow {@link SandboxRuntime} hook for what it must do to create,
+ * A runtime may supply a narrow `SandboxRuntime` hook (`sdk/shim/sandbox.ts`) for what it must do to create,
  * start and stop a sandbox (a VM runtime boots its VM there); without one, the sandbox is this
  * shim process and its containers.
  *
@@ -31,6 +31,7 @@ import type { Logger } from "../logger.ts";
 import { resolveOptions } from "../options.ts";
 import type { ShimPlatform } from "./platform.ts";
 import type { Shim } from "../shim.ts";
+import type { SandboxContext } from "../sandbox.ts";
 import { validateId } from "./task_service.ts";
 import type { TaskService } from "./task_service.ts";
 
@@ -38,34 +39,6 @@ type SandboxImpl = ServiceImpl<typeof Sandbox>;
 type Out<M extends keyof SandboxImpl> = MessageInitShape<
   (typeof Sandbox)["method"][M]["output"]
 >;
-
-/** What a sandbox hook gets. Endpoint-free by design, like {@link RuntimeContext}. */
-export interface SandboxContext<T> {
-  /** Sandbox id. */
-  readonly id: string;
-  /** containerd namespace. */
-  readonly namespace: string;
-  /** The sandbox's bundle directory. */
-  readonly bundle: string;
-  /** Network namespace path ("" for the host's). */
-  readonly netnsPath: string;
-  /** Annotations from containerd. */
-  readonly annotations: Readonly<Record<string, string>>;
-  /** The runtime options in effect for the sandbox. */
-  readonly options: T;
-  /** Logger with the sandbox's fields. */
-  readonly logger: Logger;
-}
-
-/** The narrow hook for runtimes whose sandbox is more than the shim process (e.g. a VM). */
-export interface SandboxRuntime<T> {
-  /** Prepares the sandbox. */
-  create?(ctx: SandboxContext<T>): Promise<void>;
-  /** Starts it; returns the pid that represents it (default: the shim's). */
-  start?(ctx: SandboxContext<T>): Promise<{ pid?: number }>;
-  /** Stops it (after its containers have been killed). */
-  stop?(ctx: SandboxContext<T>): Promise<void>;
-}
 
 interface SandboxRecord<T> {
   ctx: SandboxContext<T>;

@@ -51,7 +51,7 @@ import {
 import { abortable } from "./abortable.ts";
 import { Container } from "./container.ts";
 import type { EventPublisher } from "./events.ts";
-import { packAny } from "./any.ts";
+import { packAny } from "../../../proto/any.ts";
 import type { Logger } from "../logger.ts";
 import { resolveOptions } from "../options.ts";
 import type { ReapedExit, ShimPlatform } from "./platform.ts";
@@ -61,7 +61,7 @@ import { sharesPidNamespace } from "./bundle_spec.ts";
 import type { Shim } from "../shim.ts";
 import type { TaskApiEndpoint } from "../endpoint.ts";
 import { DEAD_SHIM_EXIT_STATUS, RUNTIME_DELETED_FILE } from "../boot/bundle_files.ts";
-import { encodeDeleteResponse } from "../boot/wire.ts";
+import { encodeDeleteResponse } from "../../../proto/wire.ts";
 
 type TaskImpl = ServiceImpl<typeof Task>;
 type Out<M extends keyof TaskImpl> = MessageInitShape<

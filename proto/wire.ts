@@ -4,15 +4,17 @@
  * `DeleteResponse`, `RuntimeInfo` and runc's `Options`. They use `@bufbuild/protobuf/wire`
  * alone, so an action never loads protobuf-es's reflection or a generated descriptor (see
  * docs/architecture.md, "What each process loads"). The objects they return have the shape of
- * the generated message types, so the server and tests can use either.
+ * the generated message types, so the server and tests can use either. They sit in proto/, the
+ * bottom layer, because the options hook (`sdk/shim/options.ts`), the actions and the server all
+ * decode with them.
  *
  * @module
  */
 
 import { BinaryReader, BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import type { Any } from "@bufbuild/protobuf/wkt";
-import type { BootstrapParams } from "../../../proto/gen/containerd/runtime/bootstrap/v1/bootstrap_pb.ts";
-import type { Options as RuncOptionsMessage } from "../../../proto/gen/containerd/runc/v1/oci_pb.ts";
+import type { BootstrapParams } from "./gen/containerd/runtime/bootstrap/v1/bootstrap_pb.ts";
+import type { Options as RuncOptionsMessage } from "./gen/containerd/runc/v1/oci_pb.ts";
 
 function fields(
   bytes: Uint8Array,

@@ -1,13 +1,25 @@
 /**
  * A {@link MessageCodec} from a generated protobuf-es schema, for a runtime's own options type.
  * It loads protobuf-es's reflection, so it lives outside the light `@skiff/shim` entry: import
- * it from `@skiff/shim/proto`, where the generated schemas are.
+ * it from `@skiff/shim/proto`, where the generated schemas are. `MessageCodec` is declared here,
+ * in the bottom layer, and re-exported by `sdk/shim/options.ts`.
  *
  * @module
  */
 
 import { type DescMessage, fromBinary, type MessageShape } from "@bufbuild/protobuf";
-import type { MessageCodec } from "./options.ts";
+
+/**
+ * How to decode one protobuf message type from its bytes. `RUNC_OPTIONS_CODEC` (`@skiff/shim`)
+ * is a wire-level one; {@link schemaCodec} makes one from a generated schema (it loads
+ * protobuf-es's reflection, so the short-lived actions then load it too).
+ */
+export interface MessageCodec<M> {
+  /** The message's full type name, matched against the `Any`'s bare type URL. */
+  readonly typeName: string;
+  /** Decodes the message; throws when the bytes are not one. */
+  decode(bytes: Uint8Array): M;
+}
 
 /**
  * Wraps a generated schema as the codec `optionsMessage` takes.
@@ -15,7 +27,7 @@ import type { MessageCodec } from "./options.ts";
  * @example Usage
  * ```ts
  * import { schemaCodec } from "./schema_codec.ts";
- * import { OptionsSchema } from "../../proto/gen/containerd/runc/v1/oci_pb.ts";
+ * import { OptionsSchema } from "./gen/containerd/runc/v1/oci_pb.ts";
  * const codec = schemaCodec(OptionsSchema);
  * console.assert(codec.decode(new Uint8Array([0x32, 1, 0x78])).binaryName === "x");
  * ```

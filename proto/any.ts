@@ -13,7 +13,7 @@ import { type Any, AnySchema } from "@bufbuild/protobuf/wkt";
  * @example Usage
  * ```ts
  * import { packAny } from "./any.ts";
- * import { TaskOOMSchema } from "../../../proto/gen/containerd/events/task_pb.ts";
+ * import { TaskOOMSchema } from "./gen/containerd/events/task_pb.ts";
  * const any = packAny(TaskOOMSchema, { containerId: "c1" });
  * console.assert(any.typeUrl === "containerd.events.TaskOOM");
  * ```
