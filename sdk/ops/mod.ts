@@ -46,18 +46,9 @@ export {
 } from "./shim_metrics.ts";
 export { createOpsApp, type OpsAppSource } from "./app.ts";
 export { type EventRecord, ShimOps, type ShimOpsOptions } from "./shim_ops.ts";
-export {
-  loadShimOps,
-  type LoadShimOpsOptions,
-  OPS_SOCKET_SUFFIX,
-  type OpsContainerView,
-  type OpsProcessView,
-  type OpsSettings,
-  opsSettings,
-  opsSocketPath,
-  type ShimOpsContext,
-  type ShimOpsHooks,
-} from "./load.ts";
+export { loadShimOps, type LoadShimOpsOptions, type OpsSettings, opsSettings } from "./load.ts";
+export type { OpsContainerView, OpsProcessView, ShimOpsContext, ShimOpsHooks } from "./hooks.ts";
+export { OPS_SOCKET_SUFFIX, opsSocketPath } from "../shim/boot/socket_address.ts";
 export {
   serveUnixHttp,
   unixGet,

@@ -13,8 +13,8 @@ import type { Interceptor } from "@connectrpc/connect";
 import * as taskEvents from "../../proto/gen/containerd/events/task_pb.ts";
 import type { PublisherStats, QueuedEvent } from "../shim/server/events.ts";
 import type { Logger } from "../shim/logger.ts";
-import { type OpsContainerView, type OpsProcessView, opsSocketPath } from "./load.ts";
-import type { ShimOpsContext, ShimOpsHooks } from "./load.ts";
+import type { OpsContainerView, OpsProcessView, ShimOpsContext, ShimOpsHooks } from "./hooks.ts";
+import { opsSocketPath } from "../shim/boot/socket_address.ts";
 import { rpcInterceptor } from "./rpc.ts";
 import { liveProcesses, ShimMetrics } from "./shim_metrics.ts";
 import type { UnixHttpServer } from "./unix_http.ts";
@@ -114,10 +114,6 @@ export class ShimOps implements ShimOpsHooks {
   readonly interceptors: Interceptor[];
   /** Records an event for `/debug/events` (pass as `EventPublisherOptions.onQueued`). */
   readonly onQueued: (e: QueuedEvent) => void;
-  /** Counts a Create outcome (pass as `TaskServiceDeps.onCreate`). */
-  readonly onTaskCreate: (result: "ok" | "error") => void;
-  /** Counts a CreateSandbox outcome (pass as `SandboxServiceDeps.onCreate`). */
-  readonly onSandboxCreate: (result: "ok" | "error") => void;
   #opts: ShimOpsOptions;
   #history: QueuedEvent[] = [];
   #capacity: number;
@@ -147,8 +143,6 @@ export class ShimOps implements ShimOpsHooks {
       this.#history.push(e);
       if (this.#history.length > this.#capacity) this.#history.shift();
     };
-    this.onTaskCreate = (r) => this.metrics.taskCreated(r);
-    this.onSandboxCreate = (r) => this.metrics.sandboxCreated(r);
   }
 
   /** The socket the endpoint serves on, once attached. */

@@ -180,7 +180,6 @@ export async function serveShim<T extends object>(
     logger,
     namespace: flags.namespace,
     inheritedOptions: () => inherited,
-    onCreate: ops?.onTaskCreate,
     onEndpoint: (handed, id) => {
       if (handed.address !== endpoint.address) {
         logger.warn("containerd handed over a task API endpoint that is not this shim's", {
@@ -220,7 +219,6 @@ export async function serveShim<T extends object>(
       namespace: flags.namespace,
       inheritedOptions: () => inherited,
       adoptOptions: (o) => inherited = o,
-      onCreate: ops?.onSandboxCreate,
       onShutdown: () => setTimeout(() => void shutdown("ShutdownSandbox"), 0),
     });
     return createServiceImplSpec<typeof Sandbox>(Sandbox, sandboxes.impl());
