@@ -6,7 +6,7 @@ import { grpcCodeName } from "../sdk/ops/rpc.ts";
 import { liveProcesses, ShimMetrics } from "../sdk/ops/shim_metrics.ts";
 import { opsSettings } from "../sdk/ops/load.ts";
 import { opsSocketPath } from "../sdk/shim/boot/socket_address.ts";
-import { countServerStart, readSpareStatsSync, spareStatsPath } from "../sdk/shim/spare/handoff.ts";
+import { countServerStart, readSpareStatsSync, spareStatsPath } from "../sdk/shim/spare/mod.ts";
 import type { OpsContainerView, OpsProcessView } from "../sdk/ops/hooks.ts";
 
 Deno.test("MetricsRegistry.render() writes HELP, TYPE and samples in registration order", () => {

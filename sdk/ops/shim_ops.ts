@@ -18,7 +18,7 @@ import { opsSocketPath } from "../shim/boot/socket_address.ts";
 import { rpcInterceptor } from "./rpc.ts";
 import { liveProcesses, ShimMetrics } from "./shim_metrics.ts";
 import type { UnixHttpServer } from "./unix_http.ts";
-import { readSpareStatsSync } from "../shim/spare/handoff.ts";
+import { readSpareStatsSync } from "../shim/spare/mod.ts";
 
 const EVENT_SCHEMAS: ReadonlyMap<string, DescMessage> = new Map(
   (Object.values(taskEvents) as unknown[])

@@ -25,7 +25,9 @@ import { shimSocketAddress, socketPath } from "../boot/socket_address.ts";
 import { groupKey } from "../boot/server_socket.ts";
 import { formatTaskApiEndpoint, type TaskApiEndpoint } from "../endpoint.ts";
 import { loadShimOps } from "../../ops/load.ts";
-import { countServerStart, loadSpareConfig, spawnSpare } from "../spare/handoff.ts";
+import { loadSpareConfig } from "../spare/config.ts";
+import { spawnSpare } from "../spare/spawn.ts";
+import { countServerStart } from "../spare/stats.ts";
 import { trimMemoryLater } from "../../linux/memory_trim.ts";
 
 /** Service names the Task implementation is registered under. */

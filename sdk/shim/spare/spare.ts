@@ -1,7 +1,7 @@
 /**
  * The warm spare server: a shim server process that has loaded everything before any container
  * needs it, and waits on a 0600 unix socket for the next `start` of the same installed code and
- * the same containerd to hand it one (`spare/handoff.ts` is that side). Once adopted it
+ * the same containerd to hand it one (`./handoff.ts` is that side). Once adopted it
  * takes what a server spawned by that `start` would have had (working directory, environment,
  * cgroups, `shim_cgroup`, OOM score, log FIFO, `-debug`) and runs {@linkcode serveShim}.
  *
@@ -14,12 +14,14 @@
 
 import type { ShimFlags } from "../boot/flags.ts";
 import type { Shim } from "../shim.ts";
+import { launcherCodeId, spareIdleSeconds } from "./config.ts";
 import {
   JsonLines,
-  launcherCodeId,
   SPARE_ADOPTION_MS,
+  SPARE_DAEMON_ENV,
+  SPARE_NICE_ENV,
   type SpareHandoff,
-  spareIdleSeconds,
+  validHandoff,
   writeJsonLine,
 } from "./handoff.ts";
 import { effectiveIds, PeerCredentialResolver } from "../../ttrpc/_peer_cred.ts";
@@ -27,7 +29,7 @@ import { joinCgroup, joinCgroupsOf } from "../../linux/cgroup_join.ts";
 import { setOomScoreAdj } from "../../linux/oom_score.ts";
 import { processStartTime } from "../../linux/proc_stat.ts";
 import { niceOf, setAutogroupNice, setProcessNice } from "../../linux/nice.ts";
-import { containerdVersion } from "../boot/start.ts";
+import { containerdVersion } from "../boot/containerd_version.ts";
 import { trimMemory } from "../../linux/memory_trim.ts";
 
 /** How often the spare checks its idle time, containerd and its launcher. */
@@ -48,15 +50,6 @@ function replaceEnv(env: Record<string, string>): void {
     if (!(key in env)) Deno.env.delete(key);
   }
   for (const [key, value] of Object.entries(env)) Deno.env.set(key, value);
-}
-
-function validHandoff(v: unknown): v is SpareHandoff {
-  const h = v as SpareHandoff;
-  return typeof h === "object" && h !== null && typeof h.codeId === "string" &&
-    typeof h.bundle === "string" && typeof h.env === "object" && h.env !== null &&
-    typeof h.flags === "object" && h.flags !== null && typeof h.flags.id === "string" &&
-    typeof h.flags.namespace === "string" && typeof h.flags.socket === "string" &&
-    typeof h.flags.address === "string";
 }
 
 /**
@@ -141,11 +134,11 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
   const deadline = Date.now() + idleMs;
   const daemonSocket = flags.address.replace(/^unix:\/\//, "");
   // The containerd that ran the spawning `start` ("<pid>:<start time>"): gone means leave.
-  const [daemonPid, daemonStart] = (Deno.env.get("SKIFF_SPARE_DAEMON") ?? "").split(":");
-  Deno.env.delete("SKIFF_SPARE_DAEMON");
+  const [daemonPid, daemonStart] = (Deno.env.get(SPARE_DAEMON_ENV) ?? "").split(":");
+  Deno.env.delete(SPARE_DAEMON_ENV);
   // The priority a server gets back from its lowered loading one, once a start connects.
-  const baseNice = Number(Deno.env.get("SKIFF_SPARE_NICE") ?? NaN);
-  Deno.env.delete("SKIFF_SPARE_NICE");
+  const baseNice = Number(Deno.env.get(SPARE_NICE_ENV) ?? NaN);
+  Deno.env.delete(SPARE_NICE_ENV);
   const daemonGone = () =>
     Number(daemonPid) > 1 && daemonStart !== "" &&
     String(processStartTime(Number(daemonPid)) ?? "") !== daemonStart;
