@@ -4,7 +4,7 @@ import { MetricsRegistry, parseExposition, renderExposition } from "../sdk/ops/m
 import { mergeFamilies } from "../sdk/ops/monitor.ts";
 import { grpcCodeName } from "../sdk/ops/rpc.ts";
 import { liveProcesses, ShimMetrics } from "../sdk/ops/shim_metrics.ts";
-import { opsSettings } from "../sdk/ops/load.ts";
+import { opsSettings } from "../sdk/ops/extension.ts";
 import { opsSocketPath } from "../sdk/shim/boot/socket_address.ts";
 import { countServerStart, readSpareStatsSync, spareStatsPath } from "../sdk/shim/spare/mod.ts";
 import type { OpsContainerView, OpsProcessView } from "../sdk/ops/hooks.ts";

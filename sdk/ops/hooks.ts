@@ -6,8 +6,7 @@
  * @module
  */
 
-import type { Interceptor } from "@connectrpc/connect";
-import type { PublisherStats, QueuedEvent } from "../shim/server/events.ts";
+import type { PublisherStats } from "../shim/server/events.ts";
 
 /**
  * One process of a container, as the endpoint reads it (a structural view of `ShimProcess`).
@@ -89,24 +88,4 @@ export interface ShimOpsContext {
   events: () => PublisherStats;
   /** Shim-wide runtime options (from `start` or a sandbox), if any. */
   options: () => unknown;
-}
-
-/**
- * What the shim server plugs in. Every hook is optional at its use site, so a server without
- * operations features passes `undefined` everywhere.
- *
- * @example Usage
- * ```ts ignore
- * const server = new TtrpcServer({ interceptors: ops?.interceptors });
- * ```
- */
-export interface ShimOpsHooks {
-  /** Server interceptors (per-call metrics and debug log). */
-  readonly interceptors: Interceptor[];
-  /** For `EventPublisherOptions.onQueued`. */
-  readonly onQueued: ((e: QueuedEvent) => void) | undefined;
-  /** Starts the endpoint beside the ttrpc socket (a failure is logged, never thrown). */
-  attach(ctx: ShimOpsContext): Promise<void>;
-  /** Stops the endpoint and removes its socket. */
-  close(): Promise<void>;
 }

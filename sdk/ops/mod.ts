@@ -46,8 +46,13 @@ export {
 } from "./shim_metrics.ts";
 export { createOpsApp, type OpsAppSource } from "./app.ts";
 export { type EventRecord, ShimOps, type ShimOpsOptions } from "./shim_ops.ts";
-export { loadShimOps, type LoadShimOpsOptions, type OpsSettings, opsSettings } from "./load.ts";
-export type { OpsContainerView, OpsProcessView, ShimOpsContext, ShimOpsHooks } from "./hooks.ts";
+export {
+  opsExtension,
+  type OpsExtensionOptions,
+  type OpsSettings,
+  opsSettings,
+} from "./extension.ts";
+export type { OpsContainerView, OpsProcessView, ShimOpsContext } from "./hooks.ts";
 export { OPS_SOCKET_SUFFIX, opsSocketPath } from "../shim/boot/socket_address.ts";
 export {
   serveUnixHttp,
@@ -72,5 +77,11 @@ export {
   type ShimScrape,
 } from "./monitor.ts";
 export { parseMonitorArgs } from "./monitor_cli.ts";
-// Shim types the hooks above mention, so the ops API documents itself.
+// Shim types the extension and the hooks above mention, so the ops API documents itself.
 export type { PublisherStats, QueuedEvent } from "../shim/server/events.ts";
+export type {
+  ServerExtension,
+  ServerHooks,
+  ServerSetup,
+  ServerState,
+} from "../shim/server/extension.ts";

@@ -1,7 +1,7 @@
 /**
  * `ShimOps`: everything the operations endpoint needs inside one shim server — the metrics,
  * the ttrpc interceptor, a short history of published events, and the Hono endpoint served on
- * `<ttrpc socket>.ops`. {@linkcode loadShimOps} imports this module only when it is enabled,
+ * `<ttrpc socket>.ops`. The ops extension (`./extension.ts`) imports this module only when it is enabled,
  * before the ttrpc server exists (the interceptor must be in place for the first call); the
  * Hono half is imported by {@linkcode ShimOps.attach}, once the ttrpc socket serves.
  *
@@ -13,7 +13,7 @@ import type { Interceptor } from "@connectrpc/connect";
 import * as taskEvents from "../../proto/gen/containerd/events/task_pb.ts";
 import type { PublisherStats, QueuedEvent } from "../shim/server/events.ts";
 import type { Logger } from "../shim/logger.ts";
-import type { OpsContainerView, OpsProcessView, ShimOpsContext, ShimOpsHooks } from "./hooks.ts";
+import type { OpsContainerView, OpsProcessView, ShimOpsContext } from "./hooks.ts";
 import { opsSocketPath } from "../shim/boot/socket_address.ts";
 import { rpcInterceptor } from "./rpc.ts";
 import { liveProcesses, ShimMetrics } from "./shim_metrics.ts";
@@ -107,7 +107,7 @@ function containerJson(c: OpsContainerView): Record<string, unknown> {
  * await ops.attach({ socket: path, bundle, containers: () => tasks.containers, ... });
  * ```
  */
-export class ShimOps implements ShimOpsHooks {
+export class ShimOps {
   /** The shim's metrics. */
   readonly metrics: ShimMetrics;
   /** Server interceptors: per-call metrics, and the debug log line with `-debug`. */

@@ -8,6 +8,20 @@
 
 import { parseShimFlags, type ShimFlags } from "./flags.ts";
 import type { Shim } from "../shim.ts";
+import type { ServerExtension } from "../server/extension.ts";
+
+/**
+ * The server's extensions: the warm spare and the operations endpoint. Always composed; each
+ * decides when it is set up, from the operator's switches, whether it does anything (the spare:
+ * a bundled launcher and `SKIFF_SPARE`; ops: `-debug` and `SKIFF_OPS`).
+ */
+async function serverExtensions(): Promise<ServerExtension[]> {
+  const [{ spareExtension }, { opsExtension }] = await Promise.all([
+    import("../spare/extension.ts"),
+    import("../../ops/extension.ts"),
+  ]);
+  return [spareExtension(), opsExtension()];
+}
 
 async function writeAll(w: { write(p: Uint8Array): Promise<number> }, data: Uint8Array) {
   for (let off = 0; off < data.length;) off += await w.write(data.subarray(off));
@@ -79,11 +93,14 @@ export async function runShim<T extends object>(
     }
     if (flags.spare) {
       const { runSpare } = await import("../spare/spare.ts");
-      await runSpare(shim, flags);
+      await runSpare(shim, flags, serverExtensions);
       Deno.exit(0);
     }
-    const { serveShim } = await import("../server/serve.ts");
-    await serveShim(shim, flags);
+    const [{ serveShim }, extensions] = await Promise.all([
+      import("../server/serve.ts"),
+      serverExtensions(),
+    ]);
+    await serveShim(shim, flags, { extensions });
     Deno.exit(0);
   } catch (e) {
     // containerd shows start's combined output in its error, so say what failed.

@@ -14,6 +14,7 @@
 
 import type { ShimFlags } from "../boot/flags.ts";
 import type { Shim } from "../shim.ts";
+import type { ServerExtension } from "../server/extension.ts";
 import { launcherCodeId, spareIdleSeconds } from "./config.ts";
 import {
   JsonLines,
@@ -61,7 +62,11 @@ function replaceEnv(env: Record<string, string>): void {
  * await runSpare(new RuncShim(), parseShimFlags(["-spare", "-address", a, "-socket", s]));
  * ```
  */
-export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags): Promise<void> {
+export async function runSpare<T extends object>(
+  shim: Shim<T>,
+  flags: ShimFlags,
+  loadExtensions: () => Promise<readonly ServerExtension[]> = () => Promise.resolve([]),
+): Promise<void> {
   const launcher = Deno.env.get("SKIFF_SHIM_LAUNCHER");
   if (!launcher || !flags.socket.endsWith(".sock")) {
     throw new Error("-spare needs -socket <dir>/spare-<code>.sock and SKIFF_SHIM_LAUNCHER");
@@ -82,7 +87,10 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
   if (!flags.socket.endsWith(`/spare-${codeId.slice(0, 16)}.sock`)) Deno.exit(0); // reinstalled
 
   // The point of a spare: the server's modules are loaded and evaluated now, not at start.
-  const { serveShim } = await import("../server/serve.ts");
+  const [{ serveShim }, extensions] = await Promise.all([
+    import("../server/serve.ts"),
+    loadExtensions(),
+  ]);
   const [{ libc }, { Reaper }] = await Promise.all([
     import("../../linux/libc.ts"),
     import("../../linux/reaper.ts"),
@@ -222,6 +230,7 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
         containerd,
         deadline,
         reaper,
+        extensions,
       });
     });
   }
@@ -263,15 +272,19 @@ async function adopt<T extends object>(
     containerd: Promise<[number, number] | undefined>;
     deadline: ReturnType<typeof setTimeout>;
     reaper: import("../../linux/reaper.ts").Reaper;
+    extensions: readonly ServerExtension[];
   },
 ): Promise<never> {
-  const { containerd, deadline, reaper } = ready;
+  const { containerd, deadline, reaper, extensions } = ready;
   let listener: Deno.UnixListener;
   try {
     await writeJsonLine(conn, { pid: Deno.pid, codeId });
     // Become what the cold server of this start would be.
     Deno.chdir(handoff.bundle);
     replaceEnv(handoff.env);
+    // As start's environment names containerd's process to a cold server (the spare extension
+    // takes it out again).
+    if (handoff.daemon) Deno.env.set(SPARE_DAEMON_ENV, handoff.daemon);
     await joinCgroupsOf(Deno.pid, peer);
     if (handoff.shimCgroup) await joinCgroup(Deno.pid, handoff.shimCgroup);
     if (handoff.oomScore !== undefined) setOomScoreAdj("self", handoff.oomScore);
@@ -307,8 +320,8 @@ async function adopt<T extends object>(
   try {
     await serveShim(shim, flags, {
       origin: "spare",
+      extensions,
       reaper,
-      ...(handoff.daemon ? { daemon: handoff.daemon } : {}),
       listener,
       onListening: () => clearTimeout(deadline),
     });
