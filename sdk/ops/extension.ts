@@ -84,9 +84,12 @@ export function opsExtension(opts: OpsExtensionOptions = {}): ServerExtension {
         return {
           interceptors: ops.interceptors,
           onEvent: ops.onQueued,
-          onServing: async (state) =>
+          onServing: async ({ containers, sandboxes, events, options }) =>
             await ops.attach({
-              ...state,
+              containers,
+              sandboxes,
+              events,
+              options,
               origin,
               spareStats: await serverSpareStats(flags.address, socket),
               socket,

@@ -81,6 +81,7 @@ export { parseMonitorArgs } from "./monitor_cli.ts";
 export type { PublisherStats, QueuedEvent } from "../shim/server/events.ts";
 export type {
   ServerExtension,
+  ServerFlags,
   ServerHooks,
   ServerSetup,
   ServerState,

@@ -12,18 +12,30 @@
  */
 
 import type { Interceptor } from "@connectrpc/connect";
-import type { ShimFlags } from "../boot/flags.ts";
 import type { Logger } from "../logger.ts";
-import type { Reaper } from "../../linux/reaper.ts";
 import type { Container } from "./container.ts";
 import type { PublisherStats, QueuedEvent } from "./events.ts";
+
+/** containerd's flags, as far as an extension reads them. */
+export interface ServerFlags {
+  /** containerd namespace (`-namespace`). */
+  readonly namespace: string;
+  /** The id the server was started for (`-id`). */
+  readonly id: string;
+  /** containerd's address (`-address`). */
+  readonly address: string;
+  /** containerd's binary (`-publish-binary`). */
+  readonly publishBinary: string;
+  /** Whether the shim runs with `-debug`. */
+  readonly debug: boolean;
+}
 
 /** What an extension knows when it is set up, before anything serves. */
 export interface ServerSetup {
   /** The shim's runtime name and version. */
   shim: { readonly runtimeName: string; readonly version: string };
   /** containerd's flags as the server got them. */
-  flags: ShimFlags;
+  flags: ServerFlags;
   /** The server's logger. */
   logger: Logger;
   /** How the server came to run: spawned by `start` (`cold`) or a warm spare it adopted. */
@@ -36,8 +48,8 @@ export interface ServerSetup {
 
 /** What an extension may read once the server serves; functions, so each read is current. */
 export interface ServerState {
-  /** The server's reaper (a child spawned through it is reaped by Deno, not swept). */
-  reaper: Reaper;
+  /** Spawns a child through the server's reaper (which then leaves its exit to Deno). */
+  spawn(cmd: Deno.Command): Deno.ChildProcess;
   /** The containers served. */
   containers(): ReadonlyMap<string, Container>;
   /** How many sandboxes are served. */

@@ -93,7 +93,7 @@ export async function serveShim<T extends object>(
   await options.onListening?.();
   trimMemoryLater(); // idle memory back to the kernel once the first requests are done
   await hooks.onServing({
-    reaper,
+    spawn: (cmd) => reaper.spawn(cmd),
     containers: () => services.tasks.containers,
     sandboxes: services.sandboxes,
     events: () => publisher.stats,

@@ -28,14 +28,14 @@ export function spareExtension(): ServerExtension {
       const daemon = Deno.env.get(SPARE_DAEMON_ENV) ?? "";
       Deno.env.delete(SPARE_DAEMON_ENV);
       return {
-        async onServing({ reaper }) {
+        async onServing({ spawn }) {
           const dir = socket.slice(0, socket.lastIndexOf("/")) || "/";
           const spare = await loadSpareConfig(flags.address, dir);
           if (!spare) return;
           // It loads at low priority while this server's container is created.
           setTimeout(() => {
             try {
-              spawnSpare(spare, flags.address, flags.publishBinary, daemon, (c) => reaper.spawn(c));
+              spawnSpare(spare, flags.address, flags.publishBinary, daemon, spawn);
             } catch (e) {
               logger.debug("no next spare", { error: (e as Error).message });
             }
