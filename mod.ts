@@ -36,7 +36,6 @@
 
 // The shim and its entry point.
 export { type RuntimeContext, Shim } from "./sdk/shim/shim.ts";
-export { runShim } from "./sdk/shim/boot/run.ts";
 export type { SandboxContext, SandboxRuntime } from "./sdk/shim/sandbox.ts";
 // The options hook.
 export {
@@ -54,3 +53,34 @@ export { OciRuntimeCli } from "./sdk/oci/cli.ts";
 export type { OciRuntimeCliOptions } from "./sdk/oci/options.ts";
 export { OciShim, type OciShimOptions } from "./sdk/oci/shim.ts";
 export { ociFeaturesAny } from "./sdk/oci/features.ts";
+
+import type { Shim as ShimBase } from "./sdk/shim/shim.ts";
+import { runShimWith } from "./sdk/shim/boot/run.ts";
+
+/**
+ * Runs a shim binary: parses containerd's flags and runs `start`, `delete`, `-v`, `-info` or the
+ * server. Call it from the shim's main module; it exits the process. The server composes skiff's
+ * extensions, the warm spare and the operations endpoint; each is set up only when the operator
+ * switches it on (the spare: a bundled launcher and `SKIFF_SPARE`; ops: `-debug` and `SKIFF_OPS`).
+ * They are defined here, the layer above both, and loaded only when the server runs.
+ *
+ * @param shim the runtime definition
+ * @param argv the arguments (default `Deno.args`)
+ * @example Usage
+ * ```ts ignore
+ * import { runShim } from "@skiff/shim";
+ * await runShim(new RuncShim());
+ * ```
+ */
+export function runShim<T extends object>(
+  shim: ShimBase<T>,
+  argv: readonly string[] = Deno.args,
+): Promise<void> {
+  return runShimWith(shim, argv, async () => {
+    const [{ spareExtension }, { opsExtension }] = await Promise.all([
+      import("./sdk/shim/spare/extension.ts"),
+      import("./sdk/ops/extension.ts"),
+    ]);
+    return [spareExtension(), opsExtension()];
+  });
+}

@@ -13,7 +13,7 @@
  */
 import { ShimHarness } from "../sdk/testing/harness.ts";
 import { containerdVersions } from "../sdk/testing/containerd.ts";
-import { spareDir } from "../sdk/shim/spare/handoff.ts";
+import { spareDir } from "../sdk/shim/spare/mod.ts";
 import { createBusyboxBundle } from "../sdk/testing/bundle.ts";
 import { EXAMPLE_SHIMS, installShims, type InstallShimsOptions } from "../sdk/install/install.ts";
 import { benchInstallOptions } from "./install_options.ts";

@@ -17,14 +17,7 @@ const MARKER = "<!-- import layers -->";
  * Violations that other branches of issue 18 remove; each entry names its owner. An entry that
  * no longer occurs fails the last test below: delete it then.
  */
-const KNOWN: { from: string; to: string; owner: string }[] = [
-  // issue 18, branch server: ops plugs into the server through an extension seam.
-  { from: "sdk/shim/server/serve.ts", to: "sdk/ops/load.ts", owner: "server" },
-  { from: "sdk/ops/load.ts", to: "sdk/ops/shim_ops.ts", owner: "server" },
-  { from: "sdk/ops/shim_metrics.ts", to: "sdk/ops/load.ts", owner: "server" },
-  { from: "sdk/ops/shim_ops.ts", to: "sdk/ops/load.ts", owner: "server" },
-  { from: "sdk/ops/shim_ops.ts", to: "sdk/ops/shim_metrics.ts", owner: "server" },
-];
+const KNOWN: { from: string; to: string; owner: string }[] = [];
 
 /** A row of the drawing: its parts, each a list of path patterns. */
 interface Row {

@@ -15,7 +15,7 @@ import {
 import { ctrRun } from "../sdk/testing/ctr.ts";
 import { installShims } from "../sdk/install/install.ts";
 import { type MetricFamily, parseExposition } from "../sdk/ops/metrics.ts";
-import { opsSocketPath } from "../sdk/ops/load.ts";
+import { opsSocketPath } from "../sdk/shim/boot/socket_address.ts";
 import { serveMonitor } from "../sdk/ops/monitor.ts";
 import { unixGet } from "../sdk/ops/unix_http.ts";
 

@@ -9,8 +9,10 @@ import { TtrpcServer } from "../sdk/ttrpc/server.ts";
 import { createTtrpcTransport } from "../sdk/ttrpc/transport.ts";
 import { packAny } from "../proto/any.ts";
 import { Logger } from "../sdk/shim/logger.ts";
+import { parseShimFlags } from "../sdk/shim/boot/flags.ts";
 import { parseExposition } from "../sdk/ops/metrics.ts";
-import { loadShimOps, type OpsContainerView } from "../sdk/ops/load.ts";
+import { opsExtension } from "../sdk/ops/extension.ts";
+import type { OpsContainerView } from "../sdk/ops/hooks.ts";
 import { ShimOps } from "../sdk/ops/shim_ops.ts";
 import { serveUnixHttp, unixGet } from "../sdk/ops/unix_http.ts";
 
@@ -417,17 +419,32 @@ Deno.test("ShimOps.attach() logs and carries on when the socket cannot be served
   await ops.close();
 });
 
-Deno.test("loadShimOps() loads nothing, the RPC log only, or the endpoint, as configured", async () => {
+Deno.test("opsExtension() sets up nothing, the RPC log only, or the endpoint, as configured", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "skiff-ops-" });
   const logger = new Logger();
-  const flags = { debug: false, namespace: "n", id: "i", address: "/a" };
-  const base = { logger, runtime: "rt", version: "1" };
-  assert.equal(await loadShimOps({ ...base, flags, env: undefined }), undefined);
-  const logOnly = await loadShimOps({ ...base, flags: { ...flags, debug: true }, env: "0" });
-  assert.ok(logOnly && !(logOnly instanceof ShimOps));
-  assert.equal(logOnly.interceptors.length, 1);
-  assert.equal(logOnly.onTaskCreate, undefined);
-  const full = await loadShimOps({ ...base, flags, env: "1" });
-  assert.ok(full instanceof ShimOps);
+  const flags = parseShimFlags(["-namespace", "n", "-id", "i", "-address", "/a"]);
+  const setup = {
+    shim: { runtimeName: "rt", version: "1" },
+    flags,
+    logger,
+    origin: "cold" as const,
+    socket: `${dir}/shim.sock`,
+    bundle: dir,
+  };
+  try {
+    assert.equal(await opsExtension({ env: undefined }).setup(setup), undefined);
+    const debug = { ...setup, flags: { ...flags, debug: true } };
+    const logOnly = await opsExtension({ env: "0" }).setup(debug);
+    assert.equal(logOnly?.interceptors?.length, 1);
+    assert.equal(logOnly?.onServing, undefined, "the RPC log alone serves nothing");
+    const full = await opsExtension({ env: "1" }).setup(setup);
+    assert.ok(full?.onServing && full.onShutdown && full.onEvent);
+    assert.equal(full.interceptors?.length, 1);
+    await full.onShutdown(); // never attached: nothing to remove, nothing served
+    assert.deepEqual([...Deno.readDirSync(dir)], []);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });
 
 Deno.test("ShimOps.close() during attach() still removes the socket attach creates", async () => {

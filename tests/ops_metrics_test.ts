@@ -4,9 +4,10 @@ import { MetricsRegistry, parseExposition, renderExposition } from "../sdk/ops/m
 import { mergeFamilies } from "../sdk/ops/monitor.ts";
 import { grpcCodeName } from "../sdk/ops/rpc.ts";
 import { liveProcesses, ShimMetrics } from "../sdk/ops/shim_metrics.ts";
-import { opsSettings, opsSocketPath } from "../sdk/ops/load.ts";
-import { countServerStart, readSpareStatsSync, spareStatsPath } from "../sdk/shim/spare/handoff.ts";
-import type { OpsContainerView, OpsProcessView } from "../sdk/ops/load.ts";
+import { opsSettings } from "../sdk/ops/extension.ts";
+import { opsSocketPath } from "../sdk/shim/boot/socket_address.ts";
+import { countServerStart, readSpareStatsSync, spareStatsPath } from "../sdk/shim/spare/mod.ts";
+import type { OpsContainerView, OpsProcessView } from "../sdk/ops/hooks.ts";
 
 Deno.test("MetricsRegistry.render() writes HELP, TYPE and samples in registration order", () => {
   const r = new MetricsRegistry();
@@ -195,6 +196,21 @@ Deno.test("ShimMetrics reads containers, live processes and event counters at sc
       .map(([k, v]) => `${k}=${v}`).join(","),
     "runtime=io.containerd.skiff-runc.v2,namespace=ns,id=c1,version=9.9.9",
   );
+});
+
+Deno.test("ShimMetrics counts create outcomes from the interceptor's observations", () => {
+  const m = new ShimMetrics({ runtime: "rt", namespace: "ns", id: "x", version: "1" });
+  const seen = (service: string, method: string, code: string) =>
+    m.observeRpc({ service, method, code, seconds: 0.001 });
+  seen("containerd.task.v2.Task", "Create", "OK");
+  seen("containerd.task.v3.Task", "Create", "AlreadyExists");
+  seen("containerd.task.v3.Task", "State", "NotFound"); // not a create
+  seen("containerd.runtime.sandbox.v1.Sandbox", "CreateSandbox", "Internal");
+  const text = m.render();
+  assert.ok(text.includes('skiff_task_create_requests_total{runtime="rt",result="ok"} 1\n'), text);
+  assert.ok(text.includes('skiff_task_create_requests_total{runtime="rt",result="error"} 1\n'));
+  assert.ok(text.includes('skiff_sandbox_create_requests_total{runtime="rt",result="error"} 1\n'));
+  assert.ok(text.includes('skiff_sandbox_create_requests_total{runtime="rt",result="ok"} 0\n'));
 });
 
 Deno.test("ShimMetrics starts both create results at 0 and counts each outcome", () => {

@@ -22,7 +22,7 @@ async function endpoint(
     debug: false,
     logger: new Logger(),
   });
-  ops.onTaskCreate("ok");
+  ops.metrics.taskCreated("ok");
   await ops.attach({
     origin,
     spareStats: undefined,
@@ -175,8 +175,8 @@ Deno.test("node create totals keep what exited shims counted, once, across scrap
       "io.containerd.skiff-runsc.v2 ok 1",
     ]);
     // Scraping again adds nothing; new outcomes are added once.
-    a.onTaskCreate("error");
-    a.onTaskCreate("ok");
+    a.metrics.taskCreated("error");
+    a.metrics.taskCreated("ok");
     assert.deepEqual(await totals(), [
       "io.containerd.skiff-runc.v2 ok 2",
       "io.containerd.skiff-runsc.v2 ok 1",
@@ -184,7 +184,7 @@ Deno.test("node create totals keep what exited shims counted, once, across scrap
     ]);
     // The runsc shim exits; its create stays in the node total.
     await b.close();
-    b.onTaskCreate("error");
+    b.metrics.taskCreated("error");
     assert.deepEqual(await totals(), [
       "io.containerd.skiff-runc.v2 ok 2",
       "io.containerd.skiff-runsc.v2 ok 1",

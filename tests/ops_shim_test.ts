@@ -7,7 +7,7 @@ import { exists, integrationTest } from "./_integration.ts";
 import { ShimHarness } from "../sdk/testing/harness.ts";
 import { installShims } from "../sdk/install/install.ts";
 import { parseExposition } from "../sdk/ops/metrics.ts";
-import { opsSocketPath } from "../sdk/ops/load.ts";
+import { opsSocketPath } from "../sdk/shim/boot/socket_address.ts";
 import { unixGet } from "../sdk/ops/unix_http.ts";
 
 const LAUNCHER = "containerd-shim-skiff-runc-v2";

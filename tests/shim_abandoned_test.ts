@@ -1,7 +1,7 @@
 // The server of a shim that containerd abandoned before handing it anything exits by itself.
 import assert from "node:assert/strict";
 import { exitWhenAbandoned } from "../sdk/shim/server/abandoned.ts";
-import { openLogSink } from "../sdk/shim/server/serve.ts";
+import { openLogSink } from "../sdk/shim/server/server_logger.ts";
 import { libc, mkfifo, O, open } from "../sdk/linux/libc.ts";
 import { FdStream } from "../sdk/linux/fd_stream.ts";
 

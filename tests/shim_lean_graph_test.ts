@@ -42,15 +42,16 @@ const ALLOWED: Record<string, string[]> = {
     // installed bundle merges modules, so the split costs an installed shim nothing).
     "sdk/linux/clean_path.ts",
     "sdk/shim/boot/sha256.ts",
-    // The warm spare's start side (handoff, next spare, counters): a few small functions.
+    // containerd's version, which decides the answer's format (asked only on 1.7-2.2).
+    "sdk/shim/boot/containerd_version.ts",
+    // The warm spare's start side: where a spare waits, and the handoff's client.
+    "sdk/shim/spare/config.ts",
     "sdk/shim/spare/handoff.ts",
-    // The spare's containerd, told apart from a reused pid by its start time.
+    // The spare's containerd, told apart from a reused pid by its start time; start's nice
+    // value for the spare (both from /proc/<pid>/stat).
     "sdk/linux/proc_stat.ts",
     // The server's OOM score (containerd's plus one), set by start as the Go shims do.
     "sdk/linux/oom_score.ts",
-    // start's nice value for the spare, read from /proc (libc's table only: nothing is opened).
-    "sdk/linux/nice.ts",
-    "sdk/linux/libc.ts",
     // Only with runc options naming shim_cgroup.
     "sdk/linux/cgroup_join.ts",
     "sdk/linux/cgroup_paths.ts",

@@ -33,7 +33,7 @@ import { containerdClient } from "../sdk/testing/containerd_client.ts";
 import { createBusyboxBundle, createOciSpec } from "../sdk/testing/bundle.ts";
 import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc/v1/oci_pb.ts";
 import { processAlive } from "../sdk/linux/proc_stat.ts";
-import { spareDir } from "../sdk/shim/spare/handoff.ts";
+import { spareDir } from "../sdk/shim/spare/mod.ts";
 
 const RUNTIME = "io.containerd.skiff-runc.v2";
 const LAUNCHER = "containerd-shim-skiff-runc-v2";

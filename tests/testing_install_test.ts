@@ -9,7 +9,7 @@ import {
   launcherScript,
 } from "../sdk/install/install.ts";
 import { parseInstallArgs } from "../sdk/install/cli.ts";
-import { launcherCodeId } from "../sdk/shim/spare/handoff.ts";
+import { launcherCodeId } from "../sdk/shim/spare/mod.ts";
 import { sha256Hex } from "../sdk/shim/boot/sha256.ts";
 import { runDelete } from "../sdk/shim/boot/delete.ts";
 import { RUNTIME_DELETED_FILE } from "../sdk/shim/boot/bundle_files.ts";

@@ -9,24 +9,13 @@
 
 import { check, libc } from "./libc.ts";
 
+// Read from /proc/<pid>/stat like the process's start time; kept here too for callers of this module.
+export { niceOf } from "./proc_stat.ts";
+
 /** `PRIO_PROCESS`: on Linux, `setpriority` with it sets one thread. */
 const PRIO_PROCESS = 0;
 /** Bit of `CAP_SYS_NICE` in the capability sets. */
 const CAP_SYS_NICE = 23;
-
-/**
- * The nice value of process (thread-group leader) `pid` from `/proc/<pid>/stat`.
- *
- * @example Usage
- * ```ts
- * import { niceOf } from "./nice.ts";
- * console.assert(Number.isInteger(niceOf("self")));
- * ```
- */
-export function niceOf(pid: number | "self"): number {
-  const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
-  return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[16]);
-}
 
 /**
  * True when this process may raise a priority again (`CAP_SYS_NICE` effective).

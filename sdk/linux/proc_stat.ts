@@ -88,3 +88,17 @@ export function bootTicks(): number {
   const [whole, frac = "0"] = seconds.split(".");
   return Number(whole) * CLOCK_TICKS_PER_SECOND + Number(frac.padEnd(2, "0").slice(0, 2));
 }
+
+/**
+ * The nice value of process (thread-group leader) `pid` from `/proc/<pid>/stat`.
+ *
+ * @example Usage
+ * ```ts
+ * import { niceOf } from "./proc_stat.ts";
+ * console.assert(Number.isInteger(niceOf("self")));
+ * ```
+ */
+export function niceOf(pid: number | "self"): number {
+  const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+  return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[16]);
+}

@@ -47,17 +47,13 @@ export {
 export { createOpsApp, type OpsAppSource } from "./app.ts";
 export { type EventRecord, ShimOps, type ShimOpsOptions } from "./shim_ops.ts";
 export {
-  loadShimOps,
-  type LoadShimOpsOptions,
-  OPS_SOCKET_SUFFIX,
-  type OpsContainerView,
-  type OpsProcessView,
+  opsExtension,
+  type OpsExtensionOptions,
   type OpsSettings,
   opsSettings,
-  opsSocketPath,
-  type ShimOpsContext,
-  type ShimOpsHooks,
-} from "./load.ts";
+} from "./extension.ts";
+export type { OpsContainerView, OpsProcessView, ShimOpsContext } from "./hooks.ts";
+export { OPS_SOCKET_SUFFIX, opsSocketPath } from "../shim/boot/socket_address.ts";
 export {
   serveUnixHttp,
   unixGet,
@@ -81,5 +77,12 @@ export {
   type ShimScrape,
 } from "./monitor.ts";
 export { parseMonitorArgs } from "./monitor_cli.ts";
-// Shim types the hooks above mention, so the ops API documents itself.
+// Shim types the extension and the hooks above mention, so the ops API documents itself.
 export type { PublisherStats, QueuedEvent } from "../shim/server/events.ts";
+export type {
+  ServerExtension,
+  ServerFlags,
+  ServerHooks,
+  ServerSetup,
+  ServerState,
+} from "../shim/server/extension.ts";

@@ -1,15 +1,20 @@
 /**
- * The metrics one shim exposes on `/metrics`. Counters are fed by hooks (create outcomes,
- * the ttrpc interceptor); gauges and the event counters are read at scrape time from the
+ * The metrics one shim exposes on `/metrics`. Counters are fed by the ttrpc interceptor (every
+ * call, and from those the Create and CreateSandbox outcomes); gauges and the event counters are read at scrape time from the
  * server's own state, so nothing is kept twice.
  *
  * @module
  */
 
 import { type Counter, type Histogram, MetricsRegistry } from "./metrics.ts";
-import type { OpsContainerView } from "./load.ts";
+import type { OpsContainerView } from "./hooks.ts";
 import type { RpcObservation } from "./rpc.ts";
 import { processMemory } from "../linux/smaps.ts";
+
+/** The Task API's service names (`containerd.task.v2.Task`, `containerd.task.v3.Task`). */
+const TASK_SERVICE = /^containerd\.task\.v\d+\.Task$/;
+/** The Sandbox API's service name. */
+const SANDBOX_SERVICE = "containerd.runtime.sandbox.v1.Sandbox";
 
 /**
  * Who a shim is; carried by `skiff_shim_info` and the create counters.
@@ -238,10 +243,19 @@ export class ShimMetrics {
     this.#sandboxCreates.inc({ runtime: this.#identity.runtime, result });
   }
 
-  /** Records one finished ttrpc call (the interceptor's observer). */
+  /**
+   * Records one finished ttrpc call (the interceptor's observer). A Task API `Create` (v2 or v3
+   * name) or a Sandbox API `CreateSandbox` also counts as a create outcome: the services need
+   * no hook of their own for it.
+   */
   observeRpc(o: RpcObservation): void {
     this.#requests.inc({ service: o.service, method: o.method, code: o.code });
     this.#durations.observe({ service: o.service, method: o.method }, o.seconds);
+    const result = o.code === "OK" ? "ok" : "error";
+    if (o.method === "Create" && TASK_SERVICE.test(o.service)) this.taskCreated(result);
+    else if (o.method === "CreateSandbox" && o.service === SANDBOX_SERVICE) {
+      this.sandboxCreated(result);
+    }
   }
 
   /** The text exposition. */

@@ -1,7 +1,7 @@
 /**
  * `ShimOps`: everything the operations endpoint needs inside one shim server — the metrics,
  * the ttrpc interceptor, a short history of published events, and the Hono endpoint served on
- * `<ttrpc socket>.ops`. {@linkcode loadShimOps} imports this module only when it is enabled,
+ * `<ttrpc socket>.ops`. The ops extension (`./extension.ts`) imports this module only when it is enabled,
  * before the ttrpc server exists (the interceptor must be in place for the first call); the
  * Hono half is imported by {@linkcode ShimOps.attach}, once the ttrpc socket serves.
  *
@@ -13,12 +13,12 @@ import type { Interceptor } from "@connectrpc/connect";
 import * as taskEvents from "../../proto/gen/containerd/events/task_pb.ts";
 import type { PublisherStats, QueuedEvent } from "../shim/server/events.ts";
 import type { Logger } from "../shim/logger.ts";
-import { type OpsContainerView, type OpsProcessView, opsSocketPath } from "./load.ts";
-import type { ShimOpsContext, ShimOpsHooks } from "./load.ts";
+import type { OpsContainerView, OpsProcessView, ShimOpsContext } from "./hooks.ts";
+import { opsSocketPath } from "../shim/boot/socket_address.ts";
 import { rpcInterceptor } from "./rpc.ts";
 import { liveProcesses, ShimMetrics } from "./shim_metrics.ts";
 import type { UnixHttpServer } from "./unix_http.ts";
-import { readSpareStatsSync } from "../shim/spare/handoff.ts";
+import { readSpareStatsSync } from "../shim/spare/mod.ts";
 
 const EVENT_SCHEMAS: ReadonlyMap<string, DescMessage> = new Map(
   (Object.values(taskEvents) as unknown[])
@@ -107,17 +107,13 @@ function containerJson(c: OpsContainerView): Record<string, unknown> {
  * await ops.attach({ socket: path, bundle, containers: () => tasks.containers, ... });
  * ```
  */
-export class ShimOps implements ShimOpsHooks {
+export class ShimOps {
   /** The shim's metrics. */
   readonly metrics: ShimMetrics;
   /** Server interceptors: per-call metrics, and the debug log line with `-debug`. */
   readonly interceptors: Interceptor[];
   /** Records an event for `/debug/events` (pass as `EventPublisherOptions.onQueued`). */
   readonly onQueued: (e: QueuedEvent) => void;
-  /** Counts a Create outcome (pass as `TaskServiceDeps.onCreate`). */
-  readonly onTaskCreate: (result: "ok" | "error") => void;
-  /** Counts a CreateSandbox outcome (pass as `SandboxServiceDeps.onCreate`). */
-  readonly onSandboxCreate: (result: "ok" | "error") => void;
   #opts: ShimOpsOptions;
   #history: QueuedEvent[] = [];
   #capacity: number;
@@ -147,8 +143,6 @@ export class ShimOps implements ShimOpsHooks {
       this.#history.push(e);
       if (this.#history.length > this.#capacity) this.#history.shift();
     };
-    this.onTaskCreate = (r) => this.metrics.taskCreated(r);
-    this.onSandboxCreate = (r) => this.metrics.sandboxCreated(r);
   }
 
   /** The socket the endpoint serves on, once attached. */

@@ -26,7 +26,7 @@ import { buildBusyboxImage, buildPauseImage, BUSYBOX_IMAGE_REF, PAUSE_IMAGE_REF 
 import { type CriHandler, criPlugins, criRuntimePlugin } from "./cri_config.ts";
 import { CRI_NAMESPACE, criClient } from "./cri_client.ts";
 import { processAlive } from "../linux/proc_stat.ts";
-import { spareDir } from "../shim/spare/handoff.ts";
+import { spareDir } from "../shim/spare/mod.ts";
 
 /**
  * A runtime a private containerd should know about.

@@ -12,7 +12,7 @@ import type { ShimFlags } from "./flags.ts";
 import type { Shim } from "../shim.ts";
 import { Logger } from "../logger.ts";
 import { groupKey, socketAlive } from "./server_socket.ts";
-import { ADDRESS_FILE, shimSocketAddress, socketPath } from "./socket_address.ts";
+import { ADDRESS_FILE, opsSocketPath, shimSocketAddress, socketPath } from "./socket_address.ts";
 import { DEAD_SHIM_EXIT_STATUS, RUNTIME_DELETED_FILE } from "./bundle_files.ts";
 
 export { DEAD_SHIM_EXIT_STATUS } from "./bundle_files.ts";
@@ -108,8 +108,8 @@ async function removeDeadSocket(bundle: string, flags: ShimFlags): Promise<void>
   );
   if (await socketAlive(path)) return;
   await Deno.remove(path).catch(() => {});
-  // The operations endpoint's socket sits beside it (sdk/ops, OPS_SOCKET_SUFFIX).
-  await Deno.remove(`${path}.ops`).catch(() => {});
+  // The operations endpoint's socket sits beside it (sdk/ops).
+  await Deno.remove(opsSocketPath(path)).catch(() => {});
 }
 
 /** The init process's pid `start`/`create` recorded, or 0. */

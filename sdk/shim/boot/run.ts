@@ -8,6 +8,7 @@
 
 import { parseShimFlags, type ShimFlags } from "./flags.ts";
 import type { Shim } from "../shim.ts";
+import type { ServerExtension } from "../server/extension.ts";
 
 async function writeAll(w: { write(p: Uint8Array): Promise<number> }, data: Uint8Array) {
   for (let off = 0; off < data.length;) off += await w.write(data.subarray(off));
@@ -33,20 +34,22 @@ async function readStdin(): Promise<Uint8Array> {
   return all;
 }
 
+/** Loads the server's extensions; called only when the server or a spare runs. */
+export type ExtensionLoader = () => Promise<ServerExtension[]>;
+
 /**
- * Runs a shim binary. Call it from the shim's main module; it exits the process.
+ * Runs a shim binary with the given server extensions; it exits the process. `runShim` (mod.ts)
+ * is this with skiff's own extensions (the warm spare, the operations endpoint): they sit above
+ * the boot layer, so the entry point that knows them passes them in.
  *
  * @param shim the runtime definition
- * @param argv the arguments (default `Deno.args`)
- * @example Usage
- * ```ts ignore
- * import { runShim } from "@skiff/shim";
- * await runShim(new RuncShim());
- * ```
+ * @param argv the arguments
+ * @param serverExtensions loads the extensions the server composes
  */
-export async function runShim<T extends object>(
+export async function runShimWith<T extends object>(
   shim: Shim<T>,
-  argv: readonly string[] = Deno.args,
+  argv: readonly string[],
+  serverExtensions: ExtensionLoader,
 ): Promise<void> {
   let flags: ShimFlags;
   try {
@@ -79,11 +82,14 @@ export async function runShim<T extends object>(
     }
     if (flags.spare) {
       const { runSpare } = await import("../spare/spare.ts");
-      await runSpare(shim, flags);
+      await runSpare(shim, flags, serverExtensions);
       Deno.exit(0);
     }
-    const { serveShim } = await import("../server/serve.ts");
-    await serveShim(shim, flags);
+    const [{ serveShim }, extensions] = await Promise.all([
+      import("../server/serve.ts"),
+      serverExtensions(),
+    ]);
+    await serveShim(shim, flags, { extensions });
     Deno.exit(0);
   } catch (e) {
     // containerd shows start's combined output in its error, so say what failed.

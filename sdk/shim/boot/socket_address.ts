@@ -73,3 +73,31 @@ export function shimSocketAddress(
 export function socketPath(address: string): string {
   return address.replace(/^(ttrpc\+|grpc\+)?unix:\/\//, "");
 }
+
+/**
+ * Suffix of a shim's operations socket (sdk/ops): it sits beside the shim's ttrpc socket, so
+ * the node monitor finds every shim by listing the socket directory, and `delete` removes a
+ * dead server's along with its ttrpc socket.
+ *
+ * @example Usage
+ * ```ts
+ * import { OPS_SOCKET_SUFFIX } from "./socket_address.ts";
+ * console.assert(OPS_SOCKET_SUFFIX === ".ops");
+ * ```
+ */
+export const OPS_SOCKET_SUFFIX = ".ops";
+
+/**
+ * The operations socket of a shim whose ttrpc socket is `ttrpcSocket`.
+ *
+ * @param ttrpcSocket path (or `unix://` address) of the ttrpc socket
+ * @returns `<path>.ops`
+ * @example Usage
+ * ```ts
+ * import { opsSocketPath } from "./socket_address.ts";
+ * console.assert(opsSocketPath("unix:///run/containerd/s/ab") === "/run/containerd/s/ab.ops");
+ * ```
+ */
+export function opsSocketPath(ttrpcSocket: string): string {
+  return socketPath(ttrpcSocket) + OPS_SOCKET_SUFFIX;
+}

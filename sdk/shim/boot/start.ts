@@ -26,8 +26,9 @@ import {
   socketPath,
 } from "./socket_address.ts";
 import { setOomScoreAdj, shimOomScore } from "../../linux/oom_score.ts";
-import { niceOf } from "../../linux/nice.ts";
-import { containerdProcess, handOff, loadSpareConfig } from "../spare/handoff.ts";
+import { niceOf } from "../../linux/proc_stat.ts";
+import { containerdProcess, handOffToSpare, SPARE_DAEMON_ENV } from "../spare/handoff.ts";
+import { containerdVersion } from "./containerd_version.ts";
 import { groupKey, pathPresent, socketAlive } from "./server_socket.ts";
 
 export { GROUP_ANNOTATIONS, groupKey, socketAlive } from "./server_socket.ts";
@@ -122,23 +123,6 @@ export function shimCgroupOf(carriers: readonly Any[]): string | undefined {
   return cgroup;
 }
 
-/** containerd's version from its binary (`-publish-binary`), or undefined. */
-export async function containerdVersion(binary: string): Promise<[number, number] | undefined> {
-  if (!binary) return undefined;
-  try {
-    const out = await new Deno.Command(binary, {
-      args: ["--version"],
-      stdin: "null",
-      stderr: "null",
-    })
-      .output();
-    const m = /\sv?(\d+)\.(\d+)\.\d+/.exec(" " + new TextDecoder().decode(out.stdout));
-    return m ? [Number(m[1]), Number(m[2])] : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
 /**
  * Runs `start`: returns the bytes/string to print. Throws an Error with a message that
  * containerd will show when the server cannot be started.
@@ -193,9 +177,7 @@ export async function runStart<T extends object>(
       oomScore = shimOomScore();
     } catch { /* our parent is gone: nothing to be one above */ }
     // A warm spare (spare/handoff.ts) takes the container if one waits; else cold.
-    const spare = await loadSpareConfig(flags.address, socketDir);
-    const adopted = spare && await handOff(spare, {
-      codeId: spare.codeId,
+    const adopted = await handOffToSpare(flags.address, socketDir, {
       flags: {
         namespace: flags.namespace,
         id: flags.id,
@@ -261,7 +243,7 @@ async function spawnServer(
     stderr: "null",
     detached: true,
     // For the next spare, which the server spawns (serve.ts); the server drops it from its env.
-    env: { SKIFF_SPARE_DAEMON: containerdProcess() },
+    env: { [SPARE_DAEMON_ENV]: containerdProcess() },
   }).spawn();
   child.unref();
   if (oomScore !== undefined) {

@@ -67,8 +67,6 @@ export interface SandboxServiceDeps<T extends object> {
   adoptOptions?: (options: T) => void;
   /** Exits the shim when nothing is left to serve. */
   onShutdown: () => void;
-  /** Counts create outcomes (operations metrics). */
-  onCreate?: (result: "ok" | "error") => void;
 }
 
 /**
@@ -117,49 +115,43 @@ export class SandboxService<T extends object> {
 
   /** Records the sandbox and runs the hook's `create`. */
   async createSandbox(r: CreateSandboxRequest, c?: HandlerContext): Promise<Out<"createSandbox">> {
-    try {
-      validateId("sandbox", r.sandboxId);
-      if (this.#sandboxes.has(r.sandboxId)) {
-        throw new ConnectError(`sandbox "${r.sandboxId}" already exists`, Code.AlreadyExists);
-      }
-      const { shim, logger } = this.#d;
-      const namespace = c?.requestHeader.get("containerd-namespace-ttrpc") || this.#d.namespace;
-      // CRI puts its PodSandboxConfig here; only an options type the runtime accepts counts.
-      let options = this.#d.inheritedOptions?.() ?? (shim.options.defaults() as T);
-      try {
-        const resolved = resolveOptions(shim.options, r.options, options, shim.runtimeName);
-        if (resolved.fromCarrier) options = resolved.options;
-      } catch {
-        logger.debug("sandbox options are not runtime options", {
-          id: r.sandboxId,
-          type: r.options?.typeUrl ?? "",
-        });
-      }
-      this.#d.adoptOptions?.(options);
-      const ctx: SandboxContext<T> = {
-        id: r.sandboxId,
-        namespace,
-        bundle: r.bundlePath,
-        netnsPath: r.netnsPath,
-        annotations: { ...r.annotations },
-        options,
-        logger: logger.with({ sandbox: r.sandboxId }),
-      };
-      await shim.sandbox?.(ctx)?.create?.(ctx);
-      this.#sandboxes.set(r.sandboxId, {
-        ctx,
-        state: "created",
-        pid: 0,
-        createdAt: new Date(),
-        exit: Promise.withResolvers(),
-      });
-      ctx.logger.info("sandbox created");
-      this.#d.onCreate?.("ok");
-      return {};
-    } catch (e) {
-      this.#d.onCreate?.("error");
-      throw e;
+    validateId("sandbox", r.sandboxId);
+    if (this.#sandboxes.has(r.sandboxId)) {
+      throw new ConnectError(`sandbox "${r.sandboxId}" already exists`, Code.AlreadyExists);
     }
+    const { shim, logger } = this.#d;
+    const namespace = c?.requestHeader.get("containerd-namespace-ttrpc") || this.#d.namespace;
+    // CRI puts its PodSandboxConfig here; only an options type the runtime accepts counts.
+    let options = this.#d.inheritedOptions?.() ?? (shim.options.defaults() as T);
+    try {
+      const resolved = resolveOptions(shim.options, r.options, options, shim.runtimeName);
+      if (resolved.fromCarrier) options = resolved.options;
+    } catch {
+      logger.debug("sandbox options are not runtime options", {
+        id: r.sandboxId,
+        type: r.options?.typeUrl ?? "",
+      });
+    }
+    this.#d.adoptOptions?.(options);
+    const ctx: SandboxContext<T> = {
+      id: r.sandboxId,
+      namespace,
+      bundle: r.bundlePath,
+      netnsPath: r.netnsPath,
+      annotations: { ...r.annotations },
+      options,
+      logger: logger.with({ sandbox: r.sandboxId }),
+    };
+    await shim.sandbox?.(ctx)?.create?.(ctx);
+    this.#sandboxes.set(r.sandboxId, {
+      ctx,
+      state: "created",
+      pid: 0,
+      createdAt: new Date(),
+      exit: Promise.withResolvers(),
+    });
+    ctx.logger.info("sandbox created");
+    return {};
   }
 
   /** Starts the sandbox. */

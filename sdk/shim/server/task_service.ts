@@ -102,8 +102,6 @@ export interface TaskServiceDeps<T extends object> {
   onShutdown: () => void;
   /** Records an endpoint handed over by containerd in a legacy carrier. */
   onEndpoint?: (ep: TaskApiEndpoint, containerId: string) => void;
-  /** Counts create outcomes (operations metrics). */
-  onCreate?: (result: "ok" | "error") => void;
 }
 
 /**
@@ -199,15 +197,8 @@ export class TaskService<T extends object> {
   }
 
   /** Creates a container: options, rootfs, stdio, `runtime create`, then `/tasks/create`. */
-  async create(r: CreateTaskRequest, ctx?: HandlerContext): Promise<Out<"create">> {
-    try {
-      const out = await this.#create(r, ctx);
-      this.#d.onCreate?.("ok");
-      return out;
-    } catch (e) {
-      this.#d.onCreate?.("error");
-      throw e;
-    }
+  create(r: CreateTaskRequest, ctx?: HandlerContext): Promise<Out<"create">> {
+    return this.#create(r, ctx);
   }
 
   async #create(r: CreateTaskRequest, ctx?: HandlerContext): Promise<Out<"create">> {

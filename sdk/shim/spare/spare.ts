@@ -1,7 +1,7 @@
 /**
  * The warm spare server: a shim server process that has loaded everything before any container
  * needs it, and waits on a 0600 unix socket for the next `start` of the same installed code and
- * the same containerd to hand it one (`spare/handoff.ts` is that side). Once adopted it
+ * the same containerd to hand it one (`./handoff.ts` is that side). Once adopted it
  * takes what a server spawned by that `start` would have had (working directory, environment,
  * cgroups, `shim_cgroup`, OOM score, log FIFO, `-debug`) and runs {@linkcode serveShim}.
  *
@@ -14,32 +14,36 @@
 
 import type { ShimFlags } from "../boot/flags.ts";
 import type { Shim } from "../shim.ts";
+import type { ServerExtension } from "../server/extension.ts";
+import { spareIdleSeconds } from "./config.ts";
+import { takeSpareLock } from "./lock.ts";
+import { watchLifetime } from "./lifetime.ts";
 import {
   JsonLines,
-  launcherCodeId,
   SPARE_ADOPTION_MS,
+  SPARE_DAEMON_ENV,
+  SPARE_NICE_ENV,
   type SpareHandoff,
-  spareIdleSeconds,
+  validHandoff,
   writeJsonLine,
 } from "./handoff.ts";
 import { effectiveIds, PeerCredentialResolver } from "../../ttrpc/_peer_cred.ts";
 import { joinCgroup, joinCgroupsOf } from "../../linux/cgroup_join.ts";
 import { setOomScoreAdj } from "../../linux/oom_score.ts";
-import { processStartTime } from "../../linux/proc_stat.ts";
 import { niceOf, setAutogroupNice, setProcessNice } from "../../linux/nice.ts";
-import { containerdVersion } from "../boot/start.ts";
+import { containerdVersion } from "../boot/containerd_version.ts";
 import { trimMemory } from "../../linux/memory_trim.ts";
 
-/** How often the spare checks its idle time, containerd and its launcher. */
-const WATCH_MS = 1_000;
-
-function exists(path: string): boolean {
+/**
+ * Sets this process's nice value and its autogroup's, best effort: priority is a hint (and
+ * `adopt()` sets start's own, or refuses).
+ */
+function setPriority(nice: number, autogroup: number): void {
+  if (niceOf("self") === nice) return;
   try {
-    Deno.statSync(path);
-    return true;
-  } catch {
-    return false;
-  }
+    setProcessNice(nice);
+  } catch { /* a hint */ }
+  setAutogroupNice("self", autogroup);
 }
 
 /** Replaces the whole environment (children such as runc inherit it). */
@@ -48,15 +52,6 @@ function replaceEnv(env: Record<string, string>): void {
     if (!(key in env)) Deno.env.delete(key);
   }
   for (const [key, value] of Object.entries(env)) Deno.env.set(key, value);
-}
-
-function validHandoff(v: unknown): v is SpareHandoff {
-  const h = v as SpareHandoff;
-  return typeof h === "object" && h !== null && typeof h.codeId === "string" &&
-    typeof h.bundle === "string" && typeof h.env === "object" && h.env !== null &&
-    typeof h.flags === "object" && h.flags !== null && typeof h.flags.id === "string" &&
-    typeof h.flags.namespace === "string" && typeof h.flags.socket === "string" &&
-    typeof h.flags.address === "string";
 }
 
 /**
@@ -68,60 +63,27 @@ function validHandoff(v: unknown): v is SpareHandoff {
  * await runSpare(new RuncShim(), parseShimFlags(["-spare", "-address", a, "-socket", s]));
  * ```
  */
-export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags): Promise<void> {
+export async function runSpare<T extends object>(
+  shim: Shim<T>,
+  flags: ShimFlags,
+  loadExtensions: () => Promise<readonly ServerExtension[]> = () => Promise.resolve([]),
+): Promise<void> {
   const launcher = Deno.env.get("SKIFF_SHIM_LAUNCHER");
   if (!launcher || !flags.socket.endsWith(".sock")) {
     throw new Error("-spare needs -socket <dir>/spare-<code>.sock and SKIFF_SHIM_LAUNCHER");
   }
-  const lockPath = flags.socket.replace(/\.sock$/, ".lock");
-  const lock = await Deno.open(lockPath, { read: true, write: true, create: true, mode: 0o600 });
-  // Another spare waits or loads, unless a `start` is only peeking at the lock (a moment).
-  let locked = false;
-  for (let i = 0; i < 5 && !(locked = await lock.tryLock(true)); i++) {
-    await new Promise((r) => setTimeout(r, 5));
-  }
-  if (!locked) Deno.exit(0);
-  // Our pid, for operators: which process is the waiting spare.
-  await lock.truncate(0);
-  await lock.write(new TextEncoder().encode(`${Deno.pid}\n`));
-  const launcherText = Deno.readFileSync(launcher);
-  const codeId = launcherCodeId(launcherText); // from the bytes the watch compares
-  if (!flags.socket.endsWith(`/spare-${codeId.slice(0, 16)}.sock`)) Deno.exit(0); // reinstalled
+  const taken = await takeSpareLock(flags.socket, launcher);
+  if (!taken) Deno.exit(0); // another spare holds it, or the launcher was reinstalled
+  const { file: lock, codeId } = taken;
 
-  // The point of a spare: the server's modules are loaded and evaluated now, not at start.
-  const { serveShim } = await import("../server/serve.ts");
-  const [{ libc }, { Reaper }] = await Promise.all([
-    import("../../linux/libc.ts"),
-    import("../../linux/reaper.ts"),
-    import("../../linux/oom.ts"), // every container's Create loads it (linux_platform.ts)
-  ]);
-  // The server's reaper (the subreaper flag, SIGCHLD, the sweep), ready before any handoff.
-  const reaper = Reaper.start();
-  libc(); // dlopen now, not when the server first opens its log FIFO
-  void Deno.Command; // Deno loads its process module on first use: now, not at the first runc
-  const { rehearse } = await import("./rehearsal.ts");
-  // containerd's version decides the format of `start`'s answer (1.7+ pass GRPC_ADDRESS); asked
-  // now, needed only when a start is answered.
-  const containerd = Deno.env.get("GRPC_ADDRESS") !== undefined
-    ? containerdVersion(flags.publishBinary)
-    : Promise.resolve(undefined);
+  const { serveShim, extensions, reaper, rehearse, containerd } = await preload(
+    flags.publishBinary,
+    loadExtensions,
+  );
 
-  // Listening comes first: in a burst of starts the next one comes as soon as this spare can be
-  // ready, and a start waits for a spare still loading.
-  // We hold the lock, so a socket file left here is a dead spare's.
-  await Deno.remove(flags.socket).catch(() => {});
-  const listener = Deno.listen({ transport: "unix", path: flags.socket });
-  await Deno.chmod(flags.socket, 0o600);
+  const { listener, leave } = await listenForStarts(flags.socket);
   const peers = new PeerCredentialResolver(flags.socket);
   const me = effectiveIds();
-  const leave = () => {
-    try {
-      listener.close();
-    } catch { /* closed */ }
-    try {
-      Deno.removeSync(flags.socket);
-    } catch { /* gone */ }
-  };
 
   // While nobody needs it, serve one pretend container, so that the adopted server's first calls
   // run code V8 has compiled; a start that connects stops it at its next step. Then leave the
@@ -137,35 +99,20 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
       if (!rehearsal.signal.aborted) trimMemory(); // unless a start has adopted us meanwhile
     });
 
-  const idleMs = 1000 * spareIdleSeconds();
-  const deadline = Date.now() + idleMs;
-  const daemonSocket = flags.address.replace(/^unix:\/\//, "");
   // The containerd that ran the spawning `start` ("<pid>:<start time>"): gone means leave.
-  const [daemonPid, daemonStart] = (Deno.env.get("SKIFF_SPARE_DAEMON") ?? "").split(":");
-  Deno.env.delete("SKIFF_SPARE_DAEMON");
+  const daemon = Deno.env.get(SPARE_DAEMON_ENV) ?? "";
+  Deno.env.delete(SPARE_DAEMON_ENV);
+  const stopWatch = watchLifetime({
+    launcher,
+    launcherText: taken.launcherText,
+    address: flags.address,
+    daemon,
+    idleMs: 1000 * spareIdleSeconds(),
+    onExpired: () => (leave(), Deno.exit(0)),
+  });
   // The priority a server gets back from its lowered loading one, once a start connects.
-  const baseNice = Number(Deno.env.get("SKIFF_SPARE_NICE") ?? NaN);
-  Deno.env.delete("SKIFF_SPARE_NICE");
-  const daemonGone = () =>
-    Number(daemonPid) > 1 && daemonStart !== "" &&
-    String(processStartTime(Number(daemonPid)) ?? "") !== daemonStart;
-  const watch = setInterval(() => {
-    let reinstalled = false;
-    try {
-      // The bytes, not their hash: this runs every second for as long as the spare waits.
-      const now = Deno.readFileSync(launcher);
-      reinstalled = now.length !== launcherText.length || now.some((b, i) => b !== launcherText[i]);
-    } catch {
-      reinstalled = true; // the launcher is gone
-    }
-    if (
-      Date.now() >= deadline || reinstalled || (daemonSocket && !exists(daemonSocket)) ||
-      daemonGone()
-    ) {
-      leave();
-      Deno.exit(0);
-    }
-  }, WATCH_MS);
+  const baseNice = Number(Deno.env.get(SPARE_NICE_ENV) ?? NaN);
+  Deno.env.delete(SPARE_NICE_ENV);
 
   // Each connection must hand over a valid handoff line first (a start writes it at once):
   // anything else is closed and the spare keeps waiting, so that a peer sending garbage (or
@@ -175,20 +122,12 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
   let vetting = 0;
   const spareNice = niceOf("self");
   for await (const conn of listener) {
-    let pid: number;
-    let inode: number;
-    try {
-      const { creds, inode: i } = peers.resolveLatest();
-      inode = i;
-      if (creds.uid !== me.uid) {
-        peers.release(inode);
-        throw new Error(`peer uid ${creds.uid} is not ours`);
-      }
-      pid = creds.pid;
-    } catch {
+    const peer = ourPeer(peers, me.uid);
+    if (!peer) {
       conn.close(); // only containerd's user may hand us a container
       continue;
     }
+    const { pid, inode } = peer;
     if (adopting || vetting >= MAX_VETTING) {
       peers.release(inode);
       conn.close();
@@ -197,12 +136,7 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
     vetting++;
     // The handoff is on start's path: off the lowest priority at once, before reading it (at
     // nice 19 on a busy node the read could wait for seconds); back down if it is not one.
-    if (Number.isInteger(baseNice) && niceOf("self") !== baseNice) {
-      try {
-        setProcessNice(baseNice);
-      } catch { /* adopt() sets start's priority, or refuses */ }
-      setAutogroupNice("self", 0); // where a cold server's new session starts
-    }
+    if (Number.isInteger(baseNice)) setPriority(baseNice, 0); // 0: a cold server's new session
     void readHandoff(conn, codeId).then((handoff) => {
       vetting--;
       if (handoff === undefined || adopting) {
@@ -210,16 +144,11 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
         try {
           conn.close();
         } catch { /* closed */ }
-        if (!adopting && vetting === 0 && niceOf("self") !== spareNice) {
-          try {
-            setProcessNice(spareNice);
-          } catch { /* a hint */ }
-          setAutogroupNice("self", 19);
-        }
+        if (!adopting && vetting === 0) setPriority(spareNice, 19);
         return;
       }
       adopting = true;
-      clearInterval(watch);
+      stopWatch();
       rehearsal.abort();
       // A start waits for us without a timer of its own: serve within the bound, or go (the
       // start then goes cold).
@@ -229,11 +158,74 @@ export async function runSpare<T extends object>(shim: Shim<T>, flags: ShimFlags
         containerd,
         deadline,
         reaper,
+        extensions,
       });
     });
   }
   // The listener was closed by leave(): adopt() serves and ends the process itself.
   await new Promise(() => {});
+}
+
+/**
+ * The point of a spare: the server's modules (and its extensions') are loaded and evaluated
+ * now, not at start; the reaper runs; containerd's version is being asked.
+ */
+async function preload(
+  publishBinary: string,
+  loadExtensions: () => Promise<readonly ServerExtension[]>,
+) {
+  const [{ serveShim }, extensions] = await Promise.all([
+    import("../server/serve.ts"),
+    loadExtensions(),
+  ]);
+  const [{ libc }, { Reaper }] = await Promise.all([
+    import("../../linux/libc.ts"),
+    import("../../linux/reaper.ts"),
+    import("../../linux/oom.ts"), // every container's Create loads it (linux_platform.ts)
+  ]);
+  // The server's reaper (the subreaper flag, SIGCHLD, the sweep), ready before any handoff.
+  const reaper = Reaper.start();
+  libc(); // dlopen now, not when the server first opens its log FIFO
+  void Deno.Command; // Deno loads its process module on first use: now, not at the first runc
+  const { rehearse } = await import("./rehearsal.ts");
+  // containerd's version decides the format of `start`'s answer (1.7+ pass GRPC_ADDRESS); asked
+  // now, needed only when a start is answered.
+  const containerd = Deno.env.get("GRPC_ADDRESS") !== undefined
+    ? containerdVersion(publishBinary)
+    : Promise.resolve(undefined);
+  return { serveShim, extensions, reaper, rehearse, containerd };
+}
+
+/** Listens on the spare socket (0600); `leave` closes it and removes the socket file. */
+async function listenForStarts(socket: string) {
+  // Listening comes first: in a burst of starts the next one comes as soon as this spare can be
+  // ready, and a start waits for a spare still loading.
+  // We hold the lock, so a socket file left here is a dead spare's.
+  await Deno.remove(socket).catch(() => {});
+  const listener = Deno.listen({ transport: "unix", path: socket });
+  await Deno.chmod(socket, 0o600);
+  const leave = () => {
+    try {
+      listener.close();
+    } catch { /* closed */ }
+    try {
+      Deno.removeSync(socket);
+    } catch { /* gone */ }
+  };
+  return { listener, leave };
+}
+
+/** The pid and socket inode of the connection just accepted, if its peer has our uid. */
+function ourPeer(
+  peers: PeerCredentialResolver,
+  uid: number,
+): { pid: number; inode: number } | undefined {
+  try {
+    const { creds, inode } = peers.resolveLatest();
+    if (creds.uid === uid) return { pid: creds.pid, inode };
+    peers.release(inode);
+  } catch { /* no credentials: not a peer we can trust */ }
+  return undefined;
 }
 
 /** Connections vetted at once while the spare waits. */
@@ -270,15 +262,19 @@ async function adopt<T extends object>(
     containerd: Promise<[number, number] | undefined>;
     deadline: ReturnType<typeof setTimeout>;
     reaper: import("../../linux/reaper.ts").Reaper;
+    extensions: readonly ServerExtension[];
   },
 ): Promise<never> {
-  const { containerd, deadline, reaper } = ready;
+  const { containerd, deadline, reaper, extensions } = ready;
   let listener: Deno.UnixListener;
   try {
     await writeJsonLine(conn, { pid: Deno.pid, codeId });
     // Become what the cold server of this start would be.
     Deno.chdir(handoff.bundle);
     replaceEnv(handoff.env);
+    // As start's environment names containerd's process to a cold server (the spare extension
+    // takes it out again).
+    if (handoff.daemon) Deno.env.set(SPARE_DAEMON_ENV, handoff.daemon);
     await joinCgroupsOf(Deno.pid, peer);
     if (handoff.shimCgroup) await joinCgroup(Deno.pid, handoff.shimCgroup);
     if (handoff.oomScore !== undefined) setOomScoreAdj("self", handoff.oomScore);
@@ -314,8 +310,8 @@ async function adopt<T extends object>(
   try {
     await serveShim(shim, flags, {
       origin: "spare",
+      extensions,
       reaper,
-      ...(handoff.daemon ? { daemon: handoff.daemon } : {}),
       listener,
       onListening: () => clearTimeout(deadline),
     });

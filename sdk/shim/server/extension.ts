@@ -1,0 +1,93 @@
+/**
+ * The server's extension seam: how optional features (the operations endpoint in `sdk/ops`, the
+ * warm spare in `sdk/shim/spare`) plug into a shim server without the server knowing them.
+ * Types only: the server, and each extension, import this module without loading the others.
+ *
+ * An extension is set up before the ttrpc server exists (its interceptors must see the first
+ * call) and may decline (a feature switched off returns nothing and costs nothing more); once
+ * the socket serves it is told so, with read-only views of the server's state; on shutdown it
+ * is closed before the server stops serving.
+ *
+ * @module
+ */
+
+import type { Interceptor } from "@connectrpc/connect";
+import type { Logger } from "../logger.ts";
+import type { Container } from "./container.ts";
+import type { PublisherStats, QueuedEvent } from "./events.ts";
+
+/** containerd's flags, as far as an extension reads them. */
+export interface ServerFlags {
+  /** containerd namespace (`-namespace`). */
+  readonly namespace: string;
+  /** The id the server was started for (`-id`). */
+  readonly id: string;
+  /** containerd's address (`-address`). */
+  readonly address: string;
+  /** containerd's binary (`-publish-binary`). */
+  readonly publishBinary: string;
+  /** Whether the shim runs with `-debug`. */
+  readonly debug: boolean;
+}
+
+/** What an extension knows when it is set up, before anything serves. */
+export interface ServerSetup {
+  /** The shim's runtime name and version. */
+  shim: { readonly runtimeName: string; readonly version: string };
+  /** containerd's flags as the server got them. */
+  flags: ServerFlags;
+  /** The server's logger. */
+  logger: Logger;
+  /** How the server came to run: spawned by `start` (`cold`) or a warm spare it adopted. */
+  origin: "cold" | "spare";
+  /** The ttrpc socket the server serves. */
+  socket: string;
+  /** The bundle the server was started in (the server itself works from `/`). */
+  bundle: string;
+}
+
+/** What an extension may read once the server serves; functions, so each read is current. */
+export interface ServerState {
+  /** Spawns a child through the server's reaper (which then leaves its exit to Deno). */
+  spawn(cmd: Deno.Command): Deno.ChildProcess;
+  /** The containers served. */
+  containers(): ReadonlyMap<string, Container>;
+  /** How many sandboxes are served. */
+  sandboxes(): number;
+  /** Event publisher counters. */
+  events(): PublisherStats;
+  /** Shim-wide runtime options (from `start` or a sandbox), if any. */
+  options(): unknown;
+}
+
+/** What an extension plugs in; every part is optional. */
+export interface ServerHooks {
+  /** ttrpc server interceptors (outermost first, in the order of the extensions). */
+  interceptors?: Interceptor[];
+  /** Sees every event as it is queued for containerd. */
+  onEvent?(event: QueuedEvent): void;
+  /** The socket serves; failures are the extension's to log, the server carries on. */
+  onServing?(state: ServerState): Promise<void> | void;
+  /** The server shuts down; called before it stops serving. */
+  onShutdown?(): Promise<void> | void;
+}
+
+/**
+ * A server extension.
+ *
+ * @example Usage
+ * ```ts
+ * import type { ServerExtension } from "./extension.ts";
+ * const hello: ServerExtension = {
+ *   name: "hello",
+ *   setup: ({ logger }) => ({ onServing: () => logger.info("hello") }),
+ * };
+ * console.assert(hello.name === "hello");
+ * ```
+ */
+export interface ServerExtension {
+  /** A short name, for logs. */
+  readonly name: string;
+  /** Sets the extension up for one server; undefined when it has nothing to do. */
+  setup(ctx: ServerSetup): Promise<ServerHooks | undefined> | ServerHooks | undefined;
+}

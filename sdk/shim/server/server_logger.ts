@@ -1,0 +1,66 @@
+/**
+ * The server's logger: containerd's level and fields, lines to the bundle's `log` FIFO (logrus
+ * text, or JSON with `SKIFF_LOG_FORMAT=json`), and the trap that turns a stray promise rejection
+ * into a log line instead of the end of every container's stdio and exit reporting.
+ *
+ * @module
+ */
+
+import { O, open } from "../../linux/libc.ts";
+import { FdStream } from "../../linux/fd_stream.ts";
+import type { ShimFlags } from "../boot/flags.ts";
+import { Logger } from "../logger.ts";
+
+/**
+ * Opens the bundle's `log` FIFO for writing, without blocking. containerd holds it open for
+ * reading before it runs the shim; when nobody does (a shim run by hand, or containerd died while
+ * `start` was running), lines go nowhere instead of the server hanging in `open` for good, where
+ * it could never notice that it was abandoned.
+ */
+export function openLogSink(path: string): ((line: string) => void) | undefined {
+  let stream: FdStream;
+  try {
+    stream = new FdStream(open(path, O.WRONLY | O.NONBLOCK), `log fifo "${path}"`);
+  } catch {
+    return undefined; // ENXIO (no reader), ENOENT (no FIFO)
+  }
+  const enc = new TextEncoder();
+  let pending = 0;
+  let chain = Promise.resolve();
+  return (line: string) => {
+    // A stalled reader must not make the shim buffer without bound.
+    if (pending > 1000) return;
+    pending++;
+    chain = chain.then(async () => {
+      try {
+        await stream.write(enc.encode(line));
+      } catch { /* reader gone */ }
+      pending--;
+    });
+  };
+}
+
+/**
+ * The logger of a server started in `bundle`, with the unhandled-rejection trap installed.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const logger = serverLogger(shim.runtimeName, flags, Deno.cwd());
+ * ```
+ */
+export function serverLogger(runtime: string, flags: ShimFlags, bundle: string): Logger {
+  const logger = new Logger({
+    level: flags.debug ? "debug" : "info",
+    fields: { runtime, namespace: flags.namespace },
+  });
+  const sink = openLogSink(`${bundle}/log`);
+  if (sink) logger.setSink(sink);
+  if (Deno.env.get("SKIFF_LOG_FORMAT") === "json") logger.setFormat("json");
+  // A shim outlives any one call: a stray rejection is a bug to log, not a reason to take every
+  // container's stdio and exit reporting down with the process.
+  globalThis.addEventListener("unhandledrejection", (e) => {
+    e.preventDefault();
+    logger.error("unhandled rejection", { error: String(e.reason?.stack ?? e.reason) });
+  });
+  return logger;
+}

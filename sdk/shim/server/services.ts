@@ -1,0 +1,132 @@
+/**
+ * The services a shim server registers on its ttrpc server: the Task API under its v2 and v3
+ * names, and the Sandbox API, whose code and descriptors are loaded on its first call
+ * (containerd 1.6/1.7 and plain `ctr run` never make one, so most shims never pay for it).
+ *
+ * @module
+ */
+
+import { createServiceImplSpec } from "@connectrpc/connect";
+import { Task as TaskV2 } from "../../../proto/gen/containerd/task/v2/shim_pb.ts";
+import type { Sandbox } from "../../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts";
+import type { TtrpcServer } from "../../ttrpc/server.ts";
+import type { ShimFlags } from "../boot/flags.ts";
+import { formatTaskApiEndpoint, type TaskApiEndpoint } from "../endpoint.ts";
+import type { Logger } from "../logger.ts";
+import type { Shim } from "../shim.ts";
+import type { EventPublisher } from "./events.ts";
+import type { ShimPlatform } from "./platform.ts";
+import type { SandboxService } from "./sandbox_service.ts";
+import { TaskService } from "./task_service.ts";
+
+/** Service names the Task implementation is registered under. */
+export const TASK_SERVICE_NAMES: readonly string[] = [
+  "containerd.task.v2.Task",
+  "containerd.task.v3.Task",
+];
+
+/** What {@linkcode registerServices} needs. */
+export interface ServicesDeps<T extends object> {
+  /** The runtime definition. */
+  shim: Shim<T>;
+  /** containerd's flags. */
+  flags: ShimFlags;
+  /** The server's logger. */
+  logger: Logger;
+  /** The bundle the server was started in (its `options.json` holds `start`'s options). */
+  bundle: string;
+  /** The endpoint this server serves; containers routed here by a sandbox must name it. */
+  endpoint: TaskApiEndpoint;
+  /** The ttrpc socket (removed before Shutdown answers). */
+  socket: string;
+  /** Linux mechanics. */
+  platform: ShimPlatform;
+  /** The event publisher. */
+  events: EventPublisher;
+  /** Ends the server (Shutdown with nothing left, or ShutdownSandbox). */
+  shutdown(why: string): void;
+}
+
+/** The registered services, as the server reads them. */
+export interface Services<T extends object> {
+  /** The Task service. */
+  tasks: TaskService<T>;
+  /** How many sandboxes are served (0 until the Sandbox API is first called). */
+  sandboxes(): number;
+  /** Shim-wide runtime options (from `start` or a sandbox), if any. */
+  options(): T | undefined;
+  /** Whether anything was ever created here (a container or a sandbox). */
+  claimed(): boolean;
+}
+
+/**
+ * Registers the Task API and (lazily) the Sandbox API on `server`.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const services = registerServices(server, { shim, flags, logger, bundle, endpoint, socket, platform, events, shutdown });
+ * ```
+ */
+export function registerServices<T extends object>(
+  server: TtrpcServer,
+  d: ServicesDeps<T>,
+): Services<T> {
+  let inherited: T | undefined;
+  try {
+    inherited = JSON.parse(Deno.readTextFileSync(`${d.bundle}/options.json`)) as T;
+  } catch { /* start had no options */ }
+  let sandboxes: SandboxService<T> | undefined;
+  const tasks = new TaskService<T>({
+    shim: d.shim,
+    platform: d.platform,
+    events: d.events,
+    logger: d.logger,
+    namespace: d.flags.namespace,
+    inheritedOptions: () => inherited,
+    onEndpoint: (handed, id) => {
+      if (handed.address !== d.endpoint.address) {
+        d.logger.warn("containerd handed over a task API endpoint that is not this shim's", {
+          id,
+          endpoint: formatTaskApiEndpoint(handed),
+          served: formatTaskApiEndpoint(d.endpoint),
+        });
+      }
+    },
+    onShutdown: () => {
+      if ((sandboxes?.size ?? 0) !== 0) return;
+      // Gone before Shutdown answers: containerd runs the `delete` action as soon as the
+      // connection closes, and a launcher answers it without deno only when no socket is left.
+      try {
+        Deno.removeSync(d.socket);
+      } catch { /* already gone */ }
+      setTimeout(() => d.shutdown("Shutdown"), 0);
+    },
+  });
+  server.register(
+    createServiceImplSpec<typeof TaskV2>(TaskV2, tasks.impl()),
+    ...TASK_SERVICE_NAMES,
+  );
+  server.registerLazy(async () => {
+    const [{ Sandbox }, { SandboxService }] = await Promise.all([
+      import("../../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts"),
+      import("./sandbox_service.ts"),
+    ]);
+    sandboxes = new SandboxService<T>({
+      shim: d.shim,
+      tasks,
+      platform: d.platform,
+      logger: d.logger,
+      namespace: d.flags.namespace,
+      inheritedOptions: () => inherited,
+      adoptOptions: (o) => inherited = o,
+      onShutdown: () => setTimeout(() => d.shutdown("ShutdownSandbox"), 0),
+    });
+    return createServiceImplSpec<typeof Sandbox>(Sandbox, sandboxes.impl());
+  }, "containerd.runtime.sandbox.v1.Sandbox");
+  return {
+    tasks,
+    sandboxes: () => sandboxes?.size ?? 0,
+    options: () => inherited,
+    claimed: () => tasks.containers.size > 0 || (sandboxes?.size ?? 0) > 0,
+  };
+}

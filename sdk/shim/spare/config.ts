@@ -1,0 +1,181 @@
+/**
+ * Where a shim binary's warm spare lives for one containerd, and whether there is one. A spare
+ * is keyed by the installed code (the launcher's text, which names the content-hashed bundle and
+ * the V8 flags) and by containerd's address: a reinstalled shim never finds an older spare, and
+ * two containerds on one node never share one. It is on for bundled launchers unless
+ * `SKIFF_SPARE=0`; source launchers never use one (their code can change under the same text).
+ *
+ * @module
+ */
+
+import { sha256Hex } from "../boot/sha256.ts";
+import { DEFAULT_SOCKET_DIR } from "../boot/socket_address.ts";
+
+/** Where one shim binary's spare lives for one containerd, and how it behaves. */
+export interface SpareConfig {
+  /** The directory of this containerd's spares (0700). */
+  dir: string;
+  /** The spare's handoff socket. */
+  socket: string;
+  /** The lock a live (or loading) spare holds. */
+  lock: string;
+  /** The counters file of this launcher. */
+  stats: string;
+  /** The installed code's identity. */
+  codeId: string;
+  /** The launcher that runs this shim. */
+  launcher: string;
+  /** Seconds an unused spare waits before it exits. */
+  idleSeconds: number;
+}
+
+/** Default seconds an unused spare waits (`SKIFF_SPARE_IDLE_SECONDS`). */
+export const DEFAULT_SPARE_IDLE_SECONDS = 600;
+
+const OFF = /^(0|off|false|no)$/i;
+
+/**
+ * How long an unused spare waits: `SKIFF_SPARE_IDLE_SECONDS` when it is a positive number,
+ * else {@linkcode DEFAULT_SPARE_IDLE_SECONDS}.
+ *
+ * @example Usage
+ * ```ts
+ * import { spareIdleSeconds } from "./config.ts";
+ * console.assert(spareIdleSeconds(new Map([["SKIFF_SPARE_IDLE_SECONDS", "-1"]])) === 600);
+ * ```
+ */
+export function spareIdleSeconds(
+  env: { get(key: string): string | undefined } = Deno.env,
+): number {
+  const idle = Number(env.get("SKIFF_SPARE_IDLE_SECONDS") ?? DEFAULT_SPARE_IDLE_SECONDS);
+  return Number.isFinite(idle) && idle > 0 ? idle : DEFAULT_SPARE_IDLE_SECONDS;
+}
+
+/** The launcher line that states its code identity (installShims writes it). */
+const CODE_LINE = /^SKIFF_SHIM_CODE=([0-9a-f]{64})$/m;
+
+/**
+ * The code identity of an installed launcher, from its text: the `SKIFF_SHIM_CODE=` line that
+ * `installShims` writes (the SHA-256 of the rest of the text, so that `start` reads it from its
+ * environment instead of hashing the file), else the SHA-256 of the whole text.
+ *
+ * @example Usage
+ * ```ts
+ * import { launcherCodeId } from "./config.ts";
+ * const id = "ab".repeat(32);
+ * console.assert(launcherCodeId(new TextEncoder().encode(`#!/bin/sh\nSKIFF_SHIM_CODE=${id}\n`)) === id);
+ * ```
+ */
+export function launcherCodeId(text: Uint8Array): string {
+  const m = CODE_LINE.exec(new TextDecoder().decode(text));
+  return m ? m[1] : sha256Hex(text);
+}
+
+/**
+ * The code identity of an installed launcher file ({@linkcode launcherCodeId}).
+ *
+ * @example Usage
+ * ```ts ignore
+ * const id = spareCodeId(Deno.env.get("SKIFF_SHIM_LAUNCHER")!);
+ * ```
+ */
+export function spareCodeId(launcher: string): string {
+  return launcherCodeId(Deno.readFileSync(launcher));
+}
+
+/**
+ * The spare of this shim binary for containerd at `address`, or undefined when spares are off:
+ * `SKIFF_SPARE=0`, no launcher (a shim run by hand), or a source launcher.
+ *
+ * @param address containerd's address (`-address`)
+ * @param socketDir the directory of shim sockets
+ * @param env the environment to read the settings from
+ * @example Usage
+ * ```ts
+ * import { spareConfig } from "./config.ts";
+ * console.assert(spareConfig("/run/containerd/containerd.sock", "/run/containerd/s", new Map()) === undefined);
+ * ```
+ */
+export function spareConfig(
+  address: string,
+  socketDir: string,
+  env: { get(key: string): string | undefined } = Deno.env,
+  knownCodeId?: string,
+): SpareConfig | undefined {
+  const launcher = spareLauncher(env);
+  if (!launcher) return undefined;
+  let codeId: string;
+  try {
+    codeId = knownCodeId ?? spareCodeId(launcher);
+  } catch {
+    return undefined; // the launcher is gone: nothing to key a spare on
+  }
+  const dir = spareDir(address, socketDir);
+  const code = codeId.slice(0, 16);
+  return {
+    dir,
+    socket: `${dir}/spare-${code}.sock`,
+    lock: `${dir}/spare-${code}.lock`,
+    stats: `${dir}/stats-${sha256Hex(launcher).slice(0, 16)}.json`,
+    codeId,
+    launcher,
+    idleSeconds: spareIdleSeconds(env),
+  };
+}
+
+/**
+ * The directory of one containerd's spares and counters: `<socket dir>/skiff-<sha256(address)[:12]>`.
+ *
+ * @param address containerd's address (`-address`)
+ * @param socketDir the directory of shim sockets
+ * @example Usage
+ * ```ts
+ * import { spareDir } from "./config.ts";
+ * console.assert(spareDir("/run/containerd/containerd.sock").startsWith("/run/containerd/s/skiff-"));
+ * ```
+ */
+export function spareDir(address: string, socketDir: string = DEFAULT_SOCKET_DIR): string {
+  return `${socketDir}/skiff-${sha256Hex(address).slice(0, 12)}`;
+}
+
+/** The launcher a spare is keyed on, or undefined when spares are off. */
+function spareLauncher(env: { get(key: string): string | undefined }): string | undefined {
+  const launcher = env.get("SKIFF_SHIM_LAUNCHER");
+  if (!launcher || !env.get("SKIFF_SHIM_BUNDLE") || OFF.test(env.get("SKIFF_SPARE") ?? "")) {
+    return undefined;
+  }
+  return launcher;
+}
+
+/**
+ * {@linkcode spareConfig} where time counts (`start`, a server that has just begun to serve):
+ * the launcher's hash comes from WebCrypto (native: 0.5 ms here, against 2.5 ms for the
+ * TypeScript SHA-256 of a launcher in V8's lite mode).
+ *
+ * @example Usage
+ * ```ts ignore
+ * const spare = await loadSpareConfig(flags.address, socketDir);
+ * ```
+ */
+export async function loadSpareConfig(
+  address: string,
+  socketDir: string,
+  env: { get(key: string): string | undefined } = Deno.env,
+): Promise<SpareConfig | undefined> {
+  const launcher = spareLauncher(env);
+  if (!launcher) return undefined;
+  // The launcher states it (and exported it): no file to read, nothing to hash.
+  const stated = env.get("SKIFF_SHIM_CODE");
+  if (stated && /^[0-9a-f]{64}$/.test(stated)) return spareConfig(address, socketDir, env, stated);
+  let text: Uint8Array<ArrayBuffer>;
+  try {
+    text = Deno.readFileSync(launcher);
+  } catch {
+    return undefined;
+  }
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", text));
+  const codeId = Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
+  return spareConfig(address, socketDir, env, codeId);
+}
+
+/** Reads `\n`-terminated JSON lines (each at most 1 MiB) from a connection, keeping what follows. */

@@ -1,0 +1,55 @@
+/**
+ * The spare's lock: one spare waits (or loads) per installed code and containerd. It is held
+ * from before the spare loads until it is adopted, and holds the spare's pid for operators.
+ *
+ * @module
+ */
+
+import { launcherCodeId } from "./config.ts";
+
+/** A lock taken, with the launcher text the spare was keyed on. */
+export interface SpareLock {
+  /** The lock file, locked; closing it lets the next spare load. */
+  file: Deno.FsFile;
+  /** The launcher's bytes when the lock was taken (the lifetime watch compares them). */
+  launcherText: Uint8Array;
+  /** The launcher's code identity, from those bytes. */
+  codeId: string;
+}
+
+/**
+ * Takes the lock beside the spare socket `socket`, or returns undefined when another spare
+ * holds it or the launcher no longer hashes to the socket's name (it was reinstalled).
+ *
+ * @example Usage
+ * ```ts ignore
+ * const lock = await takeSpareLock(flags.socket, launcher);
+ * if (!lock) Deno.exit(0);
+ * ```
+ */
+export async function takeSpareLock(
+  socket: string,
+  launcher: string,
+): Promise<SpareLock | undefined> {
+  const path = socket.replace(/\.sock$/, ".lock");
+  const file = await Deno.open(path, { read: true, write: true, create: true, mode: 0o600 });
+  // Another spare waits or loads, unless a `start` is only peeking at the lock (a moment).
+  let locked = false;
+  for (let i = 0; i < 5 && !(locked = await file.tryLock(true)); i++) {
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  if (!locked) {
+    file.close();
+    return undefined;
+  }
+  // Our pid, for operators: which process is the waiting spare.
+  await file.truncate(0);
+  await file.write(new TextEncoder().encode(`${Deno.pid}\n`));
+  const launcherText = Deno.readFileSync(launcher);
+  const codeId = launcherCodeId(launcherText); // from the bytes the watch compares
+  if (!socket.endsWith(`/spare-${codeId.slice(0, 16)}.sock`)) {
+    file.close();
+    return undefined; // reinstalled
+  }
+  return { file, launcherText, codeId };
+}
