@@ -9,8 +9,10 @@
  * 2^64 - 1, what containerd reports for an unlimited ("max") v2 value.
  *
  * @example Usage
- * ```ts ignore
- * if (memory.usageLimit === MAX_UINT64) console.log("unlimited");
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { MAX_UINT64 } from "./cgroup_files.ts";
+ * strictEqual(MAX_UINT64, 2n ** 64n - 1n);
  * ```
  */
 export const MAX_UINT64: bigint = 0xffff_ffff_ffff_ffffn;
@@ -19,8 +21,14 @@ export const MAX_UINT64: bigint = 0xffff_ffff_ffff_ffffn;
  * The trimmed contents of `path`, or `undefined` when it does not exist.
  *
  * @example Usage
- * ```ts ignore
- * const text: string | undefined = readOptional("/sys/fs/cgroup/pids/x/pids.max");
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { readOptional } from "./cgroup_files.ts";
+ * const dir = Deno.makeTempDirSync();
+ * Deno.writeTextFileSync(`${dir}/pids.max`, "max\n");
+ * strictEqual(readOptional(`${dir}/pids.max`), "max");
+ * strictEqual(readOptional(`${dir}/missing`), undefined);
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export function readOptional(path: string): string | undefined {
@@ -40,8 +48,16 @@ export function readOptional(path: string): string | undefined {
  * One unsigned integer file; `max` reads as `max` (the caller decides what it means).
  *
  * @example Usage
- * ```ts ignore
- * const current: bigint | undefined = readUint(`${dir}/pids.current`);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { MAX_UINT64, readUint } from "./cgroup_files.ts";
+ * const dir = Deno.makeTempDirSync();
+ * Deno.writeTextFileSync(`${dir}/pids.current`, "7\n");
+ * Deno.writeTextFileSync(`${dir}/pids.max`, "max\n");
+ * strictEqual(readUint(`${dir}/pids.current`), 7n);
+ * strictEqual(readUint(`${dir}/pids.max`), MAX_UINT64);
+ * strictEqual(readUint(`${dir}/missing`), undefined);
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export function readUint(path: string, max: bigint = MAX_UINT64): bigint | undefined {
@@ -55,8 +71,15 @@ export function readUint(path: string, max: bigint = MAX_UINT64): bigint | undef
  * A `key value` per line file (memory.stat, cpu.stat, memory.events, ...).
  *
  * @example Usage
- * ```ts ignore
- * const stat: Map<string, bigint> = readKeyValues(`${dir}/memory.stat`);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { readKeyValues } from "./cgroup_files.ts";
+ * const dir = Deno.makeTempDirSync();
+ * Deno.writeTextFileSync(`${dir}/memory.stat`, "cache 4096\nrss 8192\nbad x\n");
+ * const stat = readKeyValues(`${dir}/memory.stat`);
+ * strictEqual(stat.get("rss"), 8192n);
+ * strictEqual(stat.has("bad"), false);
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export function readKeyValues(path: string): Map<string, bigint> {
@@ -73,8 +96,13 @@ export function readKeyValues(path: string): Map<string, bigint> {
  * setting the camelCase property protobuf-es uses.
  *
  * @example Usage
- * ```ts ignore
- * assignFields(memory, MemoryStatSchema.fields, readKeyValues(`${dir}/memory.stat`));
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { assignFields } from "./cgroup_files.ts";
+ * const target: { totalRss?: bigint } = {};
+ * const fields = [{ name: "total_rss", localName: "totalRss" }];
+ * assignFields(target, fields, new Map([["rss", 5n]]), { rss: "total_rss" });
+ * strictEqual(target.totalRss, 5n);
  * ```
  */
 export function assignFields(
@@ -94,8 +122,11 @@ export function assignFields(
  * Hugepage sizes the kernel offers, as cgroup file names spell them (`2MB`, `1GB`).
  *
  * @example Usage
- * ```ts ignore
- * hugePageSizes(); // ["2MB", "1GB"]
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { hugePageSizes } from "./cgroup_files.ts";
+ * // e.g. ["2MB", "1GB"]; empty where the kernel has no hugepages.
+ * strictEqual(hugePageSizes().every((s) => /^\d+[KMG]?B$/.test(s)), true);
  * ```
  */
 export function hugePageSizes(): string[] {
