@@ -9,13 +9,12 @@
  * The process or its cgroup does not exist (Task.Stats answers NotFound).
  *
  * @example Usage
- * ```ts ignore
- * try {
- *   await cgroupStats(pid);
- * } catch (e) {
- *   if (e instanceof CgroupNotFoundError) throw new ConnectError(e.message, Code.NotFound);
- *   throw e;
- * }
+ * ```ts
+ * import { strictEqual, throws } from "node:assert/strict";
+ * import { CgroupNotFoundError, cgroupV1Paths } from "./cgroup_paths.ts";
+ * // Above the kernel's largest pid_max: no such process. Task.Stats maps this to NotFound.
+ * throws(() => cgroupV1Paths(2 ** 22 + 1), CgroupNotFoundError);
+ * strictEqual(new CgroupNotFoundError(7, "gone").message, "cgroup of pid 7 not found: gone");
  * ```
  */
 export class CgroupNotFoundError extends Error {
@@ -55,8 +54,11 @@ function unescape(s: string): string {
  * The cgroup hierarchies mounted in this mount namespace.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { cgroupMounts } from "./cgroup_paths.ts";
  * const v1 = cgroupMounts().filter((m) => m.fsType === "cgroup").map((m) => m.mountPoint);
+ * strictEqual(v1.every((dir) => dir.startsWith("/")), true);
  * ```
  */
 export function cgroupMounts(): CgroupMount[] {
@@ -82,8 +84,13 @@ export function cgroupMounts(): CgroupMount[] {
  * or hybrid, where containerd and runc use the v1 controllers).
  *
  * @example Usage
- * ```ts ignore
- * const version: 1 | 2 = cgroupVersion();
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { cgroupMounts, cgroupVersion } from "./cgroup_paths.ts";
+ * const unified = cgroupMounts().some((m) =>
+ *   m.mountPoint === "/sys/fs/cgroup" && m.fsType === "cgroup2"
+ * );
+ * strictEqual(cgroupVersion(), unified ? 2 : 1);
  * ```
  */
 export function cgroupVersion(): 1 | 2 {
@@ -152,8 +159,13 @@ export function cgroupDir(mount: CgroupMount, path: string): string {
  * {@linkcode CgroupNotFoundError} when the process or all of them are gone.
  *
  * @example Usage
- * ```ts ignore
- * const memoryDir = cgroupV1Paths(pid).get("memory");
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { cgroupV1Paths, cgroupVersion } from "./cgroup_paths.ts";
+ * if (cgroupVersion() === 1) {
+ *   const memoryDir = cgroupV1Paths(Deno.pid).get("memory");
+ *   strictEqual(memoryDir === undefined || memoryDir.startsWith("/"), true);
+ * }
  * ```
  */
 export function cgroupV1Paths(pid: number): Map<string, string> {
