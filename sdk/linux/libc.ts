@@ -54,8 +54,10 @@ let lib: Deno.DynamicLibrary<typeof SYMBOLS> | undefined;
  * The raw libc symbols, loaded on first use. Prefer the typed wrappers in this module.
  *
  * @example Usage
- * ```ts ignore
- * const pid: number = libc().getpid();
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { libc } from "./libc.ts";
+ * strictEqual(libc().getpid(), Deno.pid);
  * ```
  */
 export function libc(): Libc {
@@ -120,12 +122,16 @@ export const Errno = {
  * A failed libc call: `errno` and its symbolic `code` are kept for callers that branch on them.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { ErrnoError, kill } from "./libc.ts";
+ * let code = "";
  * try {
- *   kill(123456, 0);
+ *   kill(2 ** 22 + 1, 0); // above any pid_max: no such process
  * } catch (e) {
- *   if (e instanceof ErrnoError && e.code === "ESRCH") console.log("gone");
+ *   if (e instanceof ErrnoError) code = e.code;
  * }
+ * strictEqual(code, "ESRCH");
  * ```
  */
 export class ErrnoError extends Error {
@@ -172,8 +178,11 @@ function strerror(code: number): string {
  * Throws an {@linkcode ErrnoError} for `what` when `result` is -1, otherwise returns it.
  *
  * @example Usage
- * ```ts ignore
- * const fd: number = check(`open "/x"`, libc().open(cstr("/x"), 0, 0));
+ * ```ts
+ * import { throws } from "node:assert/strict";
+ * import { check, cstr, ErrnoError, libc } from "./libc.ts";
+ * const path = "/nonexistent/skiff";
+ * throws(() => check(`open "${path}"`, libc().open(cstr(path), 0, 0)), ErrnoError);
  * ```
  */
 export function check(what: string, result: number): number {
@@ -242,8 +251,18 @@ export function close(fd: number): void {
  * `mkfifo(3)`.
  *
  * @example Usage
- * ```ts ignore
- * mkfifo("/tmp/x/stdout", 0o600);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { close, mkfifo, O, open, readFd, writeFd } from "./libc.ts";
+ * const dir = Deno.makeTempDirSync();
+ * mkfifo(`${dir}/stdout`, 0o600);
+ * const fd = open(`${dir}/stdout`, O.RDWR | O.NONBLOCK);
+ * strictEqual(writeFd(fd, new TextEncoder().encode("hi"), "stdout fifo"), 2);
+ * const buf = new Uint8Array(8);
+ * strictEqual(readFd(fd, buf, "stdout fifo"), 2);
+ * strictEqual(readFd(fd, buf, "stdout fifo"), null); // empty: would block
+ * close(fd);
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export function mkfifo(path: string, mode = 0o600): void {
@@ -302,8 +321,12 @@ export function writeFd(fd: number, buf: Uint8Array<ArrayBuffer>, what: string):
  * `eventfd(2)` with `EFD_CLOEXEC | EFD_NONBLOCK`.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { close, eventfd } from "./libc.ts";
  * const efd: number = eventfd();
+ * strictEqual(efd >= 0, true);
+ * close(efd);
  * ```
  */
 export function eventfd(): number {
@@ -316,8 +339,10 @@ export function eventfd(): number {
  * `getpid(2)`.
  *
  * @example Usage
- * ```ts ignore
- * const me: number = getpid();
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { getpid } from "./libc.ts";
+ * strictEqual(getpid(), Deno.pid);
  * ```
  */
 export function getpid(): number {
