@@ -36,12 +36,17 @@ const POLLNVAL = 0x20;
  * return `false`.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { close, eventfd } from "./libc.ts";
+ * import { Canceller, POLLIN, waitFd } from "./poll.ts";
+ * const fd = eventfd(); // never written: never readable
  * const c = new Canceller();
  * const ready = waitFd(fd, POLLIN, c);
- * c.cancel(); // ready resolves to false
- * await ready;
+ * c.cancel();
+ * strictEqual(await ready, false);
  * c.close();
+ * close(fd);
  * ```
  */
 export class Canceller {
@@ -82,8 +87,18 @@ export class Canceller {
  * write will surface). Resolves `true` when ready, `false` when `canceller` was cancelled.
  *
  * @example Usage
- * ```ts ignore
- * if (await waitFd(fd, POLLIN, canceller)) readFd(fd, buf, "pty");
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { close, eventfd, readFd, writeFd } from "./libc.ts";
+ * import { Canceller, POLLIN, waitFd } from "./poll.ts";
+ * const fd = eventfd();
+ * const canceller = new Canceller();
+ * writeFd(fd, new Uint8Array(new BigUint64Array([1n]).buffer), "eventfd");
+ * const buf = new Uint8Array(8);
+ * strictEqual(await waitFd(fd, POLLIN, canceller), true);
+ * strictEqual(readFd(fd, buf, "eventfd"), 8);
+ * canceller.close();
+ * close(fd);
  * ```
  */
 export async function waitFd(fd: number, events: number, canceller: Canceller): Promise<boolean> {
