@@ -8,28 +8,36 @@
  * `Transport`, `ConnectError`, interceptors) carry over unchanged.
  *
  * @example Serve a service and call it
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { createClient, createServiceImplSpec } from "@connectrpc/connect";
  * import { createTtrpcTransport, TtrpcServer } from "@skiff/shim/ttrpc";
  * import { TaskService as Task } from "@skiff/shim/proto";
  *
  * const server = new TtrpcServer();
  * server.register(
- *   createServiceImplSpec(Task, {
- *     state: (req, ctx) => ({ id: req.id, bundle: ctx.requestHeader.get("containerd-namespace-ttrpc") ?? "" }),
+ *   createServiceImplSpec<typeof Task>(Task, {
+ *     state: (req, ctx) => ({
+ *       id: req.id,
+ *       bundle: ctx.requestHeader.get("containerd-namespace-ttrpc") ?? "",
+ *     }),
  *   }),
  *   "containerd.task.v2.Task",
  *   "containerd.task.v3.Task",
  * );
- * await server.listen("/tmp/skiff-example.sock");
+ * const dir = await Deno.makeTempDir();
+ * await server.listen(`${dir}/shim.sock`);
  *
- * const transport = createTtrpcTransport({ path: "unix:///tmp/skiff-example.sock" });
+ * const transport = createTtrpcTransport({ path: `unix://${dir}/shim.sock` });
  * const task = createClient(Task, transport);
- * const state = await task.state({ id: "c1" }, { headers: { "containerd-namespace-ttrpc": "default" } });
- * console.log(state.bundle); // "default"
+ * const headers = { "containerd-namespace-ttrpc": "default" };
+ * const state = await task.state({ id: "c1" }, { headers });
+ * strictEqual(state.id, "c1");
+ * strictEqual(state.bundle, "default");
  *
  * await transport.close();
  * await server.close();
+ * await Deno.remove(dir, { recursive: true });
  * ```
  *
  * @module
