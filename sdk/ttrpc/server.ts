@@ -122,20 +122,24 @@ export interface TtrpcCloseOptions {
  * as `timeoutMs` and `signal`, and `signal` also aborts when the client disconnects.
  *
  * @example Serve the Task API under both names containerd uses
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { createServiceImplSpec } from "@connectrpc/connect";
  * import { TtrpcServer } from "@skiff/shim/ttrpc";
  * import { TaskService as Task } from "@skiff/shim/proto";
  *
  * const server = new TtrpcServer();
  * server.register(
- *   createServiceImplSpec(Task, { state: (req) => ({ id: req.id, bundle: "/run/b" }) }),
+ *   createServiceImplSpec<typeof Task>(Task, { state: (req) => ({ id: req.id, bundle: "/run/b" }) }),
  *   "containerd.task.v2.Task",
  *   "containerd.task.v3.Task",
  * );
- * await server.listen("/run/containerd/s/0123abcd");
+ * const dir = await Deno.makeTempDir(); // containerd passes e.g. /run/containerd/s/0123abcd
+ * await server.listen(`${dir}/shim.sock`);
+ * strictEqual(Deno.statSync(`${dir}/shim.sock`).isSocket, true);
  * // ... later, e.g. after Task.Shutdown:
  * await server.close();
+ * await Deno.remove(dir, { recursive: true });
  * ```
  */
 export class TtrpcServer {
