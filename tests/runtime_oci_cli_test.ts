@@ -15,9 +15,10 @@ const FAKE_RUNTIME = `#!/bin/sh
 for a in "$@"; do printf '%s\\n' "$a"; done > "$FAKE_DIR/argv"
 printf '%s' "\${NOTIFY_SOCKET-unset}" > "$FAKE_DIR/notify"
 pwd -P > "$FAKE_DIR/cwd"
-log=""; prev=""; cmd=""
+log=""; prev=""; cmd=""; pidf=""
 for a in "$@"; do
   [ "$prev" = "--log" ] && log="$a"
+  [ "$prev" = "--pid-file" ] && pidf="$a"
   [ "$prev" = "--process" ] && cp "$a" "$FAKE_DIR/process.json" && printf '%s' "$a" > "$FAKE_DIR/process.path"
   if [ -z "$cmd" ]; then
     case "$a" in create|start|state|kill|delete|exec|ps|pause|resume|update|checkpoint|restore|events|features) cmd="$a";; --version) cmd=version;; esac
@@ -30,8 +31,13 @@ eval "code=\\\${FAKE_\${up}_EXIT:-0}; out=\\\${FAKE_\${up}_STDOUT:-}; err=\\\${F
 [ -n "$lg" ] && [ -n "$log" ] && printf '%s' "$lg" >> "$log"
 [ -n "$err" ] && printf '%s\\n' "$err" >&2
 [ -n "$out" ] && printf '%s' "$out"
+[ "$code" = 0 ] && [ -n "$pidf" ] && echo $$ > "$pidf"
 exit "$code"
 `;
+
+/** Where the fake runtime's pid files go (the adapter reads them back). */
+const PIDS = Deno.makeTempDirSync({ prefix: "skiff-fake-pids-" });
+globalThis.addEventListener("unload", () => Deno.removeSync(PIDS, { recursive: true }));
 
 interface Fake {
   dir: string;
@@ -68,7 +74,7 @@ Deno.test("OciRuntimeCli.create() passes global and create flags in the runc shi
   });
   await cli.create("c1", {
     bundle: "/b",
-    pidFile: "/b/init.pid",
+    pidFile: `${PIDS}/init.pid`,
     consoleSocket: "/s.sock",
     noPivot: true,
     noNewKeyring: true,
@@ -77,7 +83,7 @@ Deno.test("OciRuntimeCli.create() passes global and create flags in the runc shi
   assert.deepEqual(await fake.argv(), [
     ...["--root", "/run/r/default", "--log", fake.log, "--log-format", "json"],
     ...["--systemd-cgroup", "--network=none", "create", "--bundle", "/b", "--pid-file"],
-    ...["/b/init.pid", "--console-socket", "/s.sock", "--no-pivot", "--no-new-keyring"],
+    ...[`${PIDS}/init.pid`, "--console-socket", "/s.sock", "--no-pivot", "--no-new-keyring"],
     ...["--preserve-fds", "1", "c1"],
   ]);
 });
@@ -85,21 +91,35 @@ Deno.test("OciRuntimeCli.create() passes global and create flags in the runc shi
 Deno.test("OciRuntimeCli.create() takes noPivot/noNewKeyring defaults from the constructor", async () => {
   await using fake = await fakeRuntime();
   const cli = fake.cli({}, { noPivot: true, noNewKeyring: true });
-  await cli.create("c1", { bundle: "/b", pidFile: "/b/p" });
+  await cli.create("c1", { bundle: "/b", pidFile: `${PIDS}/p` });
   assert.deepEqual((await fake.argv()).slice(4), [
-    ...["create", "--bundle", "/b", "--pid-file", "/b/p", "--no-pivot", "--no-new-keyring", "c1"],
+    ...[
+      "create",
+      "--bundle",
+      "/b",
+      "--pid-file",
+      `${PIDS}/p`,
+      "--no-pivot",
+      "--no-new-keyring",
+      "c1",
+    ],
   ]);
   // A per-call value overrides the default.
-  await cli.create("c1", { bundle: "/b", pidFile: "/b/p", noPivot: false, noNewKeyring: false });
+  await cli.create("c1", {
+    bundle: "/b",
+    pidFile: `${PIDS}/p`,
+    noPivot: false,
+    noNewKeyring: false,
+  });
   assert.deepEqual((await fake.argv()).slice(4), [
     "create",
     "--bundle",
     "/b",
     "--pid-file",
-    "/b/p",
+    `${PIDS}/p`,
     "c1",
   ]);
-  await cli.restore("c1", { bundle: "/b", imagePath: "/i", pidFile: "/b/p" });
+  await cli.restore("c1", { bundle: "/b", imagePath: "/i", pidFile: `${PIDS}/p` });
   assert.ok((await fake.argv()).includes("--no-pivot"));
 });
 
@@ -112,7 +132,7 @@ Deno.test("OciRuntimeCli.create() spawns through the injected spawn function", a
       return cmd.spawn();
     },
   });
-  await cli.create("c1", { bundle: "/b", pidFile: "/b/init.pid" });
+  await cli.create("c1", { bundle: "/b", pidFile: `${PIDS}/init.pid` });
   await cli.start("c1");
   assert.equal(spawned.length, 2);
 });
@@ -122,7 +142,7 @@ Deno.test("OciRuntimeCli.create() removes NOTIFY_SOCKET from the runtime's envir
   const before = Deno.env.get("NOTIFY_SOCKET");
   Deno.env.set("NOTIFY_SOCKET", "/run/systemd/notify");
   try {
-    await fake.cli().create("c1", { bundle: "/b", pidFile: "/b/init.pid" });
+    await fake.cli().create("c1", { bundle: "/b", pidFile: `${PIDS}/init.pid` });
   } finally {
     if (before === undefined) Deno.env.delete("NOTIFY_SOCKET");
     else Deno.env.set("NOTIFY_SOCKET", before);
@@ -140,7 +160,7 @@ Deno.test("OciRuntimeCli.create() failure carries the last error entry the comma
     FAKE_CREATE_LOG: '{"msg":"debug","level":"debug"}{"msg":"first","level":"error"}' +
       '{"msg":"creating container: cannot \\"x\\" {y}","level":"error","time":"t"}',
   });
-  const err = await cli.create("c9", { bundle: "/b", pidFile: "/b/p" }).then(
+  const err = await cli.create("c9", { bundle: "/b", pidFile: `${PIDS}/p` }).then(
     () => assert.fail("create should fail"),
     (e) => e,
   );
@@ -173,7 +193,7 @@ Deno.test("OciRuntimeCli.create() without io and log reports the runtime's stder
     env: { FAKE_DIR: fake.dir, FAKE_CREATE_EXIT: "1", FAKE_CREATE_STDERR: "config.json not found" },
   });
   await assert.rejects(
-    cli.create("c1", { bundle: "/b", pidFile: "/b/p" }),
+    cli.create("c1", { bundle: "/b", pidFile: `${PIDS}/p` }),
     (e) => e instanceof OciRuntimeError && e.runtimeMessage === "config.json not found",
   );
 });
@@ -185,14 +205,14 @@ Deno.test("OciRuntimeCli.create() with a text-format log reads its level=error l
     FAKE_CREATE_LOG: 'time="t" level=warning msg="w"\ntime="t" level=error msg="bad \\"q\\""\n',
   });
   await assert.rejects(
-    cli.create("c1", { bundle: "/b", pidFile: "/b/p" }),
+    cli.create("c1", { bundle: "/b", pidFile: `${PIDS}/p` }),
     (e) => e instanceof OciRuntimeError && e.runtimeMessage === 'bad "q"',
   );
 });
 
 Deno.test("OciRuntimeCli.create() of a missing binary rejects with an OciRuntimeError", async () => {
   const cli = new OciRuntimeCli({ binary: "/nonexistent/skiff-no-runtime" });
-  await assert.rejects(cli.create("c1", { bundle: "/b", pidFile: "/b/p" }), (e) => {
+  await assert.rejects(cli.create("c1", { bundle: "/b", pidFile: `${PIDS}/p` }), (e) => {
     assert.ok(e instanceof OciRuntimeError);
     assert.equal(e.exitCode, -1);
     assert.match(e.message, /skiff-no-runtime create "c1" could not be run/);
@@ -203,15 +223,15 @@ Deno.test("OciRuntimeCli.create() of a missing binary rejects with an OciRuntime
 Deno.test("OciRuntimeCli.exec() passes the process JSON in a temp file it removes", async () => {
   await using fake = await fakeRuntime();
   const process = { args: ["sh", "-c", "echo hi"], cwd: "/", env: ["PATH=/bin"], terminal: false };
-  await fake.cli().exec("c1", process, {
-    pidFile: "/b/e.pid",
+  await fake.cli().exec("c1", "e1", process, {
+    pidFile: `${PIDS}/e.pid`,
     consoleSocket: "/s",
     detach: true,
   });
   const path = await Deno.readTextFile(`${fake.dir}/process.path`);
   assert.deepEqual(await fake.argv(), [
     ...["--log", fake.log, "--log-format", "json", "exec", "--process", path, "--detach"],
-    ...["--pid-file", "/b/e.pid", "--console-socket", "/s", "c1"],
+    ...["--pid-file", `${PIDS}/e.pid`, "--console-socket", "/s", "c1"],
   ]);
   assert.deepEqual(JSON.parse(await Deno.readTextFile(`${fake.dir}/process.json`)), process);
   assert.equal(await exists(path), false);
@@ -253,7 +273,7 @@ Deno.test("OciRuntimeCli.restore() maps every option to its flag", async () => {
     bundle: "/b",
     imagePath: "/img",
     workPath: "/work",
-    pidFile: "/b/init.pid",
+    pidFile: `${PIDS}/init.pid`,
     consoleSocket: "/s",
     noPivot: true,
     noSubreaper: true,
@@ -263,7 +283,7 @@ Deno.test("OciRuntimeCli.restore() maps every option to its flag", async () => {
   });
   assert.deepEqual((await fake.argv()).slice(4), [
     ...["restore", "--bundle", "/b", "--image-path", "/img", "--work-path", "/work"],
-    ...["--detach", "--pid-file", "/b/init.pid", "--console-socket", "/s", "--no-pivot"],
+    ...["--detach", "--pid-file", `${PIDS}/init.pid`, "--console-socket", "/s", "--no-pivot"],
     ...["--no-subreaper", "--tcp-established", "--empty-ns", "network", "c1"],
   ]);
 });
@@ -343,11 +363,11 @@ Deno.test("OciRuntimeCli runs every per-container command in cwd (the bundle)", 
       FAKE_FEATURES_STDOUT: "{}",
     }, { cwd: bundle });
     const calls: Record<string, (cli: OciRuntimeCli) => Promise<unknown>> = {
-      create: (cli) => cli.create("c1", { bundle: "/elsewhere", pidFile: "/p" }),
+      create: (cli) => cli.create("c1", { bundle: "/elsewhere", pidFile: `${PIDS}/p` }),
       start: (cli) => cli.start("c1"),
       state: (cli) => cli.state("c1"),
       kill: (cli) => cli.kill("c1", 15),
-      exec: (cli) => cli.exec("c1", { args: ["true"] }, { pidFile: "/p" }),
+      exec: (cli) => cli.exec("c1", "e1", { args: ["true"] }, { pidFile: `${PIDS}/p` }),
       ps: (cli) => cli.ps("c1"),
       pause: (cli) => cli.pause("c1"),
       resume: (cli) => cli.resume("c1"),
@@ -364,7 +384,7 @@ Deno.test("OciRuntimeCli runs every per-container command in cwd (the bundle)", 
     assert.equal(await cwdOf((cli) => cli.features(), inBundle), here, "features");
     // Without cwd, create and restore still run in their bundle; the others where the caller is.
     const plain = fake.cli();
-    const create = (cli: OciRuntimeCli) => cli.create("c1", { bundle, pidFile: "/p" });
+    const create = (cli: OciRuntimeCli) => cli.create("c1", { bundle, pidFile: `${PIDS}/p` });
     assert.equal(await cwdOf(create, plain), bundle, "create without cwd");
     assert.equal(await cwdOf((cli) => cli.start("c1"), plain), here, "start without cwd");
     // A bundle that is gone (a late delete) does not make the command fail to spawn.
@@ -680,7 +700,7 @@ async function mainFlow(binary: string, globalArgs: string[], hostPids: boolean)
     assert.equal(stats.type, "stats");
     assert.equal(typeof stats.data, "object");
 
-    await cli.exec(id, EXEC_PROCESS, {
+    await cli.exec(id, "e1", EXEC_PROCESS, {
       pidFile: `${bundle.dir}/exec.pid`,
       io: execIo,
       detach: true,
@@ -806,7 +826,7 @@ integrationTest(
       await cli.create(id, { bundle: bundle.dir, pidFile: `${bundle.dir}/init.pid` });
       const initPid = await readPidFile(`${bundle.dir}/init.pid`);
       await cli.start(id);
-      await cli.exec(id, { ...EXEC_PROCESS, args: ["sh", "-c", "exit 7"] }, {
+      await cli.exec(id, "e1", { ...EXEC_PROCESS, args: ["sh", "-c", "exit 7"] }, {
         pidFile: `${bundle.dir}/exec.pid`,
         detach: true,
       });

@@ -15,12 +15,17 @@ import { Shim } from "../sdk/shim/shim.ts";
 class FakeRuntime implements ContainerRuntime {
   calls: string[] = [];
   constructor(private p: FakePlatform) {}
-  create(id: string, o: { pidFile: string }) {
+  /** With `exits`: each init's exit is reported by the runtime (RuntimeProcess.exited). */
+  exits: Map<string, PromiseWithResolvers<number>> | undefined;
+  create(id: string, o: { bundle: string }) {
     this.calls.push(`create ${id}`);
     const pid = this.p.spawned(this.p.fixedPid ?? this.p.nextPid++);
-    this.p.pidFiles.set(o.pidFile, pid);
+    this.p.pidFiles.set(`${o.bundle}/init.pid`, pid);
     this.p.duringStart?.(pid);
-    return Promise.resolve();
+    if (!this.exits) return Promise.resolve({ pid });
+    const exit = Promise.withResolvers<number>();
+    this.exits.set(id, exit);
+    return Promise.resolve({ pid, exited: exit.promise });
   }
   start(id: string) {
     this.calls.push(`start ${id}`);
@@ -38,7 +43,7 @@ class FakeRuntime implements ContainerRuntime {
     this.calls.push(`delete ${id}`);
     return Promise.resolve();
   }
-  async exec(id: string, _p: unknown, o: { pidFile: string }) {
+  async exec(id: string, execId: string, _p: unknown, _o: unknown) {
     this.calls.push(`exec ${id}`);
     if (this.p.execGate) {
       // runc exec held up before it runs (runc-fp's delayExec), then failing on a dead init.
@@ -46,8 +51,9 @@ class FakeRuntime implements ContainerRuntime {
       throw new Error("cannot exec in a stopped container");
     }
     const pid = this.p.spawned(this.p.execPids.shift() ?? this.p.nextPid++);
-    this.p.pidFiles.set(o.pidFile, pid);
+    this.p.pidFiles.set(`exec ${execId}`, pid);
     this.p.duringStart?.(pid);
+    return { pid };
   }
   ps() {
     // Like runc's: reads the cgroup, so a process that left it is not listed.
@@ -67,10 +73,11 @@ class FakeRuntime implements ContainerRuntime {
   checkpoint() {
     return Promise.reject(new Error("criu failed"));
   }
-  restore(id: string, o: { pidFile: string; imagePath: string; noSubreaper?: boolean }) {
+  restore(id: string, o: { bundle: string; imagePath: string; noSubreaper?: boolean }) {
     this.calls.push(`restore ${id} ${o.imagePath}${o.noSubreaper ? " no-subreaper" : ""}`);
-    this.p.pidFiles.set(o.pidFile, this.p.spawned(this.p.nextPid++));
-    return Promise.resolve();
+    const pid = this.p.spawned(this.p.nextPid++);
+    this.p.pidFiles.set(`${o.bundle}/init.pid`, pid);
+    return Promise.resolve({ pid });
   }
 }
 
@@ -118,7 +125,12 @@ class FakePlatform implements ShimPlatform {
   }
   openIo() {
     return Promise.resolve({
-      stdio: { stdio: { stdin: "null", stdout: "null", stderr: "null" } as const, attach() {} },
+      io: {
+        terminal: false,
+        stdio: { stdin: "null", stdout: "null", stderr: "null" } as const,
+        attach() {},
+        streams: () => ({}),
+      },
       ready: () => Promise.resolve(),
       handle: {
         closeStdin: () => Promise.resolve(),
@@ -141,9 +153,6 @@ class FakePlatform implements ShimPlatform {
   }
   kill(pid: number) {
     this.exit(pid, 137);
-  }
-  readPidFile(path: string) {
-    return Promise.resolve(this.pidFiles.get(path)!);
   }
 }
 
@@ -418,18 +427,11 @@ Deno.test("TaskService pauses and resumes, and rejects resume of a running task"
   });
 });
 
-Deno.test("TaskService takes a 'wait' runtime's exits from the runtime, and a shared pid's exit for all", async () => {
+Deno.test("TaskService takes a runtime's reported exits, and a reaped one only when the report fails", async () => {
   await withBundle(async (bundle) => {
     const { svc, platform, runtime, exits } = setup();
     const waits = new Map<string, PromiseWithResolvers<number>>();
-    Object.assign(runtime, {
-      initExit: "wait",
-      wait: (id: string) => {
-        const w = Promise.withResolvers<number>();
-        waits.set(id, w);
-        return w.promise;
-      },
-    });
+    runtime.exits = waits;
     // Two inits in one sandbox process: the runtime reports the same pid for both.
     const { pid } = await svc.create(create(CreateTaskRequestSchema, { id: "pod", bundle }));
     platform.fixedPid = pid;
@@ -440,9 +442,11 @@ Deno.test("TaskService takes a 'wait' runtime's exits from the runtime, and a sh
     waits.get("app")!.resolve(137); // the member exits inside the live sandbox
     assert.equal((await svc.wait({ id: "app", execId: "" } as never)).exitStatus, 137);
     assert.equal(svc.state({ id: "pod", execId: "" } as never).status, Status.RUNNING);
-    platform.exit(pid!, 0); // the sandbox process dies: the root container with it
-    assert.equal((await svc.wait({ id: "pod", execId: "" } as never)).exitStatus, 0);
-    waits.get("pod")!.resolve(1); // a late report from the runtime changes nothing
+    platform.exit(pid!, 0); // the sandbox process dies: the reaper's exit waits aside ...
+    const wait = svc.wait({ id: "pod", execId: "" } as never);
+    assert.equal(await settledOrPending(wait), "pending", "the runtime reports the exit");
+    waits.get("pod")!.reject(new Error("sandbox gone")); // ... until the report fails
+    assert.equal((await wait).exitStatus, 0);
     await new Promise((r) => setTimeout(r, 10));
     assert.deepEqual(exits, ["app", "pod"], "one exit event per container");
     assert.equal(svc.state({ id: "pod", execId: "" } as never).exitStatus, 0);

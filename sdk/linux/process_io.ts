@@ -118,6 +118,7 @@ export class ProcessIo {
   /** Output copies still writing into each sink; a sink is closed when its count reaches 0. */
   #writers = new Map<Sink, number>();
   #pty: Pty | undefined;
+  #terminal: boolean;
   #attached = false;
   #closed: Promise<void> | undefined;
 
@@ -129,9 +130,11 @@ export class ProcessIo {
       stdout?: Sink;
       stderr?: Sink;
       logger?: BinaryLogger;
+      terminal?: boolean;
     },
   ) {
     this.stdio = stdio;
+    this.#terminal = parts.terminal ?? false;
     this.#stdin = parts.stdin;
     this.#stdinKeepAlive = parts.stdinKeepAlive;
     this.#stdout = parts.stdout;
@@ -216,6 +219,7 @@ export class ProcessIo {
         stderr: !terminal && stderr ? "piped" : "null",
       };
       return new ProcessIo(stdio, {
+        terminal,
         ...(stdin ? { stdin } : {}),
         ...(stdinKeepAlive ? { stdinKeepAlive } : {}),
         ...(stdout ? { stdout } : {}),
@@ -272,6 +276,53 @@ export class ProcessIo {
     }
     if (this.#stdout) this.#track(this.#copyOut(pty.readable, this.#stdout), true);
     else this.#track(this.#copyOut(pty.readable, undefined), true);
+  }
+
+  /**
+   * Hands the targets over as web streams, for a runtime that moves the bytes itself (an agent,
+   * a VM guest): stdin FIFO → `stdin` (ends at CloseIO and the client closing), `stdout` and
+   * `stderr` → their targets (in terminal mode, `stdout` carries the terminal's output and there
+   * is no `stderr`). A target is closed once every stream writing into it is closed, as at a
+   * pipe's EOF; {@linkcode ProcessIo.drain} waits for that.
+   */
+  streams(): {
+    stdin?: ReadableStream<Uint8Array>;
+    stdout?: WritableStream<Uint8Array>;
+    stderr?: WritableStream<Uint8Array>;
+  } {
+    this.#beginAttach("streams");
+    const out: {
+      stdin?: ReadableStream<Uint8Array>;
+      stdout?: WritableStream<Uint8Array>;
+      stderr?: WritableStream<Uint8Array>;
+    } = {};
+    if (this.#stdin) out.stdin = this.#stdin.readable();
+    if (this.#stdout) out.stdout = this.#sinkStream(this.#stdout);
+    if (this.#stderr && !this.#terminal) {
+      out.stderr = this.#sinkStream(this.#stderr);
+    }
+    return out;
+  }
+
+  /** A writable into `sink`, tracked like an output copy: its close releases the sink. */
+  #sinkStream(sink: Sink): WritableStream<Uint8Array> {
+    this.#writers.set(sink, (this.#writers.get(sink) ?? 0) + 1);
+    const done = Promise.withResolvers<void>();
+    this.#track(done.promise, true);
+    let broken = false;
+    const end = async (eof: boolean) => {
+      if (eof && !this.#closed) await this.#release(sink);
+      done.resolve();
+    };
+    return new WritableStream<Uint8Array>({
+      write: async (chunk) => {
+        if (broken || this.#closed) return;
+        // As a pipe's copy: after a sink error keep accepting, so the sender never blocks.
+        await sink.write(chunk).catch(() => broken = true);
+      },
+      close: () => end(true),
+      abort: () => end(true),
+    });
   }
 
   /** Closes our write end of the stdin FIFO (CloseIO): the process sees EOF once the client's does. */

@@ -21,6 +21,7 @@ import {
 } from "./command.ts";
 import { isNotExist, mapKillError, OciRuntimeError, processGone, saysGone } from "./errors.ts";
 import { type OciFeatures, parseOciFeatures } from "./features.ts";
+import type { RuntimeProcess, RuntimeStdio } from "../shim/runtime.ts";
 import type {
   CheckpointOptions,
   CreateOptions,
@@ -50,8 +51,7 @@ import type {
  *   log: `${bundle}/log.json`,
  *   spawn: (cmd) => reaper.spawn(cmd),
  * });
- * await cli.create("web", { bundle, pidFile: `${bundle}/init.pid`, io });
- * const pid = await readPidFile(`${bundle}/init.pid`);
+ * const { pid } = await cli.create("web", { bundle, io });
  * await cli.start("web");
  * await cli.kill("web", 15);
  * await cli.delete("web");
@@ -62,8 +62,8 @@ export class OciRuntimeCli {
   readonly #o: CliSettings;
   /** With `stdioAt: "start"`: the stdio `create` was given, handed to `start`. */
   #deferredIo: ProcessStdio | undefined;
-  /** How the init's exit is observed (see {@link OciRuntimeCliOptions.initExit}). */
-  readonly initExit: "reap" | "wait";
+  /** With `initExit: "wait"`: the inits' exits, settled by a `wait` run from start/restore. */
+  #exits = new Map<string, PromiseWithResolvers<number>>();
 
   /**
    * Creates an adapter; nothing is spawned until a method is called.
@@ -72,7 +72,6 @@ export class OciRuntimeCli {
    */
   constructor(options: OciRuntimeCliOptions = {}) {
     this.#o = cliSettings(options);
-    this.initExit = this.#o.initExit;
   }
 
   /**
@@ -127,33 +126,53 @@ export class OciRuntimeCli {
 
   /**
    * `create --bundle B --pid-file P [--console-socket S] [--no-pivot] [--no-new-keyring] ID`.
-   * Resolves once the runtime command exits 0 (the container is then "created"); read the init
-   * pid with {@link readPidFile}. Only the exit status is awaited: the container init keeps the
+   * Resolves once the runtime command exits 0 (the container is then "created") with the init
+   * read from the pid file. Only the exit status is awaited: the container init keeps the
    * command's stdio open.
    *
    * @param id Container id.
    * @param options Bundle, pid file, console socket and stdio.
+   * @returns The init: its host pid, and with `initExit: "wait"` its exit (from `start` on).
    *
    * @example Usage
    * ```ts ignore
-   * await cli.create("web", { bundle, pidFile: `${bundle}/init.pid`, io });
-   * const pid = await readPidFile(`${bundle}/init.pid`);
+   * const { pid } = await cli.create("web", { bundle, io });
    * ```
    */
-  async create(id: string, options: CreateOptions): Promise<void> {
-    const args = ["--bundle", options.bundle, "--pid-file", options.pidFile];
-    if (options.consoleSocket !== undefined) args.push("--console-socket", options.consoleSocket);
+  async create(id: string, options: CreateOptions): Promise<RuntimeProcess> {
+    const pidFile = options.pidFile ?? `${options.bundle}/init.pid`;
+    const { consoleSocket, pipes } = stdioOf(options);
+    const args = ["--bundle", options.bundle, "--pid-file", pidFile];
+    if (consoleSocket !== undefined) args.push("--console-socket", consoleSocket);
     if (options.noPivot ?? this.#o.noPivot) args.push("--no-pivot");
     if (options.noNewKeyring ?? this.#o.noNewKeyring) args.push("--no-new-keyring");
     args.push(...(options.extraArgs ?? []), id);
-    const deferIo = this.#o.stdioAt === "start" && options.consoleSocket === undefined;
-    this.#deferredIo = deferIo ? options.io : undefined;
+    const deferIo = this.#o.stdioAt === "start" && consoleSocket === undefined;
+    this.#deferredIo = deferIo ? pipes : undefined;
     await this.#run("create", id, args, {
       detaches: true,
-      io: deferIo ? undefined : options.io,
+      io: deferIo ? undefined : pipes,
       addressesContainer: false,
       cwd: this.#o.cwd ?? options.bundle,
     });
+    return this.#init(id, await readPidFile(pidFile));
+  }
+
+  /** The init with `pid`; with `initExit: "wait"`, its exit comes from a later `wait`. */
+  #init(id: string, pid: number): RuntimeProcess {
+    if (this.#o.initExit !== "wait") return { pid };
+    const exit = Promise.withResolvers<number>();
+    exit.promise.catch(() => {}); // a container deleted before Start never waits
+    this.#exits.set(id, exit);
+    return { pid, exited: exit.promise };
+  }
+
+  /** With `initExit: "wait"`: runs `wait` for the init `create` or `restore` reported. */
+  #waitInit(id: string): void {
+    const exit = this.#exits.get(id);
+    if (!exit) return;
+    this.#exits.delete(id);
+    this.wait(id).then(exit.resolve, exit.reject);
   }
 
   /**
@@ -172,6 +191,7 @@ export class OciRuntimeCli {
     this.#deferredIo = undefined;
     // With deferred stdio, `start` is the command whose stdio the process keeps.
     await this.#run("start", id, [id], io ? { io, detaches: true } : {});
+    this.#waitInit(id);
   }
 
   /**
@@ -248,16 +268,17 @@ export class OciRuntimeCli {
   /**
    * `exec --process F --detach --pid-file P [--console-socket S] ID`, with the OCI Process
    * JSON written to a temporary file that is removed afterwards. Resolves once the runtime
-   * command has exited 0; the process pid is then in `pidFile` (see {@link readPidFile}).
+   * command has exited 0, with the process read from the pid file (removed once read).
    *
    * @param id Container id.
+   * @param execId The exec's id (names the default pid file).
    * @param process The OCI `process` object (args, env, cwd, user, terminal, ...).
    * @param options Pid file, console socket and stdio.
+   * @returns The exec process: its host pid (the shim reaps it).
    *
    * @example Usage
    * ```ts ignore
-   * await cli.exec("web", { args: ["sh", "-c", "echo hi"], cwd: "/", env: [] }, {
-   *   pidFile: `${bundle}/exec1.pid`,
+   * const { pid } = await cli.exec("web", "e1", { args: ["sh", "-c", "echo hi"], cwd: "/", env: [] }, {
    *   io,
    *   detach: true,
    * });
@@ -265,15 +286,27 @@ export class OciRuntimeCli {
    */
   async exec(
     id: string,
+    execId: string,
     process: Record<string, unknown>,
-    options: ExecOptions,
-  ): Promise<void> {
-    await withProcessFile(process, async (file) => {
-      const args = ["--process", file, "--detach", "--pid-file", options.pidFile];
-      if (options.consoleSocket !== undefined) args.push("--console-socket", options.consoleSocket);
-      args.push(...(options.extraArgs ?? []), id);
-      await this.#run("exec", id, args, { detaches: true, io: options.io });
-    });
+    options: ExecOptions = {},
+  ): Promise<RuntimeProcess> {
+    const { consoleSocket, pipes } = stdioOf(options);
+    const tempDir = options.pidFile === undefined && this.#o.cwd === undefined
+      ? await Deno.makeTempDir({ prefix: "skiff-exec-" })
+      : undefined;
+    const pidFile = options.pidFile ?? `${tempDir ?? this.#o.cwd}/${execId}.pid`;
+    try {
+      await withProcessFile(process, async (file) => {
+        const args = ["--process", file, "--detach", "--pid-file", pidFile];
+        if (consoleSocket !== undefined) args.push("--console-socket", consoleSocket);
+        args.push(...(options.extraArgs ?? []), id);
+        await this.#run("exec", id, args, { detaches: true, io: pipes });
+      });
+      return { pid: await readPidFile(pidFile) };
+    } finally {
+      if (tempDir) await Deno.remove(tempDir, { recursive: true }).catch(() => {});
+      else if (options.pidFile === undefined) await Deno.remove(pidFile).catch(() => {});
+    }
   }
 
   /**
@@ -370,35 +403,42 @@ export class OciRuntimeCli {
   /**
    * `restore --bundle B --image-path I [--work-path W] --detach --pid-file P
    * [--console-socket S] [--no-pivot] [--no-subreaper] [CRIU flags] ID`. Resolves once the
-   * runtime command has exited 0; the restored init pid is then in `pidFile`.
+   * runtime command has exited 0, with the restored init read from the pid file.
    *
    * @param id Container id.
    * @param options Bundle, image, pid file, stdio and CRIU flags.
+   * @returns The restored init, as {@link OciRuntimeCli.create} reports one (already running).
    *
    * @example Usage
    * ```ts ignore
-   * await cli.restore("web", { bundle, imagePath: "/var/ckpt", pidFile: `${bundle}/init.pid`, io });
+   * const { pid } = await cli.restore("web", { bundle, imagePath: "/var/ckpt", io });
    * ```
    */
-  async restore(id: string, options: RestoreOptions): Promise<void> {
+  async restore(id: string, options: RestoreOptions): Promise<RuntimeProcess> {
+    const pidFile = options.pidFile ?? `${options.bundle}/init.pid`;
+    const { consoleSocket, pipes } = stdioOf(options);
     const args = ["--bundle", options.bundle, "--image-path", options.imagePath];
     if (options.workPath !== undefined) args.push("--work-path", options.workPath);
-    args.push("--detach", "--pid-file", options.pidFile);
-    if (options.consoleSocket !== undefined) args.push("--console-socket", options.consoleSocket);
+    args.push("--detach", "--pid-file", pidFile);
+    if (consoleSocket !== undefined) args.push("--console-socket", consoleSocket);
     if (options.noPivot ?? this.#o.noPivot) args.push("--no-pivot");
     if (options.noSubreaper) args.push("--no-subreaper");
     args.push(...criuFlags(options), ...(options.extraArgs ?? []), id);
     await this.#run("restore", id, args, {
       detaches: true,
-      io: options.io,
+      io: pipes,
       addressesContainer: false,
       cwd: this.#o.cwd ?? options.bundle,
     });
+    const init = this.#init(id, await readPidFile(pidFile));
+    this.#waitInit(id);
+    return init;
   }
 
   /**
    * `wait ID` (runsc): blocks until the container's init exits and returns its exit status.
-   * runc and crun have no such command; use it with `initExit: "wait"` runtimes.
+   * runc and crun have no such command. With `initExit: "wait"`, the init's
+   * {@link RuntimeProcess.exited} is this command, run from `start` (or `restore`) on.
    *
    * @param id Container id.
    * @returns The exit status (128 + signal when a signal killed it).
@@ -501,6 +541,30 @@ export class OciRuntimeCli {
     const cwd = id === undefined ? undefined : opts.cwd ?? this.#o.cwd;
     return runCommand(this.#o, command, id, argv, { ...opts, cwd });
   }
+}
+
+/**
+ * The console socket and the pipes to hand the runtime command: a terminal process has only
+ * the socket (its pty carries the bytes), any other only the pipes.
+ */
+function stdioOf(
+  o: { consoleSocket?: string; io?: ProcessStdio | RuntimeStdio },
+): { consoleSocket?: string; pipes?: ProcessStdio } {
+  const full = o.io && "terminal" in o.io ? o.io : undefined;
+  const consoleSocket = o.consoleSocket ?? full?.consoleSocket;
+  const pipes = full?.terminal ? undefined : o.io;
+  return {
+    ...(consoleSocket === undefined ? {} : { consoleSocket }),
+    ...(pipes === undefined ? {} : { pipes }),
+  };
+}
+
+/**
+ * Reads the pid file the runtime wrote. Loaded on first use: the short-lived actions (`start`,
+ * `delete`, `-v`) load this module and never read a pid file.
+ */
+async function readPidFile(path: string): Promise<number> {
+  return (await import("../linux/pid_file.ts")).readPidFile(path);
 }
 
 function criuFlags(o: CriuOptions): string[] {

@@ -6,13 +6,16 @@
  * @module
  */
 
+import type { RuntimePipes, RuntimeStdio } from "../shim/runtime.ts";
+
 /** How one stdio stream of a spawned runtime command is wired. */
 export type StdioMode = "piped" | "null" | "inherit";
 
 /**
- * The stdio a container process inherits: the runtime command is spawned with `stdio` and then
- * handed to `attach`, which takes over its piped streams. `ProcessIo` from `sdk/linux`
- * satisfies this interface.
+ * The pipes a container process inherits from the runtime command that starts it: the seam's
+ * {@link RuntimePipes} under the name this package has always used. The base hands a runtime a
+ * whole {@link RuntimeStdio}; code that drives the CLI directly may pass just the pipes (`ProcessIo`
+ * from `sdk/linux` satisfies it).
  *
  * @example Usage
  * ```ts ignore
@@ -22,19 +25,10 @@ export type StdioMode = "piped" | "null" | "inherit";
  *     child.stdout.pipeTo(Deno.stdout.writable, { preventClose: true });
  *   },
  * };
- * await cli.create("web", { bundle, pidFile: `${bundle}/init.pid`, io });
+ * await cli.create("web", { bundle, io });
  * ```
  */
-export interface ProcessStdio {
-  /** The stdio options the runtime command is spawned with. */
-  readonly stdio: {
-    readonly stdin: StdioMode;
-    readonly stdout: StdioMode;
-    readonly stderr: StdioMode;
-  };
-  /** Takes over the piped streams of the spawned runtime command. */
-  attach(child: Deno.ChildProcess): void;
-}
+export type ProcessStdio = RuntimePipes;
 
 /**
  * Spawns a prepared command. A shim passes `(cmd) => reaper.spawn(cmd)` so its subreaper does
@@ -85,9 +79,10 @@ export interface OciRuntimeCliOptions {
   /** Default for `create`'s `noNewKeyring` (runc options `no_new_keyring`). */
   noNewKeyring?: boolean;
   /**
-   * How a shim learns that a container's init exited: `"reap"` (default: the init is a process
-   * the shim reaps, as with runc and crun) or `"wait"` (through {@link OciRuntimeCli.wait}:
-   * gVisor's sub-containers share their sandbox's process, so there is no exit to reap).
+   * How the init's exit is reported: `"reap"` (default: the init is a process the shim reaps,
+   * as with runc and crun) or `"wait"` (the init's `RuntimeProcess.exited` is
+   * {@link OciRuntimeCli.wait}, run from `start` or `restore` on: gVisor's sub-containers share
+   * their sandbox's process, so there is no exit of their own to reap).
    */
   initExit?: "reap" | "wait";
   /**
@@ -118,22 +113,25 @@ export interface OciRuntimeCliOptions {
  * @example Usage
  * ```ts
  * import type { CreateOptions } from "./options.ts";
- * const opts: CreateOptions = { bundle: "/b", pidFile: "/b/init.pid", noPivot: true };
+ * const opts: CreateOptions = { bundle: "/b", noPivot: true };
  * ```
  */
 export interface CreateOptions {
   /** The bundle directory (holds config.json). */
   bundle: string;
-  /** Where the runtime writes the container init pid. */
-  pidFile: string;
-  /** `--console-socket`, e.g. `ConsoleSocket.path`, for a terminal container. */
+  /** Where the runtime writes the container init pid; `<bundle>/init.pid` by default. */
+  pidFile?: string;
+  /** `--console-socket` for a terminal container; by default the `io`'s own, if any. */
   consoleSocket?: string;
   /** `--no-pivot`. */
   noPivot?: boolean;
   /** `--no-new-keyring`. */
   noNewKeyring?: boolean;
-  /** The stdio the container init inherits. Without it the init gets /dev/null. */
-  io?: ProcessStdio;
+  /**
+   * The init's stdio: the seam's {@link RuntimeStdio} (its console socket or its pipes), or
+   * just pipes. Without it the init gets /dev/null.
+   */
+  io?: ProcessStdio | RuntimeStdio;
   /** Extra flags placed after the known ones, before the id. */
   extraArgs?: readonly string[];
 }
@@ -149,12 +147,15 @@ export interface CreateOptions {
  * ```
  */
 export interface ExecOptions {
-  /** Where the runtime writes the exec process pid. */
-  pidFile: string;
-  /** `--console-socket` for a terminal exec. */
+  /**
+   * Where the runtime writes the exec process pid; `<cwd>/<execId>.pid` by default (a
+   * temporary file without `cwd`). The adapter removes it once read.
+   */
+  pidFile?: string;
+  /** `--console-socket` for a terminal exec; by default the `io`'s own, if any. */
   consoleSocket?: string;
-  /** The stdio the exec process inherits. Without it the process gets /dev/null. */
-  io?: ProcessStdio;
+  /** The exec's stdio, as for {@link CreateOptions.io}. Without it the process gets /dev/null. */
+  io?: ProcessStdio | RuntimeStdio;
   /** Always detached (`--detach`); the field exists to make that explicit. */
   detach?: true;
   /** Extra flags placed after the known ones, before the id. */
@@ -242,7 +243,6 @@ export interface CheckpointOptions extends CriuOptions {
  * const opts: RestoreOptions = {
  *   bundle: "/b",
  *   imagePath: "/var/ckpt",
- *   pidFile: "/b/init.pid",
  *   noSubreaper: true,
  * };
  * ```
@@ -250,12 +250,12 @@ export interface CheckpointOptions extends CriuOptions {
 export interface RestoreOptions extends CriuOptions {
   /** The bundle directory. */
   bundle: string;
-  /** Where the runtime writes the restored init pid. */
-  pidFile: string;
-  /** `--console-socket` for a terminal container. */
+  /** Where the runtime writes the restored init pid; `<bundle>/init.pid` by default. */
+  pidFile?: string;
+  /** `--console-socket` for a terminal container; by default the `io`'s own, if any. */
   consoleSocket?: string;
-  /** The stdio the restored init inherits. */
-  io?: ProcessStdio;
+  /** The restored init's stdio, as for {@link CreateOptions.io}. */
+  io?: ProcessStdio | RuntimeStdio;
   /** `--no-pivot`. */
   noPivot?: boolean;
   /** `--no-subreaper` (the runc shim sets it: the shim itself is the subreaper). */

@@ -1,44 +1,138 @@
 /**
  * The runtime seam: what the {@link Shim} base class needs from a low-level runtime for one
- * container. {@link OciRuntimeCli} (runc, runsc, crun) implements it; a VM runtime can too.
+ * container. It assumes no host pid file and no inherited child: a runtime reports what it
+ * started as a {@link RuntimeProcess} (its pid, and when the runtime owns them its exit, signals
+ * and terminal), and takes a process's stdio in whichever of three shapes suits it
+ * ({@link RuntimeStdio}: a console socket, pipes a runtime command inherits, or web streams).
+ * {@link OciRuntimeCli} (runc, runsc, crun) implements it, and so can a runtime whose processes
+ * are not the shim's children at all (a VM guest's, an agent's).
  *
  * @module
  */
 
-/** Stdio handed to a runtime command; the container process inherits these pipes. */
-export interface RuntimeStdio {
+import type { Any } from "@bufbuild/protobuf/wkt";
+
+/**
+ * What a runtime started (a container's init at create or restore, or an exec): its pid, and,
+ * when the runtime rather than the shim's reaper owns them, its exit, signals and terminal.
+ *
+ * @example A process the shim's reaper sees (runc, crun)
+ * ```ts
+ * import type { RuntimeProcess } from "./runtime.ts";
+ * const init: RuntimeProcess = { pid: 4242 };
+ * ```
+ *
+ * @example A process whose exit the runtime reports (an agent's, a VM guest's)
+ * ```ts
+ * import type { RuntimeProcess } from "./runtime.ts";
+ * const exit = Promise.withResolvers<number>();
+ * const p: RuntimeProcess = { pid: 7, exited: exit.promise, kill: () => Promise.resolve() };
+ * exit.resolve(0);
+ * console.assert((await p.exited) === 0);
+ * ```
+ */
+export interface RuntimeProcess {
+  /** A host pid the shim's reaper sees, or a pid the runtime reports (a guest pid). */
+  readonly pid: number;
+  /**
+   * When present, the runtime reports the exit status (128 + signal for a signal) and the
+   * reaper is not consulted: this pid is never matched against reaped exits (a guest pid may
+   * equal an unrelated host pid). When it rejects (`runsc wait` after the sandbox died), the
+   * shim takes a reaped exit of the pid if one was seen or arrives within 2 s, else reports
+   * status 255.
+   */
+  readonly exited?: Promise<number>;
+  /** Signals an exec (Kill with an exec id) whose pid is not a host pid the shim can signal. */
+  kill?(signal: number): Promise<void>;
+  /** Resizes the terminal, when the runtime owns it (it took {@link RuntimeStdio.streams}). */
+  resize?(width: number, height: number): Promise<void>;
+  /** CloseIO: called after the shim closed its own write end of the stdin FIFO. */
+  closeStdin?(): Promise<void>;
+}
+
+/**
+ * containerd's ends of a process's stdio as web streams, for runtimes that move the bytes
+ * themselves (over a socket to an agent, a vsock to a guest).
+ *
+ * @example Usage
+ * ```ts ignore
+ * const { stdin, stdout } = opts.io.streams();
+ * stdin?.pipeTo(agentStdin);
+ * agentStdout.pipeTo(stdout!);
+ * ```
+ */
+export interface RuntimeStreams {
+  /** Bytes from containerd's stdin; ends after CloseIO and the client closing its end. */
+  readonly stdin?: ReadableStream<Uint8Array>;
+  /**
+   * Into containerd's stdout target (with a terminal, the terminal's output). Close it when
+   * the process's output has ended: Delete waits (up to 10 s) for that, as for a pipe's EOF.
+   */
+  readonly stdout?: WritableStream<Uint8Array>;
+  /** Into containerd's stderr target; absent with a terminal. */
+  readonly stderr?: WritableStream<Uint8Array>;
+}
+
+/**
+ * The pipes of a runtime command that the container process inherits: the command is spawned
+ * with `stdio` and then handed to `attach`, which takes over its piped streams (OCI CLIs).
+ * `ProcessIo` from `sdk/linux` satisfies it.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const child = spawn(new Deno.Command("runc", { args, ...pipes.stdio }));
+ * pipes.attach(child);
+ * ```
+ */
+export interface RuntimePipes {
   /** Deno.Command stdio settings for the runtime command. */
   readonly stdio: {
-    stdin: "piped" | "null";
-    stdout: "piped" | "null";
-    stderr: "piped" | "null";
+    readonly stdin: "piped" | "null";
+    readonly stdout: "piped" | "null";
+    readonly stderr: "piped" | "null";
   };
   /** Called with the spawned runtime command so the pipes can be copied. */
   attach(child: Deno.ChildProcess): void;
+}
+
+/**
+ * The stdio of one process, as the base hands it to a runtime. A runtime uses one of three
+ * shapes: {@link RuntimeStdio.consoleSocket} (an OCI CLI with a terminal), the
+ * {@link RuntimePipes} (an OCI CLI without one), or {@link RuntimeStdio.streams} (a runtime
+ * that moves the bytes itself).
+ *
+ * @example Usage
+ * ```ts ignore
+ * if (io.consoleSocket) args.push("--console-socket", io.consoleSocket);
+ * else { const child = spawn(new Deno.Command(bin, { args, ...io.stdio })); io.attach(child); }
+ * ```
+ */
+export interface RuntimeStdio extends RuntimePipes {
+  /** Whether the process has a terminal. */
+  readonly terminal: boolean;
+  /** With a terminal: where an OCI CLI sends the pty master (`--console-socket`). */
+  readonly consoleSocket?: string;
+  /**
+   * Takes containerd's ends as web streams. Call it once, before create or exec resolves;
+   * from then on the shim copies nothing itself and, with a terminal, waits for no pty master
+   * (the runtime owns the terminal: {@link RuntimeProcess.resize}).
+   */
+  streams(): RuntimeStreams;
 }
 
 /** Options for creating a container. */
 export interface RuntimeCreateOptions {
   /** The bundle directory (holds config.json and rootfs). */
   bundle: string;
-  /** Where the runtime writes the init pid. */
-  pidFile: string;
-  /** Console socket path when the container has a terminal. */
-  consoleSocket?: string;
-  /** Stdio when the container has no terminal. */
-  io?: RuntimeStdio;
+  /** The init's stdio. */
+  io: RuntimeStdio;
 }
 
 /** Options for starting an additional process in a container. */
 export interface RuntimeExecOptions {
-  /** Where the runtime writes the process pid. */
-  pidFile: string;
-  /** Console socket path when the process has a terminal. */
-  consoleSocket?: string;
-  /** Stdio when the process has no terminal. */
-  io?: RuntimeStdio;
+  /** The process's stdio. */
+  io: RuntimeStdio;
 }
-
 /** Checkpoint options, decoded from `containerd.runc.v1.CheckpointOptions`. */
 export interface RuntimeCheckpointOptions {
   /** Where the image is written. */
@@ -66,7 +160,7 @@ export interface RuntimeCheckpointOptions {
 /**
  * Options for restoring a container from a checkpoint image: the Start of a task that
  * containerd created with a checkpoint (`ctr run --checkpoint`, the client's
- * `WithRestoreImage`). The restored init's pid is written to `pidFile`.
+ * `WithRestoreImage`). The restored init is reported like a created one.
  */
 export interface RuntimeRestoreOptions extends RuntimeCreateOptions {
   /** The checkpoint image directory (CreateTaskRequest.checkpoint). */
@@ -83,16 +177,8 @@ export interface RuntimeRestoreOptions extends RuntimeCreateOptions {
  * NotFound), otherwise errors whose message carries the runtime's own last error line.
  */
 export interface ContainerRuntime {
-  /**
-   * How the base learns that a container's init exited: `"reap"` (default: the init is a
-   * process the shim reaps) or `"wait"` (the runtime's {@link ContainerRuntime.wait} reports
-   * it, for runtimes whose init is not a host process of its own, like gVisor sub-containers).
-   */
-  readonly initExit?: "reap" | "wait";
-  /** With `initExit: "wait"`: blocks until the init exits and returns its status. */
-  wait?(id: string): Promise<number>;
-  /** Creates the container (it stays in "created"). */
-  create(id: string, opts: RuntimeCreateOptions): Promise<void>;
+  /** Creates the container (it stays in "created"); resolves with its init. */
+  create(id: string, opts: RuntimeCreateOptions): Promise<RuntimeProcess>;
   /** Starts the container's init process. */
   start(id: string): Promise<void>;
   /** Signals the init process (or, with `all`, every process of the container). */
@@ -100,7 +186,12 @@ export interface ContainerRuntime {
   /** Deletes the container; `force` kills it first. */
   delete(id: string, opts?: { force?: boolean }): Promise<void>;
   /** Starts an additional process described by an OCI `Process` object. */
-  exec(id: string, process: unknown, opts: RuntimeExecOptions): Promise<void>;
+  exec(
+    id: string,
+    execId: string,
+    process: unknown,
+    opts: RuntimeExecOptions,
+  ): Promise<RuntimeProcess>;
   /** Lists the container's pids. */
   ps(id: string): Promise<number[]>;
   /** Freezes the container. */
@@ -115,5 +206,16 @@ export interface ContainerRuntime {
    * Restores a checkpointed container, its init running on from the image (runc `restore
    * --detach`). Optional: without it, Create with a checkpoint is Unimplemented.
    */
-  restore?(id: string, opts: RuntimeRestoreOptions): Promise<void>;
+  restore?(id: string, opts: RuntimeRestoreOptions): Promise<RuntimeProcess>;
+  /**
+   * cgroup (or guest) statistics for Stats, packed as containerd expects (e.g.
+   * `io.containerd.cgroups.v1.Metrics`). Optional: by default the platform reads the cgroup of
+   * the init's host pid.
+   */
+  stats?(id: string): Promise<Any>;
+  /**
+   * Watches the container for OOM kills, once after create (or restore). Optional: by default
+   * the platform watches the cgroup of the init's host pid.
+   */
+  watchOom?(id: string, onOom: () => void): Promise<{ close(): void }>;
 }

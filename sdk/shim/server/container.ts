@@ -1,23 +1,53 @@
 /**
- * A container the shim serves: its bundle, runtime, init process and execs.
+ * A container the shim serves, and the work on its processes: starting its init (or restoring
+ * it from a checkpoint) and its execs, signalling them, their terminals and stdin, deleting
+ * them with what the container holds (runtime state, OOM watch, rootfs). Creating one (rootfs,
+ * stdio, the runtime's create, rollback) is create.ts's. Which exit is whose, and when it is published, is
+ * {@link ExitRouter}'s (exits.ts); the Task service finds the container and dispatches.
  *
  * @module
  */
 
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { ContainerRuntime, RuntimeStdio } from "../runtime.ts";
-import type { ShimProcess } from "./process.ts";
+import { type Any, type Timestamp, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import {
+  TaskDeleteSchema,
+  TaskExecAddedSchema,
+  TaskExecStartedSchema,
+  TaskOOMSchema,
+  TaskStartSchema,
+} from "../../../proto/gen/containerd/events/task_pb.ts";
+import { encodeDeleteResponse } from "../../../proto/wire.ts";
+import { DEAD_SHIM_EXIT_STATUS, RUNTIME_DELETED_FILE } from "../boot/bundle_files.ts";
+import type { ContainerRuntime, RuntimeProcess } from "../runtime.ts";
+import type { Logger } from "../logger.ts";
+import type { EventPublisher } from "./events.ts";
+import type { ExitRouter } from "./exits.ts";
+import type { ProcessIoSetup, ShimPlatform } from "./platform.ts";
+import { type ProcessStdioPaths, ShimProcess } from "./process.ts";
 
-/** Mount as containerd passes it in `CreateTaskRequest.rootfs`. */
-export interface RootfsMount {
-  /** Filesystem type, e.g. "overlay" or "bind". */
-  type: string;
-  /** Mount source. */
-  source: string;
-  /** Target below the rootfs ("" for the rootfs itself). */
-  target: string;
-  /** Mount options. */
-  options: string[];
+export type { RootfsMount } from "./platform.ts";
+
+/** What a container's work needs from the shim. */
+export interface ContainerDeps {
+  /** OS mechanics: mounts, stdio, signals, default stats and OOM watch. */
+  platform: ShimPlatform;
+  /** Event sink. */
+  events: Pick<EventPublisher, "publish">;
+  /** Logger, scoped to the container. */
+  logger: Logger;
+  /** Exit routing. */
+  exits: ExitRouter;
+}
+
+/** Where a Delete leaves a process: containerd's `DeleteResponse`. */
+export interface DeletedProcess {
+  /** The process's pid. */
+  pid: number;
+  /** Its exit status (0 for one that never ran). */
+  exitStatus: number;
+  /** When it exited (now, for one that never ran). */
+  exitedAt: Timestamp;
 }
 
 /**
@@ -25,8 +55,8 @@ export interface RootfsMount {
  *
  * @example Usage
  * ```ts ignore
- * const c = new Container({ id, namespace, bundle, runtime, init, options, rootfsMounted: false });
- * c.exec("e1");
+ * const c = await createContainer(request, { namespace, runtime, options, deps, list });
+ * await c.start("");
  * ```
  */
 export class Container<T = unknown> {
@@ -46,7 +76,7 @@ export class Container<T = unknown> {
   rootfsMounted: boolean;
   /** Additional processes by exec id. */
   readonly execs: Map<string, ShimProcess> = new Map();
-  /** Set once the init's exit has been taken in (by the reaper or the runtime's `wait`). */
+  /** Set once the init's exit has been taken in (reaped, or reported by the runtime). */
   exitReported = false;
   /** Releases the OOM watch and other per-container resources. */
   cleanups: (() => void | Promise<void>)[] = [];
@@ -65,12 +95,10 @@ export class Container<T = unknown> {
    * Set when containerd created the task from a checkpoint: Start restores the init from
    * this image (as the Go runc shim does) instead of starting a created one.
    */
-  restoreFrom?: {
-    imagePath: string;
-    io: { stdio?: RuntimeStdio; consoleSocket?: string; ready(): Promise<void> };
-  };
+  restoreFrom?: { imagePath: string; io: Pick<ProcessIoSetup, "io" | "ready"> };
+  readonly #d: ContainerDeps;
 
-  /** Creates a container record. */
+  /** Creates a container record; `createContainer` (create.ts) creates the container itself. */
   constructor(init: {
     id: string;
     namespace: string;
@@ -79,6 +107,7 @@ export class Container<T = unknown> {
     process: ShimProcess;
     options: T;
     rootfsMounted: boolean;
+    deps: ContainerDeps;
   }) {
     this.id = init.id;
     this.namespace = init.namespace;
@@ -87,6 +116,24 @@ export class Container<T = unknown> {
     this.init = init.process;
     this.options = init.options;
     this.rootfsMounted = init.rootfsMounted;
+    this.#d = init.deps;
+  }
+
+  /**
+   * Publishes this container's OOM kills from now on, watched by the runtime or in the init's
+   * cgroup; nothing where neither can watch. Once, after the init is created or restored.
+   */
+  async watchOom(): Promise<void> {
+    const { platform, events, logger } = this.#d;
+    const onOom = () => events.publish("/tasks/oom", TaskOOMSchema, { containerId: this.id });
+    try {
+      const watch = this.runtime.watchOom
+        ? await this.runtime.watchOom(this.id, onOom)
+        : await platform.watchOom(this.init.pid, onOom);
+      this.cleanups.push(() => watch.close());
+    } catch (e) {
+      logger.debug("oom watch unavailable", { error: (e as Error).message });
+    }
   }
 
   /** The process for an exec id ("" is init); NotFound when there is none. */
@@ -105,5 +152,315 @@ export class Container<T = unknown> {
   /** Execs that have started and not yet exited. */
   runningExecs(): ShimProcess[] {
     return [...this.execs.values()].filter((p) => p.pid !== 0 && p.state !== "stopped");
+  }
+
+  /**
+   * Starts the init (restoring it when created from a checkpoint) or a registered exec, and
+   * publishes its start event.
+   *
+   * @param execId "" for the init
+   * @returns the process's pid
+   */
+  async start(execId: string): Promise<number> {
+    const p = this.process(execId);
+    if (p.state !== "created") {
+      throw new ConnectError(
+        `cannot start ${p.describe()}: it is ${p.state}`,
+        Code.FailedPrecondition,
+      );
+    }
+    if (p.execId) {
+      // exitReported: the init's exit is seen but held back for an exec mid-start.
+      if (this.init.state === "stopped" || this.exitReported) {
+        throw new ConnectError(
+          `cannot start ${p.describe()}: the container's init process has exited`,
+          Code.FailedPrecondition,
+        );
+      }
+      return await this.#startExec(p);
+    }
+    p.beginStart();
+    try {
+      if (this.restoreFrom) await this.#restore(this.restoreFrom);
+      else await this.runtime.start(this.id);
+      p.markStarted();
+      this.#d.events.publish("/tasks/start", TaskStartSchema, { containerId: this.id, pid: p.pid });
+    } finally {
+      p.endStart();
+    }
+    return p.pid;
+  }
+
+  /**
+   * Start of a task created from a checkpoint: the runtime's restore, then the restored init's
+   * pid and OOM watch, as Create does for a fresh one. An exit of the restored init before its
+   * pid is known waits in the window, as at Create.
+   */
+  async #restore(from: NonNullable<Container["restoreFrom"]>): Promise<void> {
+    const { exits } = this.#d;
+    const window = exits.openWindow();
+    try {
+      const restored = await this.runtime.restore!(this.id, {
+        bundle: this.bundle,
+        imagePath: from.imagePath,
+        workPath: `${this.bundle}/work/criu-work`,
+        noSubreaper: true,
+        io: from.io.io,
+      });
+      await from.io.ready();
+      exits.started(this.init, restored);
+      this.restoreFrom = undefined;
+      await this.watchOom();
+      exits.takeEarlyExit(this, this.init, window);
+    } finally {
+      exits.closeWindow(window);
+    }
+  }
+
+  async #startExec(p: ShimProcess): Promise<number> {
+    const { platform, exits, events } = this.#d;
+    p.beginStart();
+    const window = exits.openWindow();
+    try {
+      const io = await platform.openIo(p.stdio, {
+        containerId: this.id,
+        namespace: this.namespace,
+      });
+      p.io = io.handle;
+      let started: RuntimeProcess;
+      try {
+        started = await this.runtime.exec(this.id, p.execId, p.spec, { io: io.io });
+        await io.ready();
+      } catch (e) {
+        await io.handle.close().catch(() => {});
+        p.io = undefined;
+        throw e;
+      }
+      exits.started(p, started);
+      p.markStarted();
+      events.publish("/tasks/exec-started", TaskExecStartedSchema, {
+        containerId: this.id,
+        execId: p.execId,
+        pid: p.pid,
+      });
+    } finally {
+      exits.closeWindow(window);
+      p.endStart();
+    }
+    // From markStarted on, exits reach the exec directly; one from before is in the window.
+    exits.takeEarlyExit(this, p, window);
+    return p.pid;
+  }
+
+  /**
+   * Registers an exec (started later by {@link Container.start}); publishes
+   * `/tasks/exec-added`.
+   *
+   * @param execId the exec's id (validated by the caller)
+   * @param stdio its stdio as containerd passed it
+   * @param decodeSpec its OCI process spec, decoded once the exec may be added
+   */
+  addExec(execId: string, stdio: ProcessStdioPaths, decodeSpec: () => unknown): void {
+    if (this.execs.has(execId)) {
+      throw new ConnectError(
+        `exec "${execId}" already exists in container "${this.id}"`,
+        Code.AlreadyExists,
+      );
+    }
+    if (this.init.state === "stopped") {
+      throw new ConnectError(
+        `cannot exec in container "${this.id}": its init process has exited`,
+        Code.FailedPrecondition,
+      );
+    }
+    const spec = decodeSpec();
+    if (spec && typeof spec === "object") {
+      (spec as { terminal?: boolean }).terminal = stdio.terminal;
+    }
+    this.execs.set(execId, new ShimProcess(this.id, execId, stdio, spec));
+    this.#d.events.publish("/tasks/exec-added", TaskExecAddedSchema, {
+      containerId: this.id,
+      execId,
+    });
+  }
+
+  /**
+   * Signals a process. A finished process is NotFound, an unstarted exec FailedPrecondition.
+   *
+   * @param execId "" for the init
+   * @param signal the signal number
+   * @param all with the init: every process of the container
+   */
+  async kill(execId: string, signal: number, all: boolean): Promise<void> {
+    const p = this.process(execId);
+    if (p.state === "stopped") {
+      throw new ConnectError(`process already finished: ${p.describe()}`, Code.NotFound);
+    }
+    if (p.execId) return await this.#killExec(p, signal);
+    // Until this returns, the init's exit is held back (see initKills).
+    const answered = Promise.withResolvers<void>();
+    this.initKills.add(answered.promise);
+    try {
+      await this.runtime.kill(this.id, signal, { all });
+    } finally {
+      this.initKills.delete(answered.promise);
+      answered.resolve();
+    }
+  }
+
+  async #killExec(p: ShimProcess, signal: number): Promise<void> {
+    if (p.pid === 0) {
+      throw new ConnectError(`cannot kill ${p.describe()}: not started`, Code.FailedPrecondition);
+    }
+    try {
+      if (p.runtime?.kill) await p.runtime.kill(signal);
+      else this.#d.platform.kill(p.pid, signal);
+    } catch (e) {
+      if (e instanceof ConnectError) throw e;
+      throw new ConnectError(
+        `kill ${p.describe()} (pid ${p.pid}): ${(e as Error).message}`,
+        /ESRCH|no such process/i.test(String(e)) ? Code.NotFound : Code.Unknown,
+      );
+    }
+  }
+
+  /**
+   * Resizes a process's terminal: the runtime's, when it owns it, else the pty's.
+   *
+   * @param execId "" for the init
+   * @param width columns
+   * @param height rows
+   */
+  async resize(execId: string, width: number, height: number): Promise<void> {
+    const p = this.process(execId);
+    if (!p.stdio.terminal) {
+      throw new ConnectError(`${p.describe()} has no terminal`, Code.FailedPrecondition);
+    }
+    if (p.runtime?.resize) await p.runtime.resize(width, height);
+    else p.io?.resize?.(width, height);
+  }
+
+  /**
+   * Closes a process's stdin: the shim's end of the FIFO, then the runtime's, if it has one.
+   *
+   * @param execId "" for the init
+   */
+  async closeStdin(execId: string): Promise<void> {
+    const p = this.process(execId);
+    await p.io?.closeStdin();
+    await p.runtime?.closeStdin?.();
+  }
+
+  /** Statistics: the runtime's own, or the cgroup of the init's host pid. NotFound when not running. */
+  async stats(): Promise<Any> {
+    if (this.init.pid === 0 || this.init.state === "stopped") {
+      throw new ConnectError(`container "${this.id}" is not running: no cgroup`, Code.NotFound);
+    }
+    try {
+      return this.runtime.stats
+        ? await this.runtime.stats(this.id)
+        : await this.#d.platform.stats(this.init.pid);
+    } catch (e) {
+      throw new ConnectError(
+        `stats of container "${this.id}": ${(e as Error).message}`,
+        Code.NotFound,
+      );
+    }
+  }
+
+  /**
+   * The container's pids: the runtime's `ps`, plus the init and the running execs it does not
+   * list, each exec with its id.
+   *
+   * @returns pids, and the exec id of those that are execs
+   */
+  async pids(): Promise<{ pid: number; execId?: string }[]> {
+    const pids = await this.runtime.ps(this.id);
+    // A dead init leaves its cgroup before the reaper has collected it, so `runc ps` may miss
+    // an init that is still running as far as State says. containerd 1.7+ take an empty list
+    // on reconnect for a leaked shim and Delete it (FailedPrecondition: running), leaving the
+    // shim behind; so the init stays listed until its exit has been handled.
+    if (this.init.pid !== 0 && this.init.state !== "stopped" && !pids.includes(this.init.pid)) {
+      pids.unshift(this.init.pid);
+    }
+    // Likewise for execs; and a runtime whose `ps` sees only its own pid space (gVisor) lists
+    // none of the host pids the shim reports for its processes.
+    const byPid = new Map<number, string>();
+    for (const p of this.execs.values()) {
+      if (p.pid === 0) continue;
+      byPid.set(p.pid, p.execId);
+      if (p.state !== "stopped" && !pids.includes(p.pid)) pids.push(p.pid);
+    }
+    return pids.map((pid) => {
+      const execId = byPid.get(pid);
+      return execId ? { pid, execId } : { pid };
+    });
+  }
+
+  /**
+   * Deletes an exec, or the container (its init) with the runtime's state, the OOM watch, the
+   * rootfs and the I/O; `unlist` removes it from the service before `/tasks/delete` goes out.
+   *
+   * @param execId "" for the init
+   * @param unlist called once the container is gone
+   * @returns containerd's DeleteResponse
+   */
+  async delete(execId: string, unlist: () => void): Promise<DeletedProcess> {
+    const p = this.process(execId);
+    p.assertDeletable();
+    if (p.io) {
+      await p.io.drain(10_000).catch(() => {});
+      await p.io.close().catch(() => {});
+    }
+    const out: DeletedProcess = {
+      pid: p.pid,
+      exitStatus: p.exit?.status ?? 0,
+      exitedAt: timestampFromDate(p.exit?.exitedAt ?? new Date()),
+    };
+    if (p.execId) {
+      this.execs.delete(p.execId);
+      return out;
+    }
+    if (this.runningExecs().length > 0) {
+      throw new ConnectError(
+        `cannot delete container "${this.id}": it has running execs`,
+        Code.FailedPrecondition,
+      );
+    }
+    await this.#release(p.state === "created");
+    unlist();
+    this.#d.events.publish("/tasks/delete", TaskDeleteSchema, {
+      containerId: this.id,
+      pid: p.pid,
+      exitStatus: out.exitStatus,
+      exitedAt: out.exitedAt,
+      id: "",
+    });
+    this.#d.logger.info("deleted");
+    return out;
+  }
+
+  /** The runtime's delete, the cleanups, the rootfs, and the note the `delete` action reads. */
+  async #release(force: boolean): Promise<void> {
+    try {
+      await this.runtime.delete(this.id, { force });
+    } catch (e) {
+      if (ConnectError.from(e).code !== Code.NotFound && !/does not exist/i.test(String(e))) {
+        throw e;
+      }
+    }
+    for (const fn of this.cleanups) await Promise.resolve(fn()).catch(() => {});
+    if (this.rootfsMounted) await this.#d.platform.unmount(`${this.bundle}/rootfs`);
+    // Tells the `delete` action the runtime has nothing left to delete, and what to answer: it
+    // (or the launcher, without starting deno) prints this DeleteResponse.
+    await Deno.writeFile(
+      `${this.bundle}/${RUNTIME_DELETED_FILE}`,
+      // As containerd's shims answer `delete`, whatever the init's own status was.
+      encodeDeleteResponse({
+        pid: this.init.pid,
+        exitStatus: DEAD_SHIM_EXIT_STATUS,
+        exitedAt: new Date(),
+      }),
+    ).catch(() => {});
   }
 }

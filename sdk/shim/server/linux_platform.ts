@@ -11,7 +11,6 @@ import { bootTicks, processStartTime } from "../../linux/proc_stat.ts";
 import { ConsoleSocket } from "../../linux/console.ts";
 import { ProcessIo, type ProcessIoContext } from "../../linux/process_io.ts";
 import { mountAll, unmountAll } from "../../linux/mount.ts";
-import { readPidFile } from "../../linux/pid_file.ts";
 import type { ProcessIoSetup, ShimPlatform } from "./platform.ts";
 
 /** How long to wait for the runtime to hand over a terminal's pty master. */
@@ -41,7 +40,6 @@ export function linuxPlatform(reaper: Reaper): ShimPlatform {
     stats: async (pid) => (await import("../../linux/cgroups.ts")).cgroupStats(pid),
     watchOom: async (pid, onOom) => (await import("../../linux/oom.ts")).watchOom(pid, onOom),
     kill: (pid, signal) => kill(pid, signal),
-    readPidFile: (path) => readPidFile(path),
   };
 }
 
@@ -51,7 +49,12 @@ async function openPipes(
 ): Promise<ProcessIoSetup> {
   const io = await ProcessIo.open(paths, ctx);
   return {
-    stdio: io,
+    io: {
+      terminal: false,
+      stdio: io.stdio,
+      attach: (child) => io.attach(child),
+      streams: () => io.streams(),
+    },
     ready: () => Promise.resolve(),
     handle: {
       closeStdin: () => io.closeStdin(),
@@ -74,9 +77,26 @@ async function openTerminal(
   const master = socket.receiveMaster(abort.signal);
   master.catch(() => {});
   let pty: Awaited<typeof master> | undefined;
+  // A runtime that takes the streams owns the terminal: no pty master will come.
+  let streams = false;
   return {
-    consoleSocket: socket.path,
+    io: {
+      terminal: true,
+      consoleSocket: socket.path,
+      stdio: io.stdio,
+      attach() {}, // the pty carries the bytes
+      streams() {
+        streams = true;
+        return io.streams();
+      },
+    },
     async ready() {
+      if (streams) {
+        clearTimeout(timer);
+        abort.abort();
+        await socket.close().catch(() => {});
+        return;
+      }
       try {
         pty = await master;
       } finally {

@@ -7,8 +7,19 @@
 
 import type { Any } from "@bufbuild/protobuf/wkt";
 import type { ProcessExitInfo, ProcessIoHandle, ProcessStdioPaths } from "./process.ts";
-import type { RootfsMount } from "./container.ts";
 import type { RuntimeStdio } from "../runtime.ts";
+
+/** Mount as containerd passes it in `CreateTaskRequest.rootfs`. */
+export interface RootfsMount {
+  /** Filesystem type, e.g. "overlay" or "bind". */
+  type: string;
+  /** Mount source. */
+  source: string;
+  /** Target below the rootfs ("" for the rootfs itself). */
+  target: string;
+  /** Mount options. */
+  options: string[];
+}
 
 /** An exit reaped by the platform. */
 export interface ReapedExit extends ProcessExitInfo {
@@ -20,11 +31,12 @@ export interface ReapedExit extends ProcessExitInfo {
 
 /** The I/O of one process while it is being created. */
 export interface ProcessIoSetup {
-  /** Pipes for the runtime command (no terminal). */
-  stdio?: RuntimeStdio;
-  /** Console socket path for the runtime command (terminal). */
-  consoleSocket?: string;
-  /** Completes the setup after the runtime command succeeded (receives the pty master). */
+  /** What the runtime is handed: a console socket, pipes, or streams (it picks one). */
+  io: RuntimeStdio;
+  /**
+   * Completes the setup after the runtime created the process (receives the pty master, unless
+   * the runtime took the streams).
+   */
   ready(): Promise<void>;
   /** The handle kept for CloseIO, ResizePty, drain and close. */
   handle: ProcessIoHandle;
@@ -61,6 +73,4 @@ export interface ShimPlatform {
   watchOom(pid: number, onOom: () => void): Promise<{ close(): void }>;
   /** Sends a signal to a pid. */
   kill(pid: number, signal: number): void;
-  /** Reads a pid file, waiting briefly for it to appear. */
-  readPidFile(path: string): Promise<number>;
 }

@@ -6,6 +6,7 @@
  */
 
 import { Code, ConnectError } from "@connectrpc/connect";
+import type { RuntimeProcess } from "../runtime.ts";
 
 /** Lifecycle states, as containerd's `Status` enum names them. */
 export type ProcessState = "created" | "running" | "pausing" | "paused" | "stopped";
@@ -69,6 +70,8 @@ export class ShimProcess {
   startTime: number | undefined;
   /** I/O plumbing, once set up. */
   io: ProcessIoHandle | undefined;
+  /** What the runtime reported for this process once created (its exit, signals, terminal). */
+  runtime: RuntimeProcess | undefined;
   #state: ProcessState = "created";
   #exit: ProcessExitInfo | undefined;
   #exited: PromiseWithResolvers<ProcessExitInfo> = Promise.withResolvers();

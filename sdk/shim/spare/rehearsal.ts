@@ -157,16 +157,18 @@ function stageRuntime(
   const unsupported = () => Promise.reject(new Error("not part of the rehearsal"));
   return {
     async create(_id, opts) {
+      const pidFile = `${opts.bundle}/init.pid`;
       const sh = platform.spawn(
         new Deno.Command("/bin/sh", {
-          args: ["-c", 'sleep 30 </dev/null >/dev/null 2>&1 & echo $! > "$1"', "sh", opts.pidFile],
+          args: ["-c", 'sleep 30 </dev/null >/dev/null 2>&1 & echo $! > "$1"', "sh", pidFile],
           stdin: "null",
           stdout: "null",
           stderr: "null",
         }),
       );
       if (!(await sh.status).success) throw new Error("the rehearsal's init did not start");
-      setPid(Number(Deno.readTextFileSync(opts.pidFile).trim()));
+      setPid(Number(Deno.readTextFileSync(pidFile).trim()));
+      return { pid: pid() };
     },
     start() {
       platform.kill(pid(), 9);

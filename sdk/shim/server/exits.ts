@@ -1,0 +1,317 @@
+/**
+ * Exit routing: which process an exit belongs to, and when its `/tasks/exit` goes out.
+ *
+ * Exits come from two places. The reaper reports every re-parented process that exits (runc's
+ * inits and execs); {@link ExitRouter} matches those to the processes it knows by pid and start
+ * time, and keeps the ones that arrive while a process is being started in an
+ * {@link ExitWindow} until that process's pid is known. A runtime that reports an exit itself
+ * ({@link RuntimeProcess.exited}: a gVisor sub-container's `runsc wait`, an agent's or a VM
+ * guest's process) is awaited instead, and its pid is never matched against reaped exits.
+ *
+ * Delivery keeps containerd's order: `/tasks/start` (or `/tasks/exec-started`) before
+ * `/tasks/exit`, every exec's exit before its init's, the init's exit after any Kill of it has
+ * been answered, and after an exec mid-start has settled.
+ *
+ * @module
+ */
+
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { TaskExitSchema } from "../../../proto/gen/containerd/events/task_pb.ts";
+import type { EventPublisher } from "./events.ts";
+import { ExitWindow, isExitOf } from "./exit_window.ts";
+import type { Logger } from "../logger.ts";
+import type { ReapedExit, ShimPlatform } from "./platform.ts";
+import type { ProcessExitInfo, ShimProcess } from "./process.ts";
+import type { ContainerRuntime, RuntimeProcess } from "../runtime.ts";
+import { sharesPidNamespace } from "./bundle_spec.ts";
+
+/** Longest an init's exit waits for a Kill reply of that init ({@link RoutedContainer.initKills}). */
+const KILL_REPLY_WAIT_MS = 10_000;
+
+/** Longest a failed runtime exit report waits for the reaper's exit of the same pid. */
+const REAPED_FALLBACK_MS = 2_000;
+
+/**
+ * A container as exit routing sees it (`Container` satisfies it): its processes, its runtime
+ * (to kill what outlives the init) and the state the init's exit waits on.
+ */
+export interface RoutedContainer {
+  /** Container id. */
+  readonly id: string;
+  /** Bundle directory (its spec says whether the init shares its pid namespace). */
+  readonly bundle: string;
+  /** The runtime, to kill the processes that outlive the init. */
+  readonly runtime: Pick<ContainerRuntime, "kill">;
+  /** The init process. */
+  readonly init: ShimProcess;
+  /** Execs by id. */
+  readonly execs: ReadonlyMap<string, ShimProcess>;
+  /** Set once the init's exit has been taken in. */
+  exitReported: boolean;
+  /** Whether the init shares its pid namespace, once read. */
+  sharesPidNamespace?: Promise<boolean>;
+  /** Kill RPCs of the init still being answered; the init's exit waits for them. */
+  readonly initKills: ReadonlySet<Promise<void>>;
+  /** Execs that have started and not yet exited. */
+  runningExecs(): ShimProcess[];
+}
+
+/** What the router needs from the service it routes for. */
+export interface ExitRouterDeps {
+  /** Reaped exits, start times and the boot clock. */
+  platform: Pick<ShimPlatform, "onExit" | "startTimeOf" | "bootTicks">;
+  /** Where `/tasks/exit` goes. */
+  events: Pick<EventPublisher, "publish">;
+  /** Logger. */
+  logger: Logger;
+  /** The containers currently served (looked up on every reaped exit). */
+  containers(): Iterable<RoutedContainer>;
+}
+
+/**
+ * Routes exits to the processes of the containers a Task service serves.
+ *
+ * @example Usage
+ * ```ts ignore
+ * const exits = new ExitRouter({ platform, events, logger, containers: () => map.values() });
+ * const window = exits.openWindow();
+ * try {
+ *   exits.started(init, await runtime.create(id, { bundle, io }));
+ * } finally {
+ *   exits.closeWindow(window);
+ * }
+ * exits.takeEarlyExit(container, init, window);
+ * ```
+ */
+export class ExitRouter {
+  #d: ExitRouterDeps;
+  /** Processes being started whose pid is not known yet; see {@link ExitWindow}. */
+  #windows = new Set<ExitWindow>();
+  /** Execs whose exit has been claimed (their exit event may still be on its way). */
+  #claimed = new WeakSet<ShimProcess>();
+  /** Reaped exits of processes whose runtime reports their exit, kept for a failed report. */
+  #aside = new WeakMap<ShimProcess, PromiseWithResolvers<ReapedExit>>();
+  #unsubscribe: () => void;
+
+  /**
+   * Subscribes to reaped exits.
+   *
+   * @param deps platform, events, logger and the served containers
+   */
+  constructor(deps: ExitRouterDeps) {
+    this.#d = deps;
+    this.#unsubscribe = deps.platform.onExit((e) => this.#onExit(e));
+  }
+
+  /** Stops listening for reaped exits. */
+  close(): void {
+    this.#unsubscribe();
+  }
+
+  /**
+   * Opens a window before a runtime starts a process: exits reaped from now on that no known
+   * process claims are kept, as they may be this process's.
+   *
+   * @returns the window, to close once the pid is known (or the start failed)
+   */
+  openWindow(): ExitWindow {
+    const window = new ExitWindow(this.#d.platform.bootTicks?.());
+    this.#windows.add(window);
+    return window;
+  }
+
+  /**
+   * Stops collecting into `window`; what it holds can still be taken.
+   *
+   * @param window an open window
+   */
+  closeWindow(window: ExitWindow): void {
+    this.#windows.delete(window);
+  }
+
+  /**
+   * Records what the runtime started for `p`: its pid, and where its exit will come from.
+   *
+   * @param p the process
+   * @param rp what the runtime reported
+   */
+  started(p: ShimProcess, rp: RuntimeProcess): void {
+    p.runtime = rp;
+    p.setPid(rp.pid);
+    // A pid the runtime reports with its own exit may not be a host pid: no start time.
+    if (!rp.exited) p.startTime = this.#d.platform.startTimeOf?.(rp.pid);
+  }
+
+  /**
+   * Once `p`'s pid is known (and `c` is listed): awaits the exit its runtime reports, or hands
+   * over the reaped exit `window` holds for it, if any.
+   *
+   * @param c the container
+   * @param p its init or exec
+   * @param window the window opened before `p` was started
+   */
+  takeEarlyExit(c: RoutedContainer, p: ShimProcess, window: ExitWindow): void {
+    const exited = p.runtime?.exited;
+    if (exited) {
+      void this.#runtimeExit(c, p, exited);
+      return;
+    }
+    const early = window.take(p.pid, p.startTime);
+    if (!early) return;
+    if (p.execId === "") {
+      void this.initExited(c, early);
+      return;
+    }
+    this.#claimed.add(p);
+    void this.#execExited(c, p, early);
+  }
+
+  /**
+   * Routes a reaped exit: to the known process it belongs to, else to every process being
+   * started whose pid is not known yet. Synchronous, so no exit can slip between the two.
+   */
+  #onExit(exit: ReapedExit): void {
+    if (this.#deliver(exit)) return;
+    for (const window of this.#windows) window.add(exit);
+  }
+
+  /** Hands `exit` to the live processes it is the exit of; false when there are none. */
+  #deliver(exit: ReapedExit): boolean {
+    const inits: RoutedContainer[] = [];
+    for (const c of this.#d.containers()) {
+      // Several inits can share a pid (gVisor: a pod's containers run in the sandbox's
+      // process); when it exits, they all have.
+      const init = c.init;
+      if (init.pid !== 0 && !c.exitReported && isExitOf(exit, init.pid, init.startTime)) {
+        inits.push(c);
+      }
+      for (const p of c.execs.values()) {
+        if (p.pid === 0 || p.state === "stopped" || this.#claimed.has(p)) continue;
+        if (!isExitOf(exit, p.pid, p.startTime)) continue;
+        if (p.runtime?.exited) {
+          this.#reapedAside(p).resolve(exit);
+          return true;
+        }
+        this.#claimed.add(p);
+        void this.#execExited(c, p, exit);
+        return true;
+      }
+    }
+    for (const c of inits) {
+      // The runtime reports this init's exit; the reaper's is kept for a failed report.
+      if (c.init.runtime?.exited) this.#reapedAside(c.init).resolve(exit);
+      else void this.initExited(c, exit);
+    }
+    return inits.length > 0;
+  }
+
+  /**
+   * A process whose runtime reports its exit. When that report fails (`runsc wait` once the
+   * sandbox is gone), a reaped exit of its pid counts instead: one seen already, or one
+   * within {@link REAPED_FALLBACK_MS}; else status 255.
+   */
+  async #runtimeExit(c: RoutedContainer, p: ShimProcess, exited: Promise<number>): Promise<void> {
+    let status: number;
+    try {
+      status = await exited;
+    } catch (e) {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const late = await Promise.race([
+        this.#reapedAside(p).promise,
+        new Promise<undefined>((r) => timer = setTimeout(() => r(undefined), REAPED_FALLBACK_MS)),
+      ]);
+      clearTimeout(timer);
+      if (late) status = late.status;
+      else {
+        this.#d.logger.error("the runtime's exit report failed; reporting status 255", {
+          id: c.id,
+          exec: p.execId,
+          error: (e as Error).message,
+        });
+        status = 255;
+      }
+    }
+    const exit = { status, exitedAt: new Date() };
+    if (p.execId === "") return await this.initExited(c, exit);
+    if (this.#claimed.has(p)) return;
+    this.#claimed.add(p);
+    await this.#execExited(c, p, exit);
+  }
+
+  #reapedAside(p: ShimProcess): PromiseWithResolvers<ReapedExit> {
+    let aside = this.#aside.get(p);
+    if (!aside) this.#aside.set(p, aside = Promise.withResolvers());
+    return aside;
+  }
+
+  async #execExited(c: RoutedContainer, p: ShimProcess, exit: ProcessExitInfo): Promise<void> {
+    await p.startSettled();
+    p.markExited(exit);
+    this.#publishExit(c, p);
+  }
+
+  /**
+   * Takes in the init's exit (once) and publishes it when containerd may see it: after the
+   * start event, after every exec mid-start has settled, after the execs' exits, and after any
+   * Kill of the init has been answered.
+   *
+   * @param c the container
+   * @param exit how its init ended
+   */
+  async initExited(c: RoutedContainer, exit: ProcessExitInfo): Promise<void> {
+    // Reported once; a second report (a late one) changes nothing.
+    if (c.exitReported) return;
+    c.exitReported = true;
+    const p = c.init;
+    await p.startSettled();
+    // Like the Go shim, hold the init's exit while an exec is mid-start (containerd #10589):
+    // until that Start settles, Exec still creates and Start refuses (FailedPrecondition).
+    await Promise.all([...c.execs.values()].map((e) => e.startSettled()));
+    // Without a pid namespace of its own, the init's other processes outlive it: kill them
+    // (the Go shim does too). Execs die with a private one; kill them anyway if they did not.
+    if (
+      c.runningExecs().length > 0 ||
+      await (c.sharesPidNamespace ??= sharesPidNamespace(c.bundle))
+    ) {
+      await c.runtime.kill(c.id, 9, { all: true }).catch(() => {});
+      await Promise.race([
+        Promise.all(c.runningExecs().map((e) => e.exited)),
+        new Promise((r) => setTimeout(r, 5_000)),
+      ]);
+    }
+    await killsAnswered(c);
+    p.markExited(exit);
+    // The init's exit is always the last exit published for a container.
+    this.#publishExit(c, p);
+  }
+
+  #publishExit(c: RoutedContainer, p: ShimProcess): void {
+    const exit = p.exit!;
+    this.#d.events.publish("/tasks/exit", TaskExitSchema, {
+      containerId: c.id,
+      id: p.id,
+      pid: p.pid,
+      exitStatus: exit.status,
+      exitedAt: timestampFromDate(exit.exitedAt),
+    });
+    this.#d.logger.debug("process exited", { id: c.id, exec: p.execId, status: exit.status });
+  }
+}
+
+/**
+ * Waits until no Kill of `c`'s init is being answered, then one more turn of the event loop
+ * so the last reply is written before the exit that may close its connection goes out.
+ * Bounded: a runtime's kill that hangs must not hold the exit forever.
+ */
+async function killsAnswered(c: RoutedContainer): Promise<void> {
+  if (c.initKills.size === 0) return;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  await Promise.race([
+    (async () => {
+      while (c.initKills.size > 0) await Promise.all(c.initKills);
+    })(),
+    new Promise((r) => timer = setTimeout(r, KILL_REPLY_WAIT_MS)),
+  ]);
+  clearTimeout(timer);
+  await new Promise((r) => setTimeout(r, 0));
+}
