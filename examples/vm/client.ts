@@ -36,7 +36,8 @@ export function connectAgent(socket: string): AgentConnection {
  * connection. Only a failure to connect (the socket not there yet) is tried again.
  *
  * @param socket the host's end of the port
- * @param timeoutMs give up after this long (Code.DeadlineExceeded)
+ * @param timeoutMs give up after this long (Code.DeadlineExceeded; Unavailable when the
+ *   connection was lost first)
  * @param signal stops waiting (e.g. the VM died)
  * @returns the connection and the agent's Ping answer
  */
@@ -61,10 +62,10 @@ export async function waitForAgent(
         e.message.includes("dial ttrpc socket");
       if (!dialFailed || performance.now() >= deadline) {
         const why = e instanceof Error ? e.message : String(e);
-        throw new ConnectError(
-          `agent at ${socket} not ready after ${timeoutMs} ms: ${why}`,
-          Code.DeadlineExceeded,
-        );
+        const code = dialFailed || e instanceof ConnectError && e.code === Code.DeadlineExceeded
+          ? Code.DeadlineExceeded
+          : Code.Unavailable;
+        throw new ConnectError(`agent at ${socket} did not answer a ping: ${why}`, code);
       }
       await new Promise((r) => setTimeout(r, 100));
     }
