@@ -106,9 +106,15 @@ function responseFrame(id: number, status: Status | undefined, payload?: Uint8Ar
   return encodeFrame(id, FrameType.Response, 0, bytes);
 }
 
+/**
+ * The part of a connection the server uses: any ordered, reliable byte stream (a socket, or a
+ * virtio-serial port in a VM guest).
+ */
+export type ByteStream = Pick<Deno.Conn, "read" | "write" | "close">;
+
 /** Serves one connection until the peer leaves or the server closes it. */
 export class ServerConnection {
-  #conn: Deno.Conn;
+  #conn: ByteStream;
   #ctx: ConnectionContext;
   #writer: FrameWriter;
   #decoder = new FrameDecoder();
@@ -120,7 +126,7 @@ export class ServerConnection {
   /** Closes a connection whose first frame, or a started frame, does not complete in time. */
   #frameTimer: ReturnType<typeof setTimeout> | undefined;
 
-  constructor(conn: Deno.Conn, ctx: ConnectionContext) {
+  constructor(conn: ByteStream, ctx: ConnectionContext) {
     this.#conn = conn;
     this.#ctx = ctx;
     this.#writer = new FrameWriter(conn, (err) => {

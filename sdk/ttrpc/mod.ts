@@ -55,6 +55,7 @@ export {
   MAX_PAYLOAD_LENGTH,
 } from "./frame.ts";
 export {
+  type TtrpcByteStream,
   type TtrpcCloseOptions,
   type TtrpcListenOptions,
   TtrpcServer,

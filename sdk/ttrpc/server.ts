@@ -7,6 +7,7 @@
 
 import { Code, ConnectError, type Interceptor, type ServiceImplSpec } from "@connectrpc/connect";
 import {
+  type ByteStream,
   type LazyServiceEntry,
   ServerConnection,
   type ServiceEntry,
@@ -66,6 +67,21 @@ export interface TtrpcServerOptions {
    */
   writeTimeoutMs?: number;
 }
+
+/**
+ * What {@linkcode TtrpcServer.serveConn} serves: the `read`, `write` and `close` of a
+ * `Deno.Conn`, so that any ordered, reliable byte stream can carry ttrpc.
+ *
+ * @example A stream over two file descriptors
+ * ```ts ignore
+ * const port: TtrpcByteStream = {
+ *   read: (p) => Deno.stdin.read(p),
+ *   write: (p) => Deno.stdout.write(p),
+ *   close: () => {},
+ * };
+ * ```
+ */
+export type TtrpcByteStream = ByteStream;
 
 /** Default {@linkcode TtrpcServerOptions.maxConnections}. */
 export const DEFAULT_MAX_CONNECTIONS = 64;
@@ -345,13 +361,14 @@ export class TtrpcServer {
   }
 
   /**
-   * Serves one already-established connection (e.g. from a custom listener or a socket pair).
-   * It counts against {@linkcode TtrpcServerOptions.maxConnections}.
+   * Serves one already-established connection (e.g. from a custom listener or a socket pair),
+   * or any byte stream with `read`, `write` and `close` (a VM guest's virtio-serial port: see
+   * examples/vm/agent). It counts against {@linkcode TtrpcServerOptions.maxConnections}.
    *
    * @param conn the connection; closed when it ends
    * @returns resolves when the connection is closed
    */
-  async serveConn(conn: Deno.Conn): Promise<void> {
+  async serveConn(conn: TtrpcByteStream): Promise<void> {
     if (this.#closing) {
       conn.close();
       return;

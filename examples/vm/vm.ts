@@ -1,0 +1,260 @@
+/**
+ * One pod's virtual machine: QEMU booting the VM image ({@linkcode buildVmImage}) with the
+ * host's root shared read-only, a writable share for the pod's bundles, and the agent's
+ * virtio-serial port bound to a unix socket; {@linkcode Vm.start} resolves once the agent
+ * answers a Ping, {@linkcode Vm.stop} ends the VM and leaves nothing of it (process, socket,
+ * mount, temp dir).
+ *
+ * TCG only (`-accel tcg -cpu max`): nested KVM hangs on the machines this was built on, and TCG
+ * needs nothing of the host.
+ *
+ * @module
+ */
+
+import type { Client } from "@connectrpc/connect";
+import type { Agent, PingResponse } from "../../proto/gen/skiff/agent/v1/agent_pb.ts";
+import { unmountAll } from "../../sdk/linux/mount.ts";
+import { type AgentConnection, waitForAgent } from "./client.ts";
+import { AGENT_PORT, GUEST_SHARED, type VmImage } from "./image.ts";
+
+/** Options of {@linkcode Vm.start}. */
+export interface VmOptions {
+  /** The boot image. */
+  image: VmImage;
+  /** Guest memory in MiB (the guest's tmpfs overlay lives in it). Default 1024. */
+  memoryMiB?: number;
+  /** Virtual CPUs. Default 2. */
+  cpus?: number;
+  /** Bound on boot to agent-ready; QEMU is killed after it. Default 180 s (TCG, busy host). */
+  readyTimeoutMs?: number;
+  /** Parent of the VM's state directory (socket, share). Default the system's temp dir. */
+  stateParent?: string;
+  /** Receives the guest's console output as it arrives. */
+  onConsole?: (text: string) => void;
+}
+
+/** The console's tail kept for diagnosis. */
+const CONSOLE_KEEP = 64 * 1024;
+
+/** A running VM and its agent. */
+export class Vm {
+  /** The agent's client. */
+  readonly agent: Client<typeof Agent>;
+  /** The agent's Ping answer when it became ready. */
+  readonly ping: PingResponse;
+  /** QEMU's pid. */
+  readonly pid: number;
+  /** The host directory the guest sees at {@linkcode Vm.guestShared} (writable). */
+  readonly shared: string;
+  /** Where the guest sees {@linkcode Vm.shared}. */
+  readonly guestShared: string = GUEST_SHARED;
+  /** Milliseconds from QEMU's start to the agent's first answer. */
+  readonly readyMs: number;
+  #qemu: Deno.ChildProcess;
+  #connection: AgentConnection;
+  #stateDir: string;
+  #console: ConsoleTail;
+  #stopping: Promise<void> | undefined;
+
+  private constructor(init: {
+    qemu: Deno.ChildProcess;
+    connection: AgentConnection;
+    ping: PingResponse;
+    stateDir: string;
+    console: ConsoleTail;
+    readyMs: number;
+  }) {
+    this.#qemu = init.qemu;
+    this.#connection = init.connection;
+    this.agent = init.connection.agent;
+    this.ping = init.ping;
+    this.pid = init.qemu.pid;
+    this.#stateDir = init.stateDir;
+    this.shared = `${init.stateDir}/shared`;
+    this.#console = init.console;
+    this.readyMs = init.readyMs;
+  }
+
+  /**
+   * Boots a VM and waits for its agent.
+   *
+   * @param options image, size, bounds
+   * @returns the running VM
+   * @throws {Error} when QEMU fails or the agent is not ready in time (the console's tail in
+   *   the message); nothing of the VM is left then
+   */
+  static async start(options: VmOptions): Promise<Vm> {
+    const stateDir = await Deno.makeTempDir({
+      prefix: "skiff-vm-",
+      ...(options.stateParent ? { dir: options.stateParent } : {}),
+    });
+    const socket = `${stateDir}/agent.sock`;
+    await Deno.mkdir(`${stateDir}/shared`);
+    const started = performance.now();
+    let qemu: Deno.ChildProcess | undefined;
+    const console = new ConsoleTail(options.onConsole);
+    try {
+      qemu = new Deno.Command("qemu-system-x86_64", {
+        args: qemuArgs(options, stateDir, socket),
+        stdin: "null",
+        stdout: "piped",
+        stderr: "piped",
+      }).spawn();
+      const stderr = new Response(qemu.stderr).text();
+      const consoleDone = console.pump(qemu.stdout);
+      const died = new AbortController();
+      const exited = qemu.status.then((s) => {
+        died.abort(new Error(`qemu-system-x86_64 exited ${s.code}`));
+        return s;
+      });
+      await waitForSocket(socket, exited);
+      let ready;
+      try {
+        ready = await waitForAgent(socket, options.readyTimeoutMs ?? 180_000, died.signal);
+      } catch (e) {
+        const why = died.signal.aborted
+          ? `${(died.signal.reason as Error).message}: ${(await stderr).trim()}`
+          : (e instanceof Error ? e.message : String(e));
+        throw new Error(`VM boot failed: ${why}\n--- console tail ---\n${console.text}`);
+      }
+      void consoleDone;
+      return new Vm({
+        qemu,
+        connection: ready.connection,
+        ping: ready.ping,
+        stateDir,
+        console,
+        readyMs: performance.now() - started,
+      });
+    } catch (e) {
+      if (qemu) {
+        try {
+          qemu.kill("SIGKILL");
+        } catch { /* gone */ }
+        await qemu.status;
+      }
+      await removeState(stateDir);
+      throw e;
+    }
+  }
+
+  /** The console's recent output (boot messages, the init's and the agent's stderr). */
+  get console(): string {
+    return this.#console.text;
+  }
+
+  /** Resolves when QEMU has exited (the VM stopped or died). */
+  get exited(): Promise<Deno.CommandStatus> {
+    return this.#qemu.status;
+  }
+
+  /**
+   * Stops the VM: asks the agent to power the guest off, kills QEMU when it has not ended
+   * within `timeoutMs`, then removes the socket and the share (unmounting what is mounted
+   * under it). Idempotent.
+   *
+   * @param timeoutMs how long the guest may take to power off
+   */
+  stop(timeoutMs = 30_000): Promise<void> {
+    this.#stopping ??= this.#stop(timeoutMs);
+    return this.#stopping;
+  }
+
+  /** Same as {@linkcode stop}, for `await using`. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.stop();
+  }
+
+  async #stop(timeoutMs: number): Promise<void> {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    try {
+      await this.agent.shutdown({}, { timeoutMs: Math.min(timeoutMs, 10_000) }).catch(() => {});
+      const gone = await Promise.race([
+        this.#qemu.status.then(() => true),
+        new Promise<boolean>((r) => timer = setTimeout(() => r(false), timeoutMs)),
+      ]);
+      if (!gone) {
+        try {
+          this.#qemu.kill("SIGKILL");
+        } catch { /* gone */ }
+      }
+      await this.#qemu.status;
+    } finally {
+      clearTimeout(timer);
+      await this.#connection.close();
+      await removeState(this.#stateDir);
+    }
+  }
+}
+
+function qemuArgs(options: VmOptions, stateDir: string, socket: string): string[] {
+  const img = options.image;
+  const fsdev = (id: string, path: string, extra: string) => [
+    "-fsdev",
+    `local,id=${id},path=${path},security_model=passthrough,multidevs=remap${extra}`,
+    "-device",
+    `virtio-9p-pci,fsdev=${id},mount_tag=${id}`,
+  ];
+  const append = [
+    "console=ttyS0",
+    "quiet",
+    "loglevel=1",
+    "panic=-1",
+    "cgroup_no_v1=all",
+    `skiff.agent=${img.agent}`,
+    `skiff.deno=${Deno.execPath()}`,
+  ].join(" ");
+  return [
+    ...["-accel", "tcg", "-cpu", "max", "-M", "q35", "-smp", String(options.cpus ?? 2)],
+    ...["-m", String(options.memoryMiB ?? 1024), "-nodefaults", "-no-user-config"],
+    ...["-no-reboot", "-display", "none"],
+    ...["-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con"],
+    ...["-kernel", img.kernel, "-initrd", img.initrd, "-append", append],
+    ...fsdev("hostroot", "/", ",readonly=on"),
+    ...fsdev("skiffshare", `${stateDir}/shared`, ""),
+    ...["-device", "virtio-serial-pci,id=vser"],
+    ...["-chardev", `socket,id=agent,path=${socket},server=on,wait=off`],
+    ...["-device", `virtserialport,bus=vser.0,chardev=agent,name=${AGENT_PORT}`],
+  ];
+}
+
+/** Waits until QEMU has created the port's socket (it does so before the guest runs). */
+async function waitForSocket(socket: string, exited: Promise<Deno.CommandStatus>): Promise<void> {
+  let dead = false;
+  void exited.then(() => dead = true);
+  for (let i = 0; i < 600; i++) {
+    try {
+      if (Deno.statSync(socket).isSocket) return;
+    } catch { /* not yet */ }
+    if (dead) return; // the caller reports QEMU's exit
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+async function removeState(dir: string): Promise<void> {
+  await unmountAll(`${dir}/shared`).catch(() => {});
+  await Deno.remove(dir, { recursive: true }).catch(() => {});
+}
+
+/** The console's output: passed on as it arrives, its tail kept. */
+class ConsoleTail {
+  #text = "";
+  #decoder = new TextDecoder();
+  #onText: ((t: string) => void) | undefined;
+
+  constructor(onText?: (t: string) => void) {
+    this.#onText = onText;
+  }
+
+  get text(): string {
+    return this.#text;
+  }
+
+  async pump(stream: ReadableStream<Uint8Array>): Promise<void> {
+    for await (const chunk of stream) {
+      const t = this.#decoder.decode(chunk, { stream: true }).replaceAll("\r", "");
+      this.#onText?.(t);
+      this.#text = (this.#text + t).slice(-CONSOLE_KEEP);
+    }
+  }
+}
