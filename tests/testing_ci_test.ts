@@ -39,6 +39,7 @@ Deno.test("the CI scripts are valid bash", async () => {
       ".ci/run",
       "tests/setup/prepare.sh",
       "tests/setup/fetch_containerd.sh",
+      "tests/setup/fetch_crun.sh",
       "tests/setup/registry.sh",
       "tests/setup/build_containerd.sh",
       "tests/setup/rust_shim.sh",

@@ -23,6 +23,8 @@
 #  8. The cgroup v2 test guest (sdk/testing/guest.ts): qemu-system-x86 and kmod from step 1, a
 #     Debian kernel (downloaded and unpacked into $SKIFF_CACHE/guest, not installed: this
 #     machine's boot is untouched) and a busybox initramfs, by guest.sh (cached afterwards).
+#  9. trixie's crun (1.21) with trixie's libc6 in $SKIFF_CACHE/crun-trixie, patched with patchelf
+#     from step 1 to use that libc (fetch_crun.sh): the guest's crun for containerd 2.x.
 #
 # Not root or not Debian: it says exactly what is missing and carries on, so the tests skip
 # (or fail, under SKIFF_REQUIRE_INTEGRATION=1). Silent and fast when nothing needs doing.
@@ -45,14 +47,14 @@ is_debian=false
 
 # --- 1. packages -----------------------------------------------------------------------------
 packages=(containerd runc runsc crun busybox-static protobuf-compiler libprotobuf-dev util-linux bsdutils
-  iproute2 prometheus criu containernetworking-plugins qemu-system-x86 kmod)
+  iproute2 prometheus criu containernetworking-plugins qemu-system-x86 kmod patchelf)
 # command → package, for machines where dpkg cannot tell us (and to catch a broken install).
 declare -A provides=(
   [containerd]=containerd [ctr]=containerd [containerd-shim-runc-v2]=containerd
   [runc]=runc [runsc]=runsc [crun]=crun [busybox]=busybox-static [protoc]=protobuf-compiler
   [unshare]=util-linux [nsenter]=util-linux [mountpoint]=util-linux [script]=bsdutils
   [ip]=iproute2 [promtool]=prometheus [criu]=criu [qemu-system-x86_64]=qemu-system-x86
-  [modprobe]=kmod [depmod]=kmod
+  [modprobe]=kmod [depmod]=kmod [patchelf]=patchelf
 )
 find_cmd() { PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin" command -v "$1" >/dev/null; }
 
@@ -225,6 +227,17 @@ if [ ! -r "$cache/guest/READY" ]; then
     bash "$here/guest.sh" >/dev/null || say "FAILED: tests/setup/guest.sh"
   else
     say "missing the cgroup v2 test guest (as root on Debian: bash tests/setup/guest.sh)"
+  fi
+fi
+
+# --- 9. trixie's crun for the guest ----------------------------------------------------------
+if ! "$cache/crun-trixie/bin/crun" --version >/dev/null 2>&1; then
+  if $is_debian && [ -r /etc/apt/sources.list.d/debian.sources ]; then
+    say "fetching crun from Debian trixie into $cache/crun-trixie"
+    bash "$here/fetch_crun.sh" >/dev/null || say "FAILED: tests/setup/fetch_crun.sh"
+  else
+    say "missing trixie's crun (needs Debian with /etc/apt/sources.list.d/debian.sources:" \
+      "bash tests/setup/fetch_crun.sh)"
   fi
 fi
 exit 0
