@@ -29,6 +29,7 @@ Deno.test("installShims() in source mode writes launchers that run the checkout"
       `${await Deno.realPath(prefix)}/bin/containerd-shim-skiff-runc-v2`,
       `${await Deno.realPath(prefix)}/bin/containerd-shim-skiff-runsc-v2`,
       `${await Deno.realPath(prefix)}/bin/containerd-shim-skiff-crun-v2`,
+      `${await Deno.realPath(prefix)}/bin/containerd-shim-skiff-vm-v2`,
     ]);
     assert.ok((await Deno.stat(`${root}/deno.json`)).isFile);
     for (const [i, p] of paths.entries()) {
@@ -51,6 +52,7 @@ Deno.test("installShims() in source mode writes launchers that run the checkout"
       "containerd-shim-skiff-crun-v2",
       "containerd-shim-skiff-runc-v2",
       "containerd-shim-skiff-runsc-v2",
+      "containerd-shim-skiff-vm-v2",
     ]);
   } finally {
     await Deno.remove(prefix, { recursive: true });
@@ -201,7 +203,8 @@ Deno.test("deno task install --prefix installs through the CLI", async () => {
     assert.match(text, /installed .*\/bin\/containerd-shim-skiff-runc-v2/);
     assert.match(text, /installed .*\/bin\/containerd-shim-skiff-runsc-v2/);
     assert.match(text, /installed .*\/bin\/containerd-shim-skiff-crun-v2/);
-    for (const runtime of ["runc", "crun"]) {
+    assert.match(text, /installed .*\/bin\/containerd-shim-skiff-vm-v2/);
+    for (const runtime of ["runc", "crun", "vm"]) {
       const v = await new Deno.Command(`${prefix}/bin/containerd-shim-skiff-${runtime}-v2`, {
         args: ["-v"],
         stdout: "piped",

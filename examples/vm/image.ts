@@ -88,12 +88,36 @@ export async function buildVmImage(options: VmImageOptions = {}): Promise<VmImag
   await Deno.mkdir(cache, { recursive: true });
   const initrd = `${cache}/initramfs-${release}-r${RECIPE}.gz`;
   if (!isFile(initrd)) await buildInitramfs(kernelDir, release, options.busybox, initrd);
-  return {
+  const image: VmImage = {
     kernel: `${kernelDir}/boot/vmlinuz-${release}`,
     initrd,
     kernelRelease: release,
     agent: await bundleAgent(cache),
   };
+  await Deno.writeTextFile(`${cache}/${CURRENT}`, JSON.stringify(image, null, 2) + "\n");
+  return image;
+}
+
+/** The last image {@linkcode buildVmImage} built, in its cache directory. */
+const CURRENT = "image.json";
+
+/**
+ * The image a shim boots: built (or found in the cache) from the checkout when this module
+ * runs from its sources; from an installed bundle, where the agent's sources are not at hand,
+ * the last one built (`deno task vm-image`).
+ *
+ * @returns the image's paths
+ * @throws {Error} when there are no sources and no image was built
+ */
+export async function currentVmImage(): Promise<VmImage> {
+  const source = new URL("./agent/main.ts", import.meta.url);
+  if (source.protocol === "file:" && isFile(source.pathname)) return await buildVmImage();
+  const path = `${skiffCache()}/vm/${CURRENT}`;
+  try {
+    return JSON.parse(await Deno.readTextFile(path)) as VmImage;
+  } catch (e) {
+    throw new Error(`no VM image at ${path} (run \`deno task vm-image\`): ${(e as Error).message}`);
+  }
 }
 
 function defaultKernelDir(): string {
@@ -265,4 +289,13 @@ function isFile(path: string): boolean {
 function onPath(name: string): boolean {
   const dirs = (Deno.env.get("PATH") ?? "").split(":").concat(["/usr/sbin", "/sbin"]);
   return dirs.filter(Boolean).some((d) => isFile(`${d}/${name}`));
+}
+
+if (import.meta.main) {
+  const why = vmUnavailable();
+  if (why) {
+    console.error(`the VM image needs ${why}`);
+    Deno.exit(1);
+  }
+  console.log(JSON.stringify(await buildVmImage(), null, 2));
 }

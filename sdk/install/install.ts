@@ -40,6 +40,7 @@ export const EXAMPLE_SHIMS: Readonly<Record<string, string>> = {
   "containerd-shim-skiff-runc-v2": "examples/runc/main.ts",
   "containerd-shim-skiff-runsc-v2": "examples/runsc/main.ts",
   "containerd-shim-skiff-crun-v2": "examples/crun/main.ts",
+  "containerd-shim-skiff-vm-v2": "examples/vm/main.ts",
 };
 
 /**

@@ -1,0 +1,151 @@
+/**
+ * The pod of one VM shim: the VM its containers run in, booted by the first container that
+ * arrives (CRI's pause container, or `ctr run`'s only one) and stopped when the last one is
+ * deleted, so that nothing of it (QEMU, sockets, 9p share, mounts, temp dirs) outlives the
+ * pod's last container. It also shares each container's bundle into the guest and fans the
+ * agent's OOM events out to the containers' watches.
+ *
+ * @module
+ */
+
+import { Code, ConnectError } from "@connectrpc/connect";
+import { unmountAll } from "../../sdk/linux/mount.ts";
+import type { Logger } from "../../sdk/shim/logger.ts";
+import { buildVmImage, type VmImage } from "./image.ts";
+import { guestSpec } from "./spec.ts";
+import { Vm } from "./vm.ts";
+
+/** How the pod's VM is sized and where it keeps its state. */
+export interface PodOptions {
+  /** Guest memory in MiB. */
+  memoryMiB: number;
+  /** Virtual CPUs. */
+  cpus: number;
+  /** Parent of the VM's state directory. */
+  stateParent: string;
+  /** The shim's logger. */
+  logger: Logger;
+  /** The boot image; default {@linkcode buildVmImage} (cached). */
+  image?: () => Promise<VmImage>;
+}
+
+/** The pod's VM and the containers in it. */
+export class Pod {
+  #options: PodOptions;
+  #vm: Promise<Vm> | undefined;
+  #members = new Set<string>();
+  #oomWatches = new Map<string, () => void>();
+
+  /** @param options size, state and logger */
+  constructor(options: PodOptions) {
+    this.#options = options;
+  }
+
+  /**
+   * Admits a container: boots the VM if it is the first.
+   *
+   * @param id the container id
+   * @returns the running VM
+   */
+  async enter(id: string): Promise<Vm> {
+    this.#members.add(id);
+    this.#vm ??= this.#boot();
+    try {
+      return await this.#vm;
+    } catch (e) {
+      this.#members.delete(id);
+      this.#vm = undefined;
+      throw new ConnectError(`VM for container ${id}: ${(e as Error).message}`, Code.Unavailable);
+    }
+  }
+
+  /**
+   * Lets a container go: its share is removed, and the VM stopped if it was the last.
+   *
+   * @param id the container id
+   */
+  async leave(id: string): Promise<void> {
+    const vm = await this.#vm?.catch(() => undefined);
+    this.#oomWatches.delete(id);
+    if (vm) await unmountAll(`${vm.shared}/${id}`).catch(() => {});
+    if (vm) await Deno.remove(`${vm.shared}/${id}`, { recursive: true }).catch(() => {});
+    if (!this.#members.delete(id) || this.#members.size > 0 || !vm) return;
+    this.#vm = undefined;
+    await vm.stop();
+    this.#options.logger.info("vm stopped", { qemu: vm.pid });
+  }
+
+  /**
+   * Shares a container's bundle into the guest: its rootfs (and the bind mounts' sources the
+   * guest cannot see) bound into the pod's share, its spec rewritten next to them.
+   *
+   * @param vm the pod's VM
+   * @param id the container id
+   * @param bundle the host's bundle directory
+   * @returns the bundle's directory in the guest
+   */
+  async share(vm: Vm, id: string, bundle: string): Promise<string> {
+    const dir = `${vm.shared}/${id}`;
+    const guestDir = `${vm.guestShared}/${id}`;
+    const spec = JSON.parse(await Deno.readTextFile(`${bundle}/config.json`));
+    const rewritten = guestSpec(spec, id, bundle, guestDir);
+    await Deno.mkdir(dir);
+    for (const s of rewritten.shares) {
+      const target = `${dir}/${s.name}`;
+      if ((await Deno.stat(s.source)).isDirectory) await Deno.mkdir(target);
+      else await Deno.writeFile(target, new Uint8Array());
+      await run("mount", ["--rbind", s.source, target]);
+    }
+    await Deno.writeTextFile(`${dir}/config.json`, JSON.stringify(rewritten.spec));
+    return guestDir;
+  }
+
+  /**
+   * Calls `onOom` when the agent reports an OOM kill in the container's cgroup.
+   *
+   * @param id the container id
+   * @param onOom the callback
+   * @returns its release
+   */
+  watchOom(id: string, onOom: () => void): { close(): void } {
+    this.#oomWatches.set(id, onOom);
+    return { close: () => this.#oomWatches.delete(id) };
+  }
+
+  async #boot(): Promise<Vm> {
+    const o = this.#options;
+    await Deno.mkdir(o.stateParent, { recursive: true });
+    const image = await (o.image ?? buildVmImage)();
+    const vm = await Vm.start({
+      image,
+      memoryMiB: o.memoryMiB,
+      cpus: o.cpus,
+      stateParent: o.stateParent,
+    });
+    o.logger.info("vm ready", { qemu: vm.pid, readyMs: Math.round(vm.readyMs) });
+    void this.#pollOom(vm);
+    return vm;
+  }
+
+  /** One long poll at a time, for the VM's life. */
+  async #pollOom(vm: Vm): Promise<void> {
+    let gone = false;
+    void vm.exited.then(() => gone = true);
+    while (!gone) {
+      try {
+        const { containerId } = await vm.agent.oomEvent({});
+        if (containerId) this.#oomWatches.get(containerId)?.();
+      } catch {
+        if (!gone) await new Promise((r) => setTimeout(r, 1000));
+      }
+    }
+  }
+}
+
+async function run(cmd: string, args: string[]): Promise<void> {
+  const out = await new Deno.Command(cmd, { args, stdin: "null" }).output();
+  if (!out.success) {
+    const err = new TextDecoder().decode(out.stderr).trim();
+    throw new ConnectError(`${cmd} ${args.join(" ")}: exited ${out.code}: ${err}`, Code.Internal);
+  }
+}

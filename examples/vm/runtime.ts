@@ -1,0 +1,151 @@
+/**
+ * The VM shim's `ContainerRuntime`: each call of the seam made on the pod's guest agent. The
+ * processes it reports are guest processes: their pids are the guest's, their exits come from
+ * the agent's Wait (never from the shim's reaper), their stdio moves through the agent
+ * ({@linkcode pumpStdio}), signals to execs and terminal sizes go to the agent, and stats and
+ * OOM kills come from the container's cgroup in the guest.
+ *
+ * @module
+ */
+
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { Any } from "@bufbuild/protobuf/wkt";
+import type {
+  ContainerRuntime,
+  RuntimeCreateOptions,
+  RuntimeExecOptions,
+  RuntimeProcess,
+  RuntimeStdio,
+} from "../../sdk/shim/runtime.ts";
+import type { Pod } from "./pod.ts";
+import { guestProcess } from "./spec.ts";
+import { pumpStdio, wanted } from "./stdio.ts";
+import type { Vm } from "./vm.ts";
+
+/** How long a forced delete waits for the killed container to exit in the guest. */
+const FORCE_EXIT_MS = 10_000;
+
+/** One container of the pod, run by the agent in the pod's VM. */
+export class AgentRuntime implements ContainerRuntime {
+  #pod: Pod;
+  #vm: Vm | undefined;
+
+  /** @param pod the shim's pod (its VM boots at the first container's create) */
+  constructor(pod: Pod) {
+    this.#pod = pod;
+  }
+
+  get #agent(): Vm["agent"] {
+    if (!this.#vm) throw new ConnectError("the container has no VM", Code.FailedPrecondition);
+    return this.#vm.agent;
+  }
+
+  async create(id: string, opts: RuntimeCreateOptions): Promise<RuntimeProcess> {
+    const vm = this.#vm = await this.#pod.enter(id);
+    try {
+      const bundle = await this.#pod.share(vm, id, opts.bundle);
+      const s = opts.io.streams();
+      const { pid } = await vm.agent.create({
+        containerId: id,
+        bundle,
+        stdio: wanted(s, opts.io.terminal),
+      });
+      pumpStdio(vm.agent, id, "", s);
+      return this.#process(id, "", pid, opts.io);
+    } catch (e) {
+      await this.#pod.leave(id);
+      throw e;
+    }
+  }
+
+  async start(id: string): Promise<void> {
+    await this.#agent.start({ containerId: id });
+  }
+
+  async kill(id: string, signal: number, opts?: { all?: boolean }): Promise<void> {
+    await this.#agent.kill({ containerId: id, execId: "", signal, all: opts?.all ?? false });
+  }
+
+  async delete(id: string, opts?: { force?: boolean }): Promise<void> {
+    if (!this.#vm) return;
+    const agent = this.#vm.agent;
+    try {
+      if (opts?.force) {
+        await agent.kill({ containerId: id, signal: 9, all: true }).catch(() => {});
+        await agent.wait({ containerId: id }, { timeoutMs: FORCE_EXIT_MS }).catch(() => {});
+      }
+      await agent.delete({ containerId: id });
+    } finally {
+      await this.#pod.leave(id);
+    }
+  }
+
+  async exec(
+    id: string,
+    execId: string,
+    process: unknown,
+    opts: RuntimeExecOptions,
+  ): Promise<RuntimeProcess> {
+    const s = opts.io.streams();
+    const spec = guestProcess(process as Record<string, unknown>);
+    const { pid } = await this.#agent.exec({
+      containerId: id,
+      execId,
+      process: new TextEncoder().encode(JSON.stringify(spec)),
+      stdio: wanted(s, opts.io.terminal),
+    });
+    pumpStdio(this.#agent, id, execId, s);
+    return this.#process(id, execId, pid, opts.io);
+  }
+
+  async ps(id: string): Promise<number[]> {
+    return (await this.#agent.ps({ containerId: id })).pids;
+  }
+
+  async pause(id: string): Promise<void> {
+    await this.#agent.pause({ containerId: id });
+  }
+
+  async resume(id: string): Promise<void> {
+    await this.#agent.resume({ containerId: id });
+  }
+
+  update(id: string): Promise<void> {
+    return Promise.reject(
+      new ConnectError(`update of container ${id}: not supported in the VM`, Code.Unimplemented),
+    );
+  }
+
+  checkpoint(id: string): Promise<void> {
+    return Promise.reject(
+      new ConnectError(
+        `checkpoint of container ${id}: not supported in the VM`,
+        Code.Unimplemented,
+      ),
+    );
+  }
+
+  async stats(id: string): Promise<Any> {
+    const { stats } = await this.#agent.stats({ containerId: id });
+    if (!stats) throw new ConnectError(`container ${id}: the agent sent no stats`, Code.NotFound);
+    return stats;
+  }
+
+  watchOom(id: string, onOom: () => void): Promise<{ close(): void }> {
+    return Promise.resolve(this.#pod.watchOom(id, onOom));
+  }
+
+  /** A guest process as the seam reports it: exit, signals and terminal through the agent. */
+  #process(id: string, execId: string, pid: number, io: RuntimeStdio): RuntimeProcess {
+    const agent = this.#agent;
+    const req = { containerId: id, execId };
+    return {
+      pid,
+      exited: agent.wait(req).then((w) => w.exitStatus),
+      kill: async (signal) => void await agent.kill({ ...req, signal }),
+      ...(io.terminal
+        ? { resize: async (width, height) => void await agent.resize({ ...req, width, height }) }
+        : {}),
+    };
+  }
+}
