@@ -4,6 +4,11 @@
  * comes back; a long-running one answers an exec (output and exit code) and ends on SIGTERM;
  * after the deletes no QEMU, socket, share, mount or shim is left.
  *
+ * Then the Kubernetes path Kata takes on containerd's default `podsandbox` sandboxer: CRI's pause
+ * container boots the pod's VM, the pod's containers reach the same shim through the sandbox-id
+ * grouping and run in the same VM (one QEMU); ExecSync's exit code, CRI's container logs, exit
+ * code 7, StopContainer's SIGTERM, stop and remove the pod, nothing left.
+ *
  * TCG on a busy 2-core machine is slow (a boot takes tens of seconds): every wait is bounded
  * generously so that a hang fails the test instead of wedging it, and nothing is timed.
  */
@@ -18,6 +23,16 @@ import {
 import { ctrRun } from "../sdk/testing/ctr.ts";
 import { installShims } from "../sdk/install/install.ts";
 import { buildVmImage, skiffCache, vmUnavailable } from "../examples/vm/image.ts";
+import { CRI_NAMESPACE, type CriClient, criClient } from "../sdk/testing/cri_client.ts";
+import { BUSYBOX_IMAGE_REF } from "../sdk/testing/image.ts";
+import { create } from "@bufbuild/protobuf";
+import {
+  ContainerConfigSchema,
+  ContainerState,
+  type ContainerStatus,
+  NamespaceMode,
+  PodSandboxConfigSchema,
+} from "../proto/gen/runtime/v1/api_pb.ts";
 
 const RUNTIME = "io.containerd.skiff-vm.v2";
 const LAUNCHER = "containerd-shim-skiff-vm-v2";
@@ -152,6 +167,12 @@ integrationTest(
       assert.equal(exec.stdout, "out\n", describe(exec));
       const ps = await ctr(["task", "ps", "long"]);
       assert.equal(ps.code, 0, describe(ps));
+      assert.match(ps.stdout, /^\d+\s/m, `guest pids: ${describe(ps)}`);
+      // Metrics come from the container's cgroup v2 in the guest, through the agent.
+      const metrics = await ctr(["task", "metrics", "--format", "json", "long"]);
+      assert.equal(metrics.code, 0, describe(metrics));
+      const m = JSON.parse(metrics.stdout) as { memory?: { usage?: number } };
+      assert.ok((m.memory?.usage ?? 0) > 0, `memory usage in the guest: ${metrics.stdout}`);
       const kill = await ctr(["task", "kill", "-s", "SIGTERM", "long"]);
       assert.equal(kill.code, 0, describe(kill));
       await until("the task to stop after SIGTERM", async () => {
@@ -176,5 +197,224 @@ integrationTest(
       await Deno.remove(prefix, { recursive: true }).catch(() => {});
     }
     assert.deepEqual(await vmLeftovers(), [], "nothing of the VMs is left");
+  },
+);
+
+/** Deadline of each CRI call: generous (a call may boot a VM), only there so a hang fails. */
+const CRI_CALL_MS = 240_000;
+const dec = new TextDecoder();
+
+async function call<T>(what: string, f: (o: { timeoutMs: number }) => Promise<T>): Promise<T> {
+  try {
+    return await f({ timeoutMs: CRI_CALL_MS });
+  } catch (e) {
+    throw new Error(`CRI ${what} failed: ${(e as Error).message}`);
+  }
+}
+
+/** CRI log lines of a file as [stream, text]. */
+async function criLog(path: string): Promise<[string, string][]> {
+  const text = await Deno.readTextFile(path).catch(() => "");
+  return text.split("\n").filter(Boolean).map((line) => {
+    const m = line.match(/^\S+ (stdout|stderr) [PF] (.*)$/);
+    assert.ok(m, `not a CRI log line in ${path}: ${JSON.stringify(line)}`);
+    return [m[1]!, m[2]!];
+  });
+}
+
+function describeStatus(s: ContainerStatus | undefined): string {
+  return s
+    ? `state ${ContainerState[s.state]}, exit code ${s.exitCode}, reason "${s.reason}", ` +
+      `message "${s.message}"`
+    : "no status";
+}
+
+async function exitedStatus(rt: CriClient["runtime"], id: string): Promise<ContainerStatus> {
+  let last: ContainerStatus | undefined;
+  try {
+    await until(`container ${id} to exit`, async () => {
+      last = (await call("ContainerStatus", (o) =>
+        rt.containerStatus({ containerId: id }, o))).status;
+      return last?.state === ContainerState.CONTAINER_EXITED;
+    }, CRI_CALL_MS);
+  } catch (e) {
+    throw new Error(`${(e as Error).message} (last: ${describeStatus(last)})`);
+  }
+  return last!;
+}
+
+integrationTest(
+  `CRI on containerd ${v?.version ?? "2.4"}: a pod is one VM on the podsandbox path`,
+  {
+    root: true,
+    binaries: ["qemu-system-x86_64", "runc", "mount"],
+    check: () => v ? vmUnavailable() : "containerd 2.4 in the skiff cache (tests/setup/prepare.sh)",
+  },
+  async () => {
+    const prefix = await Deno.makeTempDir({ prefix: "skiff-vm-cri-" });
+    await buildVmImage();
+    const [launcher] = await installShims({ prefix, shims: { [LAUNCHER]: "examples/vm/main.ts" } });
+    let c: PrivateContainerd | undefined;
+    let podId = "";
+    let cri: CriClient | undefined;
+    const bound = setTimeout(() => {
+      console.error(`vm CRI test: over ${TEST_MS} ms, killing its VMs`);
+      for (const p of vmQemus()) Deno.kill(p, "SIGKILL");
+    }, TEST_MS);
+    try {
+      c = await startContainerd({
+        binDir: v!.binDir,
+        extraPath: [launcher.slice(0, launcher.lastIndexOf("/"))],
+        env: { SKIFF_CACHE: skiffCache() },
+        runtimes: { "skiff-vm": { runtimeType: RUNTIME } },
+        cri: { defaultHandler: "skiff-vm" },
+      });
+      await c.importBusyboxImage(CRI_NAMESPACE);
+      cri = criClient(c.address);
+      const rt = cri.runtime;
+      await until(
+        "CRI to list the busybox image",
+        async () =>
+          !!(await call(
+            "ImageStatus",
+            (o) => cri!.images.imageStatus({ image: { image: BUSYBOX_IMAGE_REF } }, o),
+          )).image,
+      );
+      const uid = crypto.randomUUID();
+      const config = create(PodSandboxConfigSchema, {
+        metadata: { name: "pod-vm", uid, namespace: "skiff-test", attempt: 0 },
+        hostname: "",
+        logDirectory: `${c.dir}/pods/${uid}`,
+        linux: {
+          cgroupParent: `/${c.cgroupParent}/pod-${uid}`,
+          securityContext: {
+            namespaceOptions: {
+              network: NamespaceMode.NODE,
+              pid: NamespaceMode.POD,
+              ipc: NamespaceMode.POD,
+            },
+          },
+        },
+      });
+      await Deno.mkdir(config.logDirectory, { recursive: true });
+      let t0 = performance.now();
+      podId = (await call("RunPodSandbox", (o) =>
+        rt.runPodSandbox({ config, runtimeHandler: "skiff-vm" }, o))).podSandboxId;
+      console.log(
+        `RunPodSandbox (VM boot, pause running): ${((performance.now() - t0) / 1000).toFixed(1)} s`,
+      );
+      assert.equal(vmQemus().length, 1, "the pod's VM");
+
+      const start = async (name: string, script: string): Promise<string> => {
+        const id = (await call(`CreateContainer(${name})`, (o) =>
+          rt.createContainer({
+            podSandboxId: podId,
+            config: create(ContainerConfigSchema, {
+              metadata: { name, attempt: 0 },
+              image: { image: BUSYBOX_IMAGE_REF },
+              command: ["sh", "-c", script],
+              logPath: `${name}/0.log`,
+              linux: {
+                securityContext: {
+                  namespaceOptions: {
+                    network: NamespaceMode.NODE,
+                    pid: NamespaceMode.CONTAINER,
+                    ipc: NamespaceMode.POD,
+                  },
+                },
+              },
+            }),
+            sandboxConfig: config,
+          }, o))).containerId;
+        await call(`StartContainer(${name})`, (o) =>
+          rt.startContainer({ containerId: id }, o));
+        return id;
+      };
+
+      // Two containers in the pod, one VM: ExecSync and the CRI log of a long-running one.
+      t0 = performance.now();
+      const svc = await start(
+        "svc",
+        "echo hello-from-$(uname -n); echo warn-from-svc >&2; exec sleep 600",
+      );
+      console.log(
+        `CreateContainer+StartContainer in the VM: ${
+          ((performance.now() - t0) / 1000).toFixed(1)
+        } s`,
+      );
+      t0 = performance.now();
+      const ex = await call("ExecSync", (o) =>
+        rt.execSync({
+          containerId: svc,
+          cmd: ["sh", "-c", "echo exec-out; echo exec-err >&2; exit 3"],
+          timeout: 120n,
+        }, o));
+      console.log(`ExecSync in the VM: ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+      assert.equal(ex.exitCode, 3, "ExecSync's exit code");
+      assert.equal(dec.decode(ex.stdout), "exec-out\n");
+      assert.equal(dec.decode(ex.stderr), "exec-err\n");
+      const logPath = `${config.logDirectory}/svc/0.log`;
+      await until(`both lines in ${logPath}`, async () =>
+        (await criLog(logPath)).length >= 2);
+      assert.deepEqual((await criLog(logPath)).sort(), [
+        ["stderr", "warn-from-svc"],
+        ["stdout", "hello-from-skiff-vm"], // the guest's hostname: it ran in the VM
+      ]);
+
+      // A container that exits 7 on its own, a second VM container next to svc.
+      const seven = await start("seven", "echo bye; exit 7");
+      assert.equal(vmQemus().length, 1, "the pod's containers share its VM");
+      const s7 = await exitedStatus(rt, seven);
+      assert.equal(s7.exitCode, 7, describeStatus(s7));
+      assert.deepEqual(await criLog(s7.logPath), [["stdout", "bye"]]);
+
+      // StopContainer's SIGTERM reaches the trap in the guest.
+      const term = await start(
+        "term",
+        "trap 'echo got-term; exit 43' TERM; echo ready >/ready; while :; do sleep 1 & wait $!; done",
+      );
+      await until("the TERM trap to be set", async () =>
+        (await call("ExecSync(cat /ready)", (o) =>
+          rt.execSync({ containerId: term, cmd: ["cat", "/ready"], timeout: 120n }, o)))
+          .exitCode === 0, CRI_CALL_MS);
+      await call("StopContainer(term)", (o) =>
+        rt.stopContainer({ containerId: term, timeout: 60n }, o));
+      const st = await exitedStatus(rt, term);
+      assert.equal(st.exitCode, 43, describeStatus(st));
+      assert.deepEqual(await criLog(st.logPath), [["stdout", "got-term"]]);
+
+      // Stop and remove the pod as kubelet does; the VM goes with its last container.
+      await call("StopContainer(svc)", (o) =>
+        rt.stopContainer({ containerId: svc, timeout: 0n }, o));
+      for (const id of [svc, seven, term]) {
+        await call(`RemoveContainer(${id})`, (o) =>
+          rt.removeContainer({ containerId: id }, o));
+      }
+      t0 = performance.now();
+      await call("StopPodSandbox", (o) =>
+        rt.stopPodSandbox({ podSandboxId: podId }, o));
+      console.log(`StopPodSandbox (VM stop): ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+      await call("RemovePodSandbox", (o) =>
+        rt.removePodSandbox({ podSandboxId: podId }, o));
+      podId = "";
+      await until("the VM to be gone", async () =>
+        (await vmLeftovers()).length === 0);
+      await until("the pod's shim to exit", () =>
+        Promise.resolve(c!.shims().length === 0));
+    } catch (e) {
+      if (c) console.error(`containerd log tail:\n${(await c.logs()).slice(-8000)}`);
+      throw e;
+    } finally {
+      clearTimeout(bound);
+      if (podId) {
+        const quick = { timeoutMs: 30_000 };
+        await cri?.runtime.stopPodSandbox({ podSandboxId: podId }, quick).catch(() => {});
+        await cri?.runtime.removePodSandbox({ podSandboxId: podId }, quick).catch(() => {});
+      }
+      await c?.stop();
+      for (const p of vmQemus()) Deno.kill(p, "SIGKILL");
+      await Deno.remove(prefix, { recursive: true }).catch(() => {});
+    }
+    assert.deepEqual(await vmLeftovers(), [], "nothing of the VM is left");
   },
 );
