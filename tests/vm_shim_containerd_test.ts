@@ -87,6 +87,46 @@ async function until(what: string, probe: () => Promise<boolean>, ms = 60_000): 
   }
 }
 
+/** Runs ctr with stdin on a pipe: `input` is written once the process printed "ready". */
+async function ctrWithStdin(
+  c: PrivateContainerd,
+  args: string[],
+  input: string,
+): Promise<CtrResult> {
+  const child = new Deno.Command(`${c.binDir}/ctr`, {
+    args: ["-a", c.address, "-n", NS, ...args],
+    env: c.ctrEnv,
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const timer = setTimeout(() => child.kill("SIGKILL"), CALL_MS);
+  const stderr = new Response(child.stderr).text();
+  let stdout = "";
+  const dec = new TextDecoder();
+  try {
+    const writer = child.stdin.getWriter();
+    let sent = false;
+    for await (const chunk of child.stdout) {
+      stdout += dec.decode(chunk, { stream: true });
+      if (!sent && stdout.includes("ready\n")) {
+        sent = true;
+        await writer.write(new TextEncoder().encode(input));
+        await writer.close();
+      }
+    }
+    const status = await child.status;
+    return {
+      code: status.code,
+      stdout,
+      stderr: await stderr,
+      timedOut: status.signal === "SIGKILL",
+    };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 const v = containerdVersions().find((v) => v.version.startsWith("2.4."));
 
 integrationTest(
@@ -165,6 +205,20 @@ integrationTest(
       console.log(`ctr task exec in the VM: ${((performance.now() - t0) / 1000).toFixed(1)} s`);
       assert.equal(exec.code, 3, describe(exec));
       assert.equal(exec.stdout, "out\n", describe(exec));
+      // Stdin through the agent: written once the exec runs (ctr loses an earlier EOF), then
+      // closed (CloseIO), so `cat` ends after every byte.
+      const echoed = await ctrWithStdin(c, [
+        "task",
+        "exec",
+        "--exec-id",
+        "e2",
+        "long",
+        "sh",
+        "-c",
+        "echo ready; cat; echo done",
+      ], "typed-into-the-vm\n");
+      assert.equal(echoed.code, 0, describe(echoed));
+      assert.equal(echoed.stdout, "ready\ntyped-into-the-vm\ndone\n", describe(echoed));
       const ps = await ctr(["task", "ps", "long"]);
       assert.equal(ps.code, 0, describe(ps));
       assert.match(ps.stdout, /^\d+\s/m, `guest pids: ${describe(ps)}`);
