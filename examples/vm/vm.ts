@@ -23,8 +23,13 @@ export interface VmOptions {
   image: VmImage;
   /** Guest memory in MiB (the guest's tmpfs overlay lives in it). Default 1024. */
   memoryMiB?: number;
-  /** Virtual CPUs. Default 2. */
+  /**
+   * Virtual CPUs. Default 1: under TCG each vCPU is a host thread, and on a loaded host a
+   * starved one stalls the other in cross-CPU calls (the guest's "soft lockup" in runc).
+   */
   cpus?: number;
+  /** Extra kernel command-line words (e.g. `nowatchdog`). */
+  kernelArgs?: string[];
   /** Bound on boot to agent-ready; QEMU is killed after it. Default 180 s (TCG, busy host). */
   readyTimeoutMs?: number;
   /** Parent of the VM's state directory (socket, share). Default the system's temp dir. */
@@ -203,9 +208,10 @@ function qemuArgs(options: VmOptions, stateDir: string, socket: string): string[
     "cgroup_no_v1=all",
     `skiff.agent=${img.agent}`,
     `skiff.deno=${Deno.execPath()}`,
+    ...(options.kernelArgs ?? []),
   ].join(" ");
   return [
-    ...["-accel", "tcg", "-cpu", "max", "-M", "q35", "-smp", String(options.cpus ?? 2)],
+    ...["-accel", "tcg", "-cpu", "max", "-M", "q35", "-smp", String(options.cpus ?? 1)],
     ...["-m", String(options.memoryMiB ?? 1024), "-nodefaults", "-no-user-config"],
     ...["-no-reboot", "-display", "none"],
     ...["-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con"],
