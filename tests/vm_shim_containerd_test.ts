@@ -1,13 +1,15 @@
 /**
  * The VM shim (`containerd-shim-skiff-vm-v2`, examples/vm/main.ts) under a real containerd 2.4,
  * driven by its `ctr`: a container boots its own VM (QEMU, TCG) and runs in it; its exit code 7
- * comes back; a long-running one answers an exec (output and exit code) and ends on SIGTERM;
+ * comes back; a long-running one answers execs (output, exit code, stdin), ps and metrics from
+ * the guest, and ends on SIGTERM;
  * after the deletes no QEMU, socket, share, mount or shim is left.
  *
- * Then the Kubernetes path Kata takes on containerd's default `podsandbox` sandboxer: CRI's pause
- * container boots the pod's VM, the pod's containers reach the same shim through the sandbox-id
- * grouping and run in the same VM (one QEMU); ExecSync's exit code, CRI's container logs, exit
- * code 7, StopContainer's SIGTERM, stop and remove the pod, nothing left.
+ * Then, on containerd 1.6, 1.7 and 2.4, the Kubernetes path Kata takes on containerd's default
+ * `podsandbox` sandboxer: CRI's pause container boots the pod's VM, the pod's containers reach the
+ * same shim through the sandbox-id grouping and run in the same VM (one QEMU); ExecSync's exit
+ * code, CRI's container logs, exit code 7, StopContainer's SIGTERM, stop and remove the pod,
+ * nothing left.
  *
  * TCG on a busy 2-core machine is slow (a boot takes tens of seconds): every wait is bounded
  * generously so that a hang fails the test instead of wedging it, and nothing is timed.
@@ -297,178 +299,188 @@ async function exitedStatus(rt: CriClient["runtime"], id: string): Promise<Conta
   return last!;
 }
 
-integrationTest(
-  `CRI on containerd ${v?.version ?? "2.4"}: a pod is one VM on the podsandbox path`,
-  {
-    root: true,
-    binaries: ["qemu-system-x86_64", "runc", "mount"],
-    check: () => v ? vmUnavailable() : "containerd 2.4 in the skiff cache (tests/setup/prepare.sh)",
-  },
-  async () => {
-    const prefix = await Deno.makeTempDir({ prefix: "skiff-vm-cri-" });
-    await buildVmImage();
-    const [launcher] = await installShims({ prefix, shims: { [LAUNCHER]: "examples/vm/main.ts" } });
-    let c: PrivateContainerd | undefined;
-    let podId = "";
-    let cri: CriClient | undefined;
-    const bound = setTimeout(() => {
-      console.error(`vm CRI test: over ${TEST_MS} ms, killing its VMs`);
-      for (const p of vmQemus()) Deno.kill(p, "SIGKILL");
-    }, TEST_MS);
-    try {
-      c = await startContainerd({
-        binDir: v!.binDir,
-        extraPath: [launcher.slice(0, launcher.lastIndexOf("/"))],
-        env: { SKIFF_CACHE: skiffCache() },
-        runtimes: { "skiff-vm": { runtimeType: RUNTIME } },
-        cri: { defaultHandler: "skiff-vm" },
+// Kata's path on containerd 1.6-2.x: the podsandbox sandboxer (1.x has no other).
+const criVersions = containerdVersions().filter((x) => /^(1\.6|1\.7|2\.4)\./.test(x.version));
+for (const cv of criVersions.length > 0 ? criVersions : [undefined]) {
+  integrationTest(
+    `CRI on containerd ${cv?.version ?? "1.6, 1.7, 2.4"}: a pod is one VM on the podsandbox path`,
+    {
+      root: true,
+      binaries: ["qemu-system-x86_64", "runc", "mount"],
+      check: () =>
+        cv ? vmUnavailable() : "containerd 1.6/1.7/2.4 in the skiff cache (tests/setup/prepare.sh)",
+    },
+    async () => {
+      const prefix = await Deno.makeTempDir({ prefix: "skiff-vm-cri-" });
+      await buildVmImage();
+      const [launcher] = await installShims({
+        prefix,
+        shims: { [LAUNCHER]: "examples/vm/main.ts" },
       });
-      await c.importBusyboxImage(CRI_NAMESPACE);
-      cri = criClient(c.address);
-      const rt = cri.runtime;
-      await until(
-        "CRI to list the busybox image",
-        async () =>
-          !!(await call(
-            "ImageStatus",
-            (o) => cri!.images.imageStatus({ image: { image: BUSYBOX_IMAGE_REF } }, o),
-          )).image,
-      );
-      const uid = crypto.randomUUID();
-      const config = create(PodSandboxConfigSchema, {
-        metadata: { name: "pod-vm", uid, namespace: "skiff-test", attempt: 0 },
-        hostname: "",
-        logDirectory: `${c.dir}/pods/${uid}`,
-        linux: {
-          cgroupParent: `/${c.cgroupParent}/pod-${uid}`,
-          securityContext: {
-            namespaceOptions: {
-              network: NamespaceMode.NODE,
-              pid: NamespaceMode.POD,
-              ipc: NamespaceMode.POD,
+      let c: PrivateContainerd | undefined;
+      let podId = "";
+      let cri: CriClient | undefined;
+      const bound = setTimeout(() => {
+        console.error(`vm CRI test: over ${TEST_MS} ms, killing its VMs`);
+        for (const p of vmQemus()) Deno.kill(p, "SIGKILL");
+      }, TEST_MS);
+      try {
+        c = await startContainerd({
+          binDir: cv!.binDir,
+          extraPath: [launcher.slice(0, launcher.lastIndexOf("/"))],
+          env: { SKIFF_CACHE: skiffCache() },
+          runtimes: { "skiff-vm": { runtimeType: RUNTIME } },
+          cri: { defaultHandler: "skiff-vm" },
+        });
+        await c.importBusyboxImage(CRI_NAMESPACE);
+        cri = criClient(c.address);
+        const rt = cri.runtime;
+        await until(
+          "CRI to list the busybox image",
+          async () =>
+            !!(await call(
+              "ImageStatus",
+              (o) => cri!.images.imageStatus({ image: { image: BUSYBOX_IMAGE_REF } }, o),
+            )).image,
+        );
+        const uid = crypto.randomUUID();
+        const config = create(PodSandboxConfigSchema, {
+          metadata: { name: "pod-vm", uid, namespace: "skiff-test", attempt: 0 },
+          hostname: "",
+          logDirectory: `${c.dir}/pods/${uid}`,
+          linux: {
+            cgroupParent: `/${c.cgroupParent}/pod-${uid}`,
+            securityContext: {
+              namespaceOptions: {
+                network: NamespaceMode.NODE,
+                pid: NamespaceMode.POD,
+                ipc: NamespaceMode.POD,
+              },
             },
           },
-        },
-      });
-      await Deno.mkdir(config.logDirectory, { recursive: true });
-      let t0 = performance.now();
-      podId = (await call("RunPodSandbox", (o) =>
-        rt.runPodSandbox({ config, runtimeHandler: "skiff-vm" }, o))).podSandboxId;
-      console.log(
-        `RunPodSandbox (VM boot, pause running): ${((performance.now() - t0) / 1000).toFixed(1)} s`,
-      );
-      assert.equal(vmQemus().length, 1, "the pod's VM");
+        });
+        await Deno.mkdir(config.logDirectory, { recursive: true });
+        let t0 = performance.now();
+        podId = (await call("RunPodSandbox", (o) =>
+          rt.runPodSandbox({ config, runtimeHandler: "skiff-vm" }, o))).podSandboxId;
+        console.log(
+          `RunPodSandbox (VM boot, pause running): ${
+            ((performance.now() - t0) / 1000).toFixed(1)
+          } s`,
+        );
+        assert.equal(vmQemus().length, 1, "the pod's VM");
 
-      const start = async (name: string, script: string): Promise<string> => {
-        const id = (await call(`CreateContainer(${name})`, (o) =>
-          rt.createContainer({
-            podSandboxId: podId,
-            config: create(ContainerConfigSchema, {
-              metadata: { name, attempt: 0 },
-              image: { image: BUSYBOX_IMAGE_REF },
-              command: ["sh", "-c", script],
-              logPath: `${name}/0.log`,
-              linux: {
-                securityContext: {
-                  namespaceOptions: {
-                    network: NamespaceMode.NODE,
-                    pid: NamespaceMode.CONTAINER,
-                    ipc: NamespaceMode.POD,
+        const start = async (name: string, script: string): Promise<string> => {
+          const id = (await call(`CreateContainer(${name})`, (o) =>
+            rt.createContainer({
+              podSandboxId: podId,
+              config: create(ContainerConfigSchema, {
+                metadata: { name, attempt: 0 },
+                image: { image: BUSYBOX_IMAGE_REF },
+                command: ["sh", "-c", script],
+                logPath: `${name}/0.log`,
+                linux: {
+                  securityContext: {
+                    namespaceOptions: {
+                      network: NamespaceMode.NODE,
+                      pid: NamespaceMode.CONTAINER,
+                      ipc: NamespaceMode.POD,
+                    },
                   },
                 },
-              },
-            }),
-            sandboxConfig: config,
-          }, o))).containerId;
-        await call(`StartContainer(${name})`, (o) =>
-          rt.startContainer({ containerId: id }, o));
-        return id;
-      };
+              }),
+              sandboxConfig: config,
+            }, o))).containerId;
+          await call(`StartContainer(${name})`, (o) =>
+            rt.startContainer({ containerId: id }, o));
+          return id;
+        };
 
-      // Two containers in the pod, one VM: ExecSync and the CRI log of a long-running one.
-      t0 = performance.now();
-      const svc = await start(
-        "svc",
-        "echo hello-from-$(uname -n); echo warn-from-svc >&2; exec sleep 600",
-      );
-      console.log(
-        `CreateContainer+StartContainer in the VM: ${
-          ((performance.now() - t0) / 1000).toFixed(1)
-        } s`,
-      );
-      t0 = performance.now();
-      const ex = await call("ExecSync", (o) =>
-        rt.execSync({
-          containerId: svc,
-          cmd: ["sh", "-c", "echo exec-out; echo exec-err >&2; exit 3"],
-          timeout: 120n,
-        }, o));
-      console.log(`ExecSync in the VM: ${((performance.now() - t0) / 1000).toFixed(1)} s`);
-      assert.equal(ex.exitCode, 3, "ExecSync's exit code");
-      assert.equal(dec.decode(ex.stdout), "exec-out\n");
-      assert.equal(dec.decode(ex.stderr), "exec-err\n");
-      const logPath = `${config.logDirectory}/svc/0.log`;
-      await until(`both lines in ${logPath}`, async () =>
-        (await criLog(logPath)).length >= 2);
-      assert.deepEqual((await criLog(logPath)).sort(), [
-        ["stderr", "warn-from-svc"],
-        ["stdout", "hello-from-skiff-vm"], // the guest's hostname: it ran in the VM
-      ]);
+        // Two containers in the pod, one VM: ExecSync and the CRI log of a long-running one.
+        t0 = performance.now();
+        const svc = await start(
+          "svc",
+          "echo hello-from-$(uname -n); echo warn-from-svc >&2; exec sleep 600",
+        );
+        console.log(
+          `CreateContainer+StartContainer in the VM: ${
+            ((performance.now() - t0) / 1000).toFixed(1)
+          } s`,
+        );
+        t0 = performance.now();
+        const ex = await call("ExecSync", (o) =>
+          rt.execSync({
+            containerId: svc,
+            cmd: ["sh", "-c", "echo exec-out; echo exec-err >&2; exit 3"],
+            timeout: 120n,
+          }, o));
+        console.log(`ExecSync in the VM: ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+        assert.equal(ex.exitCode, 3, "ExecSync's exit code");
+        assert.equal(dec.decode(ex.stdout), "exec-out\n");
+        assert.equal(dec.decode(ex.stderr), "exec-err\n");
+        const logPath = `${config.logDirectory}/svc/0.log`;
+        await until(`both lines in ${logPath}`, async () =>
+          (await criLog(logPath)).length >= 2);
+        assert.deepEqual((await criLog(logPath)).sort(), [
+          ["stderr", "warn-from-svc"],
+          ["stdout", "hello-from-skiff-vm"], // the guest's hostname: it ran in the VM
+        ]);
 
-      // A container that exits 7 on its own, a second VM container next to svc.
-      const seven = await start("seven", "echo bye; exit 7");
-      assert.equal(vmQemus().length, 1, "the pod's containers share its VM");
-      const s7 = await exitedStatus(rt, seven);
-      assert.equal(s7.exitCode, 7, describeStatus(s7));
-      assert.deepEqual(await criLog(s7.logPath), [["stdout", "bye"]]);
+        // A container that exits 7 on its own, a second VM container next to svc.
+        const seven = await start("seven", "echo bye; exit 7");
+        assert.equal(vmQemus().length, 1, "the pod's containers share its VM");
+        const s7 = await exitedStatus(rt, seven);
+        assert.equal(s7.exitCode, 7, describeStatus(s7));
+        assert.deepEqual(await criLog(s7.logPath), [["stdout", "bye"]]);
 
-      // StopContainer's SIGTERM reaches the trap in the guest.
-      const term = await start(
-        "term",
-        "trap 'echo got-term; exit 43' TERM; echo ready >/ready; while :; do sleep 1 & wait $!; done",
-      );
-      await until("the TERM trap to be set", async () =>
-        (await call("ExecSync(cat /ready)", (o) =>
-          rt.execSync({ containerId: term, cmd: ["cat", "/ready"], timeout: 120n }, o)))
-          .exitCode === 0, CRI_CALL_MS);
-      await call("StopContainer(term)", (o) =>
-        rt.stopContainer({ containerId: term, timeout: 60n }, o));
-      const st = await exitedStatus(rt, term);
-      assert.equal(st.exitCode, 43, describeStatus(st));
-      assert.deepEqual(await criLog(st.logPath), [["stdout", "got-term"]]);
+        // StopContainer's SIGTERM reaches the trap in the guest.
+        const term = await start(
+          "term",
+          "trap 'echo got-term; exit 43' TERM; echo ready >/ready; while :; do sleep 1 & wait $!; done",
+        );
+        await until("the TERM trap to be set", async () =>
+          (await call("ExecSync(cat /ready)", (o) =>
+            rt.execSync({ containerId: term, cmd: ["cat", "/ready"], timeout: 120n }, o)))
+            .exitCode === 0, CRI_CALL_MS);
+        await call("StopContainer(term)", (o) =>
+          rt.stopContainer({ containerId: term, timeout: 60n }, o));
+        const st = await exitedStatus(rt, term);
+        assert.equal(st.exitCode, 43, describeStatus(st));
+        assert.deepEqual(await criLog(st.logPath), [["stdout", "got-term"]]);
 
-      // Stop and remove the pod as kubelet does; the VM goes with its last container.
-      await call("StopContainer(svc)", (o) =>
-        rt.stopContainer({ containerId: svc, timeout: 0n }, o));
-      for (const id of [svc, seven, term]) {
-        await call(`RemoveContainer(${id})`, (o) =>
-          rt.removeContainer({ containerId: id }, o));
+        // Stop and remove the pod as kubelet does; the VM goes with its last container.
+        await call("StopContainer(svc)", (o) =>
+          rt.stopContainer({ containerId: svc, timeout: 0n }, o));
+        for (const id of [svc, seven, term]) {
+          await call(`RemoveContainer(${id})`, (o) =>
+            rt.removeContainer({ containerId: id }, o));
+        }
+        t0 = performance.now();
+        await call("StopPodSandbox", (o) =>
+          rt.stopPodSandbox({ podSandboxId: podId }, o));
+        console.log(`StopPodSandbox (VM stop): ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+        await call("RemovePodSandbox", (o) =>
+          rt.removePodSandbox({ podSandboxId: podId }, o));
+        podId = "";
+        await until("the VM to be gone", async () =>
+          (await vmLeftovers()).length === 0);
+        await until("the pod's shim to exit", () =>
+          Promise.resolve(c!.shims().length === 0));
+      } catch (e) {
+        if (c) console.error(`containerd log tail:\n${(await c.logs()).slice(-8000)}`);
+        throw e;
+      } finally {
+        clearTimeout(bound);
+        if (podId) {
+          const quick = { timeoutMs: 30_000 };
+          await cri?.runtime.stopPodSandbox({ podSandboxId: podId }, quick).catch(() => {});
+          await cri?.runtime.removePodSandbox({ podSandboxId: podId }, quick).catch(() => {});
+        }
+        await c?.stop();
+        for (const p of vmQemus()) Deno.kill(p, "SIGKILL");
+        await Deno.remove(prefix, { recursive: true }).catch(() => {});
       }
-      t0 = performance.now();
-      await call("StopPodSandbox", (o) =>
-        rt.stopPodSandbox({ podSandboxId: podId }, o));
-      console.log(`StopPodSandbox (VM stop): ${((performance.now() - t0) / 1000).toFixed(1)} s`);
-      await call("RemovePodSandbox", (o) =>
-        rt.removePodSandbox({ podSandboxId: podId }, o));
-      podId = "";
-      await until("the VM to be gone", async () =>
-        (await vmLeftovers()).length === 0);
-      await until("the pod's shim to exit", () =>
-        Promise.resolve(c!.shims().length === 0));
-    } catch (e) {
-      if (c) console.error(`containerd log tail:\n${(await c.logs()).slice(-8000)}`);
-      throw e;
-    } finally {
-      clearTimeout(bound);
-      if (podId) {
-        const quick = { timeoutMs: 30_000 };
-        await cri?.runtime.stopPodSandbox({ podSandboxId: podId }, quick).catch(() => {});
-        await cri?.runtime.removePodSandbox({ podSandboxId: podId }, quick).catch(() => {});
-      }
-      await c?.stop();
-      for (const p of vmQemus()) Deno.kill(p, "SIGKILL");
-      await Deno.remove(prefix, { recursive: true }).catch(() => {});
-    }
-    assert.deepEqual(await vmLeftovers(), [], "nothing of the VM is left");
-  },
-);
+      assert.deepEqual(await vmLeftovers(), [], "nothing of the VM is left");
+    },
+  );
+}
