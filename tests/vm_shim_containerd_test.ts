@@ -242,6 +242,32 @@ integrationTest(
       const rm = await ctr(["container", "delete", "long"]);
       assert.equal(rm.code, 0, describe(rm));
       await until("the VM to be gone", async () => (await vmLeftovers()).length === 0);
+
+      // A VM that dies ends its containers (status 255: the guest's exit is lost with it), and
+      // deleting them leaves nothing.
+      const doomed = await ctrRun(c, {
+        image,
+        id: "doomed",
+        namespace: NS,
+        runtime: RUNTIME,
+        cgroup: "",
+        detach: true,
+        args: ["sleep", "600"],
+        timeoutMs: CALL_MS,
+      });
+      assert.equal(doomed.code, 0, describe(doomed));
+      const [qemu] = vmQemus();
+      assert.ok(qemu, "the container's VM");
+      Deno.kill(qemu, "SIGKILL");
+      await until("the task to stop with its VM", async () => {
+        const ls = await ctr(["task", "ls"]);
+        return /doomed\s+\d+\s+STOPPED/.test(ls.stdout);
+      }, CALL_MS);
+      const delDoomed = await ctr(["task", "delete", "doomed"]);
+      assert.equal(delDoomed.code, 0, describe(delDoomed));
+      assert.match(delDoomed.stderr, /exit code 255/, describe(delDoomed));
+      assert.equal((await ctr(["container", "delete", "doomed"])).code, 0);
+      await until("the dead VM's state to be gone", async () => (await vmLeftovers()).length === 0);
       await until("the shims to exit", () => Promise.resolve(c!.shims().length === 0));
     } catch (e) {
       if (c) console.error(`containerd log tail:\n${(await c.logs()).slice(-6000)}`);

@@ -67,14 +67,17 @@ export class AgentRuntime implements ContainerRuntime {
   }
 
   async delete(id: string, opts?: { force?: boolean }): Promise<void> {
-    if (!this.#vm) return;
-    const agent = this.#vm.agent;
+    const vm = this.#vm;
+    if (!vm) return;
     try {
       if (opts?.force) {
-        await agent.kill({ containerId: id, signal: 9, all: true }).catch(() => {});
-        await agent.wait({ containerId: id }, { timeoutMs: FORCE_EXIT_MS }).catch(() => {});
+        await vm.agent.kill({ containerId: id, signal: 9, all: true }).catch(() => {});
+        await vm.agent.wait({ containerId: id }, { timeoutMs: FORCE_EXIT_MS }).catch(() => {});
       }
-      await agent.delete({ containerId: id });
+      await vm.agent.delete({ containerId: id }).catch((e) => {
+        // A VM that died took its containers with it: nothing is left to delete in it.
+        if (vm.running) throw e;
+      });
     } finally {
       await this.#pod.leave(id);
     }

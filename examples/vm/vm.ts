@@ -60,6 +60,7 @@ export class Vm {
   #stateDir: string;
   #console: ConsoleTail;
   #stopping: Promise<void> | undefined;
+  #gone = false;
 
   private constructor(init: {
     qemu: Deno.ChildProcess;
@@ -78,6 +79,7 @@ export class Vm {
     this.shared = `${init.stateDir}/shared`;
     this.#console = init.console;
     this.readyMs = init.readyMs;
+    void init.qemu.status.then(() => this.#gone = true);
   }
 
   /**
@@ -146,6 +148,11 @@ export class Vm {
   /** The console's recent output (boot messages, the init's and the agent's stderr). */
   get console(): string {
     return this.#console.text;
+  }
+
+  /** False once QEMU has exited (the VM stopped or died). */
+  get running(): boolean {
+    return !this.#gone;
   }
 
   /** Resolves when QEMU has exited (the VM stopped or died). */
