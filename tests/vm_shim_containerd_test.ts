@@ -84,7 +84,9 @@ export async function vmLeftovers(): Promise<string[]> {
 async function until(what: string, probe: () => Promise<boolean>, ms = 60_000): Promise<void> {
   const end = Date.now() + ms;
   while (!(await probe())) {
-    if (Date.now() > end) throw new Error(`gave up waiting for ${what}`);
+    if (Date.now() > end) {
+      throw new Error(`gave up waiting for ${what} (VM leftovers: ${await vmLeftovers()})`);
+    }
     await new Promise((r) => setTimeout(r, 200));
   }
 }
@@ -268,6 +270,28 @@ integrationTest(
       assert.match(delDoomed.stderr, /exit code 255/, describe(delDoomed));
       assert.equal((await ctr(["container", "delete", "doomed"])).code, 0);
       await until("the dead VM's state to be gone", async () => (await vmLeftovers()).length === 0);
+
+      // A shim that dies (SIGKILL) takes its VM with it: QEMU, share and mounts go.
+      const orphan = await ctrRun(c, {
+        image,
+        id: "orphan",
+        namespace: NS,
+        runtime: RUNTIME,
+        cgroup: "",
+        detach: true,
+        args: ["sleep", "600"],
+        timeoutMs: CALL_MS,
+      });
+      assert.equal(orphan.code, 0, describe(orphan));
+      assert.equal(vmQemus().length, 1, "the orphan's VM");
+      for (const s of c.shims()) Deno.kill(s.pid, "SIGKILL");
+      await until("the orphaned VM to be gone", async () => (await vmLeftovers()).length === 0);
+      await until("the orphan's task to stop", async () => {
+        const ls = await ctr(["task", "ls"]);
+        return !/orphan\s+\d+\s+RUNNING/.test(ls.stdout);
+      }, CALL_MS);
+      await ctr(["task", "delete", "orphan"]);
+      assert.equal((await ctr(["container", "delete", "orphan"])).code, 0);
       await until("the shims to exit", () => Promise.resolve(c!.shims().length === 0));
     } catch (e) {
       if (c) console.error(`containerd log tail:\n${(await c.logs()).slice(-6000)}`);

@@ -30,6 +30,11 @@ export interface VmOptions {
   cpus?: number;
   /** Extra kernel command-line words (e.g. `nowatchdog`). */
   kernelArgs?: string[];
+  /**
+   * Ends QEMU and removes the VM's state when this process dies without stopping the VM (a
+   * SIGKILLed shim): QEMU would otherwise outlive it. Default true.
+   */
+  reapIfOrphaned?: boolean;
   /** Bound on boot to agent-ready; QEMU is killed after it. Default 180 s (TCG, busy host). */
   readyTimeoutMs?: number;
   /** Parent of the VM's state directory (socket, share). Default the system's temp dir. */
@@ -114,6 +119,7 @@ export class Vm {
         died.abort(new Error(`qemu-system-x86_64 exited ${s.code}`));
         return s;
       });
+      if (options.reapIfOrphaned ?? true) watchParent(qemu.pid, stateDir);
       await waitForSocket(socket, exited);
       let ready;
       try {
@@ -229,6 +235,33 @@ function qemuArgs(options: VmOptions, stateDir: string, socket: string): string[
     ...["-chardev", `socket,id=agent,path=${socket},server=on,wait=off`],
     ...["-device", `virtserialport,bus=vser.0,chardev=agent,name=${AGENT_PORT}`],
   ];
+}
+
+/**
+ * A watchdog (sh, off the event loop) for the case this process dies first: it then kills QEMU,
+ * unmounts the share and removes the state directory (`--one-file-system`: never into a rootfs
+ * still bound there). While this process lives it stops its VMs itself and the watchdog exits
+ * with QEMU.
+ */
+function watchParent(qemu: number, stateDir: string): void {
+  // A zombie still answers kill -0, and its parent may reap it late: read its state.
+  const script = [
+    "alive() { s=$(sed 's/.*) //' /proc/$1/stat 2>/dev/null) && [ \"${s%% *}\" != Z ]; }",
+    'while alive "$1" && alive "$2"; do sleep 2; done',
+    // QEMU ended first: this process stopped it (or saw it die) and cleans up itself.
+    'alive "$2" || exit 0',
+    'kill -9 "$2" 2>/dev/null',
+    // Every mount under the share (the containers' rootfs binds), deepest first.
+    `awk '{print $5}' /proc/self/mountinfo | grep "^$3/" | sort -r |`,
+    '  while read -r m; do umount -l "$m"; done',
+    'rm -rf --one-file-system "$3"',
+  ].join("\n");
+  new Deno.Command("/bin/sh", {
+    args: ["-c", script, "skiff-vm-watchdog", String(Deno.pid), String(qemu), stateDir],
+    stdin: "null",
+    stdout: "null",
+    stderr: "null",
+  }).spawn().unref();
 }
 
 /** Waits until QEMU has created the port's socket (it does so before the guest runs). */
