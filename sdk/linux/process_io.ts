@@ -50,14 +50,16 @@ export interface ProcessIoContext {
 }
 
 /**
- * `Deno.CommandOptions` stdio for the runtime command that starts the process.
+ * `Deno.CommandOptions` stdio for the runtime command that starts the process: the shape of the
+ * seam's `RuntimePipes.stdio` (sdk/shim/runtime.ts), which {@linkcode ProcessIo} fills. (It was
+ * also named `RuntimeStdio`, beside the seam's different `RuntimeStdio`.)
  *
  * @example Usage
  * ```ts ignore
  * new Deno.Command("runc", { args, ...io.stdio });
  * ```
  */
-export interface RuntimeStdio {
+export interface CommandStdio {
   /** `"piped"` when the process reads a stdin FIFO. */
   stdin: "piped" | "null";
   /** `"piped"` when the process's stdout goes somewhere. */
@@ -106,7 +108,7 @@ interface Sink {
  */
 export class ProcessIo {
   /** Stdio options for the runtime command; all `"null"` in terminal mode. */
-  readonly stdio: RuntimeStdio;
+  readonly stdio: CommandStdio;
   #stdin: FdStream | undefined;
   #stdinKeepAlive: FdStream | undefined;
   #stdout: Sink | undefined;
@@ -123,7 +125,7 @@ export class ProcessIo {
   #closed: Promise<void> | undefined;
 
   private constructor(
-    stdio: RuntimeStdio,
+    stdio: CommandStdio,
     parts: {
       stdin?: FdStream;
       stdinKeepAlive?: FdStream;
@@ -213,7 +215,7 @@ export class ProcessIo {
       }
 
       const terminal = spec.terminal;
-      const stdio: RuntimeStdio = {
+      const stdio: CommandStdio = {
         stdin: !terminal && stdin ? "piped" : "null",
         stdout: !terminal && stdout ? "piped" : "null",
         stderr: !terminal && stderr ? "piped" : "null",
