@@ -17,8 +17,12 @@ import type { Reaper } from "./reaper.ts";
  * The stdio fields of a create or exec request. Empty strings mean "none".
  *
  * @example Usage
- * ```ts ignore
- * const spec: StdioSpec = { stdin: req.stdin, stdout: req.stdout, stderr: req.stderr, terminal: req.terminal };
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { StdioSpec } from "./process_io.ts";
+ * // What `ctr run` without a terminal sends: FIFOs for stdout and stderr, no stdin.
+ * const spec: StdioSpec = { stdin: "", stdout: "/run/x/stdout", stderr: "/run/x/stderr", terminal: false };
+ * strictEqual(spec.stdin, "");
  * ```
  */
 export interface StdioSpec {
@@ -36,8 +40,11 @@ export interface StdioSpec {
  * Identifies the container, for `binary://` loggers.
  *
  * @example Usage
- * ```ts ignore
- * const ctx: ProcessIoContext = { containerId: req.id, namespace, reaper };
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { ProcessIoContext } from "./process_io.ts";
+ * const ctx: ProcessIoContext = { containerId: "web", namespace: "default" };
+ * strictEqual(ctx.reaper, undefined); // loggers are then spawned without a reaper
  * ```
  */
 export interface ProcessIoContext {
@@ -55,8 +62,18 @@ export interface ProcessIoContext {
  * also named `RuntimeStdio`, beside the seam's different `RuntimeStdio`.)
  *
  * @example Usage
- * ```ts ignore
- * new Deno.Command("runc", { args, ...io.stdio });
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import { type CommandStdio, ProcessIo } from "./process_io.ts";
+ * const dir = Deno.makeTempDirSync();
+ * const io = await ProcessIo.open(
+ *   { stdin: "", stdout: `file://${dir}/log`, stderr: `file://${dir}/log`, terminal: false },
+ *   { containerId: "web", namespace: "default" },
+ * );
+ * const stdio: CommandStdio = io.stdio; // spread into the runtime command's options
+ * deepStrictEqual(stdio, { stdin: "null", stdout: "piped", stderr: "piped" });
+ * await io.close();
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export interface CommandStdio {
@@ -93,17 +110,22 @@ interface Sink {
  * All waiting happens in cancellable polls, so {@linkcode ProcessIo.close} always finishes.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { ProcessIo } from "./process_io.ts";
+ * const dir = Deno.makeTempDirSync();
  * const io = await ProcessIo.open(
- *   { stdin: req.stdin, stdout: req.stdout, stderr: req.stderr, terminal: req.terminal },
- *   { containerId: req.id, namespace, reaper },
+ *   { stdin: "", stdout: `file://${dir}/log`, stderr: `file://${dir}/log`, terminal: false },
+ *   { containerId: "web", namespace: "default" },
  * );
- * const runc = reaper.spawn(new Deno.Command("runc", { args, ...io.stdio }));
- * io.attach(runc); // the container inherits the pipes; copying outlives runc
- * await runc.status;
- * // ... later, after the process exited:
- * await io.drain();
+ * // A shell stands in for `runc create`: the process it starts inherits these pipes.
+ * const child = new Deno.Command("sh", { args: ["-c", "echo hello"], ...io.stdio }).spawn();
+ * io.attach(child);
+ * await child.status;
+ * strictEqual(await io.drain(), true); // every copy reached end of stream
  * await io.close();
+ * strictEqual(Deno.readTextFileSync(`${dir}/log`), "hello\n");
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export class ProcessIo {
