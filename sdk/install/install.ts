@@ -175,8 +175,9 @@ export interface BundleLauncherSpec {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { deleteFastPath } from "./install.ts";
- * console.assert(deleteFastPath().some((line) => line.includes("skiff-runtime-deleted")));
+ * strictEqual(deleteFastPath().some((line) => line.includes("skiff-runtime-deleted")), true);
  * ```
  */
 export function deleteFastPath(): string[] {
@@ -211,9 +212,10 @@ function bundleFileName(name: string): string {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { bundleLauncherScript } from "./install.ts";
  * const text = bundleLauncherScript({ deno: "/usr/bin/deno", denoDir: "/c", entry: "/b/main.js", v8Flags: [] });
- * console.assert(text.includes("'/b/main.js' \"$@\""));
+ * strictEqual(text.includes("'/b/main.js' \"$@\""), true);
  * ```
  */
 export function bundleLauncherScript(spec: BundleLauncherSpec): string {
@@ -413,9 +415,10 @@ function sq(s: string): string {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { launcherScript } from "./install.ts";
  * const s = launcherScript({ deno: "/usr/bin/deno", denoDir: "/d", config: "/r/deno.json", entry: "/r/m.ts" });
- * console.assert(s.startsWith("#!/bin/sh\n"));
+ * strictEqual(s.startsWith("#!/bin/sh\n"), true);
  * ```
  */
 export function launcherScript(spec: LauncherSpec): string {
@@ -544,8 +547,9 @@ export async function installShims(opts: InstallShimsOptions): Promise<string[]>
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { installModeFromEnv } from "./install.ts";
- * console.assert(["bundle", "source"].includes(installModeFromEnv()));
+ * strictEqual(["bundle", "source"].includes(installModeFromEnv()), true);
  * ```
  */
 export function installModeFromEnv(): InstallMode {

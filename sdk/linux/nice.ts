@@ -22,8 +22,9 @@ const CAP_SYS_NICE = 23;
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { mayRaisePriority } from "./nice.ts";
- * console.assert(typeof mayRaisePriority() === "boolean");
+ * strictEqual(typeof mayRaisePriority(), "boolean");
  * ```
  */
 export function mayRaisePriority(): boolean {

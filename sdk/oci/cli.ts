@@ -79,8 +79,9 @@ export class OciRuntimeCli {
    *
    * @example Usage
    * ```ts
+   * import { strictEqual } from "node:assert/strict";
    * import { OciRuntimeCli } from "./cli.ts";
-   * console.assert(new OciRuntimeCli().binary === "runc");
+   * strictEqual(new OciRuntimeCli().binary, "runc");
    * ```
    */
   get binary(): string {
@@ -92,9 +93,10 @@ export class OciRuntimeCli {
    *
    * @example Usage
    * ```ts
+   * import { strictEqual } from "node:assert/strict";
    * import { OciRuntimeCli } from "./cli.ts";
    * const cli = new OciRuntimeCli({ root: "/run/r/default", log: "/b/log.json" });
-   * console.assert(cli.globalArgs.join(" ") === "--root /run/r/default --log /b/log.json --log-format json");
+   * strictEqual(cli.globalArgs.join(" "), "--root /run/r/default --log /b/log.json --log-format json");
    * ```
    */
   get globalArgs(): string[] {
@@ -114,10 +116,11 @@ export class OciRuntimeCli {
    *
    * @example Usage
    * ```ts
+   * import { strictEqual } from "node:assert/strict";
    * import { OciRuntimeCli } from "./cli.ts";
    * const base = new OciRuntimeCli({ root: "/run/r/default" });
    * const perBundle = base.withOptions({ log: "/b/log.json" });
-   * console.assert(perBundle.globalArgs.includes("/b/log.json"));
+   * strictEqual(perBundle.globalArgs.includes("/b/log.json"), true);
    * ```
    */
   withOptions(patch: OciRuntimeCliOptions): OciRuntimeCli {

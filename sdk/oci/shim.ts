@@ -40,6 +40,7 @@ export interface OciShimOptions {
  *
  * @example A crun shim
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { OciShim, type OciShimOptions } from "./shim.ts";
  *
  * class CrunShim extends OciShim<OciShimOptions> {
@@ -56,8 +57,10 @@ export interface OciShimOptions {
  *   spawn: (cmd) => cmd.spawn(),
  *   logger: undefined as never,
  * });
- * console.assert(cli.globalArgs.join(" ") ===
- *   "--root /run/containerd/crun/default --log /run/b/web/log.json --log-format json");
+ * strictEqual(
+ *   cli.globalArgs.join(" "),
+ *   "--root /run/containerd/crun/default --log /run/b/web/log.json --log-format json",
+ * );
  * ```
  */
 export abstract class OciShim<T extends OciShimOptions> extends Shim<T> {

@@ -13,10 +13,11 @@ import type { PublisherStats } from "../shim/server/events.ts";
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { OpsProcessView } from "./hooks.ts";
  * const p: OpsProcessView = { execId: "", pid: 42, state: "running", exit: undefined,
  *   stdio: { stdin: "", stdout: "", stderr: "", terminal: false } };
- * console.assert(p.pid === 42);
+ * strictEqual(p.pid, 42);
  * ```
  */
 export interface OpsProcessView {

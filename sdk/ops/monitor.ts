@@ -26,8 +26,9 @@ import { unixGet } from "./unix_http.ts";
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { DEFAULT_OPS_SOCKET_DIR } from "./monitor.ts";
- * console.assert(DEFAULT_OPS_SOCKET_DIR === "/run/containerd/s");
+ * strictEqual(DEFAULT_OPS_SOCKET_DIR, "/run/containerd/s");
  * ```
  */
 export const DEFAULT_OPS_SOCKET_DIR = "/run/containerd/s";
@@ -50,9 +51,10 @@ const SHIM_LABELS = ["namespace", "id", "runtime"] as const;
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { NodeMonitorOptions } from "./monitor.ts";
  * const o: NodeMonitorOptions = { socketDirs: ["/run/containerd/s"], timeoutMs: 2000 };
- * console.assert(o.timeoutMs === 2000);
+ * strictEqual(o.timeoutMs, 2000);
  * ```
  */
 export interface NodeMonitorOptions {
@@ -71,9 +73,10 @@ export interface NodeMonitorOptions {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { ShimIdentityLabels } from "./monitor.ts";
  * const s: ShimIdentityLabels = { namespace: "k8s.io", id: "abc", runtime: "io.containerd.skiff-runc.v2" };
- * console.assert(s.namespace === "k8s.io");
+ * strictEqual(s.namespace, "k8s.io");
  * ```
  */
 export interface ShimIdentityLabels {
@@ -169,9 +172,10 @@ function relabel(families: MetricFamily[], shim: ShimIdentityLabels): MetricFami
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { mergeFamilies } from "./monitor.ts";
  * const f = (v: string) => [{ name: "up", help: "Up.", type: "gauge" as const, samples: [{ name: "up", labels: [], value: v }] }];
- * console.assert(mergeFamilies([f("1"), f("0")])[0].samples.length === 2);
+ * strictEqual(mergeFamilies([f("1"), f("0")])[0].samples.length, 2);
  * ```
  */
 export function mergeFamilies(lists: MetricFamily[][]): MetricFamily[] {
@@ -412,9 +416,10 @@ export function createMonitorApp(monitor: NodeMonitor): Hono {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { ServeMonitorOptions } from "./monitor.ts";
  * const o: ServeMonitorOptions = { hostname: "127.0.0.1", port: 9464 };
- * console.assert(o.port === 9464);
+ * strictEqual(o.port, 9464);
  * ```
  */
 export interface ServeMonitorOptions extends NodeMonitorOptions {
@@ -453,8 +458,11 @@ export interface MonitorServer {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { isLoopback } from "./monitor.ts";
- * console.assert(isLoopback("127.0.0.1") && isLoopback("::1") && !isLoopback("0.0.0.0"));
+ * strictEqual(isLoopback("127.0.0.1"), true);
+ * strictEqual(isLoopback("::1"), true);
+ * strictEqual(isLoopback("0.0.0.0"), false);
  * ```
  */
 export function isLoopback(hostname: string): boolean {

@@ -43,9 +43,11 @@ const CODE_NAMES: Readonly<Record<number, string>> = {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { Code } from "@connectrpc/connect";
  * import { grpcCodeName } from "./rpc.ts";
- * console.assert(grpcCodeName(Code.NotFound) === "NotFound" && grpcCodeName(0) === "OK");
+ * strictEqual(grpcCodeName(Code.NotFound), "NotFound");
+ * strictEqual(grpcCodeName(0), "OK");
  * ```
  */
 export function grpcCodeName(code: Code | 0): string {

@@ -21,9 +21,10 @@ const SANDBOX_SERVICE = "containerd.runtime.sandbox.v1.Sandbox";
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { ShimIdentity } from "./shim_metrics.ts";
  * const who: ShimIdentity = { runtime: "io.containerd.skiff-runc.v2", namespace: "default", id: "c1", version: "0.1.0" };
- * console.assert(who.id === "c1");
+ * strictEqual(who.id, "c1");
  * ```
  */
 export interface ShimIdentity {
@@ -83,10 +84,11 @@ export function liveProcesses(containers: Iterable<OpsContainerView>): number {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { ShimMetrics } from "./shim_metrics.ts";
  * const m = new ShimMetrics({ runtime: "io.containerd.skiff-runc.v2", namespace: "default", id: "c1", version: "0.1.0" });
  * m.taskCreated("error");
- * console.assert(m.render().includes('skiff_task_create_requests_total{runtime="io.containerd.skiff-runc.v2",result="error"} 1'));
+ * strictEqual(m.render().includes('skiff_task_create_requests_total{runtime="io.containerd.skiff-runc.v2",result="error"} 1'), true);
  * ```
  */
 export class ShimMetrics {

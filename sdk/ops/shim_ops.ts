@@ -58,9 +58,10 @@ export interface ShimOpsOptions {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { EventRecord } from "./shim_ops.ts";
  * const e: EventRecord = { time: "2025-01-01T00:00:00.000Z", topic: "/tasks/exit", type: "containerd.events.TaskExit", event: {} };
- * console.assert(e.topic === "/tasks/exit");
+ * strictEqual(e.topic, "/tasks/exit");
  * ```
  */
 export interface EventRecord {

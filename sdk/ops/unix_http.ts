@@ -34,9 +34,10 @@ export interface UnixHttpServer {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { UnixHttpServerOptions } from "./unix_http.ts";
  * const o: UnixHttpServerOptions = { mode: 0o600 };
- * console.assert(o.mode === 0o600);
+ * strictEqual(o.mode, 0o600);
  * ```
  */
 export interface UnixHttpServerOptions {
@@ -156,9 +157,10 @@ export async function serveUnixHttp(
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { UnixGetOptions } from "./unix_http.ts";
  * const o: UnixGetOptions = { timeoutMs: 2000, maxBytes: 1 << 20 };
- * console.assert(o.timeoutMs === 2000);
+ * strictEqual(o.timeoutMs, 2000);
  * ```
  */
 export interface UnixGetOptions {

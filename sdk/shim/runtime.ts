@@ -24,11 +24,12 @@ import type { Any } from "@bufbuild/protobuf/wkt";
  *
  * @example A process whose exit the runtime reports (an agent's, a VM guest's)
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { RuntimeProcess } from "./runtime.ts";
  * const exit = Promise.withResolvers<number>();
  * const p: RuntimeProcess = { pid: 7, exited: exit.promise, kill: () => Promise.resolve() };
  * exit.resolve(0);
- * console.assert((await p.exited) === 0);
+ * strictEqual((await p.exited), 0);
  * ```
  */
 export interface RuntimeProcess {

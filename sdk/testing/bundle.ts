@@ -259,9 +259,10 @@ const CAPS = [
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { createOciSpec } from "./bundle.ts";
  * const spec = createOciSpec({ args: ["sh", "-c", "exit 3"] });
- * console.assert(spec.root.path === "rootfs");
+ * strictEqual(spec.root.path, "rootfs");
  * ```
  */
 export function createOciSpec(opts: OciSpecOptions): OciSpec {

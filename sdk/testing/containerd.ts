@@ -163,8 +163,9 @@ const dec = new TextDecoder();
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { skiffCacheDir } from "./containerd.ts";
- * console.assert(skiffCacheDir().startsWith("/"));
+ * strictEqual(skiffCacheDir().startsWith("/"), true);
  * ```
  */
 export function skiffCacheDir(): string {

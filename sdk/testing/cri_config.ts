@@ -10,13 +10,14 @@
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { criPlugins } from "./cri_config.ts";
  *
  * const plugins = criPlugins("2.1.9", {
  *   sandboxImage: "localhost/skiff/pause:latest",
  *   handlers: { "skiff-runc": { runtimeType: "io.containerd.skiff-runc.v2" } },
  * });
- * console.assert("io.containerd.cri.v1.runtime" in plugins);
+ * strictEqual("io.containerd.cri.v1.runtime" in plugins, true);
  * ```
  *
  * @module
@@ -67,8 +68,9 @@ export interface CriConfigOptions {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { criRuntimePlugin } from "./cri_config.ts";
- * console.assert(criRuntimePlugin("1.7.24") === "io.containerd.grpc.v1.cri");
+ * strictEqual(criRuntimePlugin("1.7.24"), "io.containerd.grpc.v1.cri");
  * ```
  */
 export function criRuntimePlugin(version: string): string {
@@ -86,9 +88,10 @@ export function criRuntimePlugin(version: string): string {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { criPlugins } from "./cri_config.ts";
  * const p = criPlugins("1.6.20", { sandboxImage: "localhost/skiff/pause:latest", handlers: {} });
- * console.assert(p["io.containerd.grpc.v1.cri"]!.sandbox_image === "localhost/skiff/pause:latest");
+ * strictEqual(p["io.containerd.grpc.v1.cri"]!.sandbox_image, "localhost/skiff/pause:latest");
  * ```
  */
 export function criPlugins(

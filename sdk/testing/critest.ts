@@ -261,12 +261,14 @@ interface GinkgoSpecReport {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { parseGinkgoReport } from "./critest.ts";
  * const specs = parseGinkgoReport(JSON.stringify([{ SpecReports: [{
  *   ContainerHierarchyTexts: ["[k8s.io] Pod"], LeafNodeText: "runs", LeafNodeType: "It",
  *   State: "passed", RunTime: 2e9,
  * }] }]));
- * console.assert(specs[0]!.name === "[k8s.io] Pod runs" && specs[0]!.seconds === 2);
+ * strictEqual(specs[0]!.name, "[k8s.io] Pod runs");
+ * strictEqual(specs[0]!.seconds, 2);
  * ```
  */
 export function parseGinkgoReport(text: string): CritestSpec[] {
@@ -383,9 +385,11 @@ export async function runCritest(
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { critestCniConfig } from "./critest.ts";
  * const { bridge, conflist } = critestCniConfig(7);
- * console.assert(bridge === "skc7" && JSON.parse(conflist).plugins[0].type === "bridge");
+ * strictEqual(bridge, "skc7");
+ * strictEqual(JSON.parse(conflist).plugins[0].type, "bridge");
  * ```
  */
 export function critestCniConfig(n: number): { bridge: string; conflist: string } {
@@ -472,8 +476,9 @@ export const CRITEST_HANDLER_FOCUS: Readonly<Record<string, string>> = {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { defaultCritestHandlers } from "./critest.ts";
- * console.assert(defaultCritestHandlers("2.4.2").join() === "runc,skiff-runc");
+ * strictEqual(defaultCritestHandlers("2.4.2").join(), "runc,skiff-runc");
  * ```
  */
 export function defaultCritestHandlers(version: string): string[] {
@@ -604,15 +609,16 @@ function cell(s: CritestSpec | undefined): string {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { critestRegressions } from "./critest.ts";
  * const run = (handler: string, state: string) => ({
  *   handler, version: "2.4.2", code: 0, timedOut: false, seconds: 1, logPath: "",
  *   specs: [{ name: "a", state, seconds: 1 }],
  * });
  * const r = critestRegressions([run("runc", "passed"), run("skiff-runc", "failed")]);
- * console.assert(r[0] === "skiff-runc: a (failed)");
- * console.assert(critestRegressions([run("runc", "passed"), run("skiff-runc", "skipped"),
- *   run("skiff-runc-compat", "passed")]).length === 0);
+ * strictEqual(r[0], "skiff-runc: a (failed)");
+ * const skipped = [run("runc", "passed"), run("skiff-runc", "skipped"), run("skiff-runc-compat", "passed")];
+ * strictEqual(critestRegressions(skipped).length, 0);
  * ```
  */
 export function critestRegressions(runs: CritestRun[], reference = "runc"): string[] {

@@ -88,8 +88,9 @@ export interface CtrRunOptions {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { shellQuote } from "./ctr.ts";
- * console.assert(shellQuote("it's") === `'it'\\''s'`);
+ * strictEqual(shellQuote("it's"), `'it'\\''s'`);
  * ```
  */
 export function shellQuote(s: string): string {

@@ -473,9 +473,11 @@ export function eventAs<Desc extends DescMessage>(
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { parseStartOutput } from "./harness.ts";
  * const r = parseStartOutput(new TextEncoder().encode("unix:///run/x\n"));
- * console.assert(r.address === "unix:///run/x" && r.version === 2);
+ * strictEqual(r.address, "unix:///run/x");
+ * strictEqual(r.version, 2);
  * ```
  */
 export function parseStartOutput(

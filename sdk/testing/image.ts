@@ -134,9 +134,10 @@ function header(e: TarEntry, size: number): Uint8Array {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { writeTar } from "./image.ts";
  * const tar = writeTar([{ path: "hello", type: "file", mode: 0o644, data: new Uint8Array(3) }]);
- * console.assert(tar.length === 512 * 4);
+ * strictEqual(tar.length, 512 * 4);
  * ```
  */
 export function writeTar(entries: TarEntry[]): Uint8Array {
@@ -209,9 +210,10 @@ export async function tarEntriesOf(dir: string): Promise<TarEntry[]> {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { sha256Digest } from "./image.ts";
  * const d = await sha256Digest(new Uint8Array());
- * console.assert(d.startsWith("sha256:e3b0c442"));
+ * strictEqual(d.startsWith("sha256:e3b0c442"), true);
  * ```
  */
 export async function sha256Digest(data: Uint8Array): Promise<string> {

@@ -19,9 +19,10 @@ import { effectiveIds, PeerCredentialResolver } from "./_peer_cred.ts";
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { TtrpcServerOptions } from "./server.ts";
  * const options: TtrpcServerOptions = { requireSameUser: true, onError: console.error };
- * console.assert(options.requireSameUser);
+ * strictEqual(options.requireSameUser, true);
  * ```
  */
 export interface TtrpcServerOptions {
@@ -97,9 +98,10 @@ export const DEFAULT_WRITE_TIMEOUT_MS = 30_000;
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { TtrpcListenOptions } from "./server.ts";
  * const options: TtrpcListenOptions = { mode: 0o600 };
- * console.assert(options.mode === 0o600);
+ * strictEqual(options.mode, 0o600);
  * ```
  */
 export interface TtrpcListenOptions {
@@ -112,9 +114,10 @@ export interface TtrpcListenOptions {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { TtrpcCloseOptions } from "./server.ts";
  * const options: TtrpcCloseOptions = { timeoutMs: 5000 };
- * console.assert(options.timeoutMs === 5000);
+ * strictEqual(options.timeoutMs, 5000);
  * ```
  */
 export interface TtrpcCloseOptions {

@@ -33,9 +33,10 @@ import { errorFromStatus } from "./status.ts";
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { TtrpcTransportOptions } from "./transport.ts";
  * const options: TtrpcTransportOptions = { path: "/run/containerd/containerd.sock.ttrpc", dialTimeoutMs: 2000 };
- * console.assert(options.dialTimeoutMs === 2000);
+ * strictEqual(options.dialTimeoutMs, 2000);
  * ```
  */
 export interface TtrpcTransportOptions {

@@ -40,8 +40,9 @@ const OFF = /^(0|off|false|no)$/i;
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { spareIdleSeconds } from "./config.ts";
- * console.assert(spareIdleSeconds(new Map([["SKIFF_SPARE_IDLE_SECONDS", "-1"]])) === 600);
+ * strictEqual(spareIdleSeconds(new Map([["SKIFF_SPARE_IDLE_SECONDS", "-1"]])), 600);
  * ```
  */
 export function spareIdleSeconds(
@@ -61,9 +62,10 @@ const CODE_LINE = /^SKIFF_SHIM_CODE=([0-9a-f]{64})$/m;
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { launcherCodeId } from "./config.ts";
  * const id = "ab".repeat(32);
- * console.assert(launcherCodeId(new TextEncoder().encode(`#!/bin/sh\nSKIFF_SHIM_CODE=${id}\n`)) === id);
+ * strictEqual(launcherCodeId(new TextEncoder().encode(`#!/bin/sh\nSKIFF_SHIM_CODE=${id}\n`)), id);
  * ```
  */
 export function launcherCodeId(text: Uint8Array): string {
@@ -92,8 +94,9 @@ export function spareCodeId(launcher: string): string {
  * @param env the environment to read the settings from
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { spareConfig } from "./config.ts";
- * console.assert(spareConfig("/run/containerd/containerd.sock", "/run/containerd/s", new Map()) === undefined);
+ * strictEqual(spareConfig("/run/containerd/containerd.sock", "/run/containerd/s", new Map()), undefined);
  * ```
  */
 export function spareConfig(
@@ -130,8 +133,9 @@ export function spareConfig(
  * @param socketDir the directory of shim sockets
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { spareDir } from "./config.ts";
- * console.assert(spareDir("/run/containerd/containerd.sock").startsWith("/run/containerd/s/skiff-"));
+ * strictEqual(spareDir("/run/containerd/containerd.sock").startsWith("/run/containerd/s/skiff-"), true);
  * ```
  */
 export function spareDir(address: string, socketDir: string = DEFAULT_SOCKET_DIR): string {

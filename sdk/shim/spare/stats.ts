@@ -50,8 +50,9 @@ export async function recordStart(path: string, origin: "spare" | "cold"): Promi
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { readSpareStatsSync } from "./stats.ts";
- * console.assert(readSpareStatsSync("/nonexistent/stats.json").adopted === 0);
+ * strictEqual(readSpareStatsSync("/nonexistent/stats.json").adopted, 0);
  * ```
  */
 export function readSpareStatsSync(path: string): SpareStats {
@@ -80,9 +81,10 @@ function parseSpareStats(text: string): SpareStats {
  * @param socket the socket the server serves (its directory holds the spares' directory)
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { spareStatsPath } from "./stats.ts";
  * // A shim run by hand (no launcher in its environment) keeps no counters.
- * console.assert(spareStatsPath("/run/containerd/containerd.sock", "/run/containerd/s/x", new Map()) === undefined);
+ * strictEqual(spareStatsPath("/run/containerd/containerd.sock", "/run/containerd/s/x", new Map()), undefined);
  * ```
  */
 export function spareStatsPath(

@@ -67,13 +67,14 @@ function cell(r: ScenarioResult | undefined): string {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { markdownReport } from "./report.ts";
  * const md = markdownReport({
  *   runtime: "io.containerd.runc.v2", shim: "/usr/bin/containerd-shim-runc-v2", date: "",
  *   containerd: ["2.1.9"], scenarios: [{ id: "oom", title: "OOM", standsFor: "" }],
  *   results: [{ scenario: "oom", containerd: "2.1.9", status: "pass" }], notCovered: [],
  * });
- * console.assert(md.includes("| `oom` OOM | pass |"));
+ * strictEqual(md.includes("| `oom` OOM | pass |"), true);
  * ```
  */
 export function markdownReport(r: ConformanceReport): string {
@@ -142,12 +143,13 @@ export interface Regression {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { compareReports, type ConformanceReport } from "./report.ts";
  * const base = (status: "pass" | "fail"): ConformanceReport => ({
  *   runtime: "r", shim: "s", date: "", containerd: ["2.1.9"], scenarios: [], notCovered: [],
  *   results: [{ scenario: "oom", containerd: "2.1.9", status }],
  * });
- * console.assert(compareReports(base("pass"), base("fail")).length === 1);
+ * strictEqual(compareReports(base("pass"), base("fail")).length, 1);
  * ```
  */
 export function compareReports(

@@ -69,9 +69,10 @@ export interface Scenario {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { ScenarioSkip } from "./scenario.ts";
  * const e = new ScenarioSkip("the shim serves no Sandbox API");
- * console.assert(e.name === "ScenarioSkip");
+ * strictEqual(e.name, "ScenarioSkip");
  * ```
  */
 export class ScenarioSkip extends Error {
@@ -95,8 +96,9 @@ export class ScenarioSkip extends Error {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { compareVersions } from "./scenario.ts";
- * console.assert(compareVersions("1.7.24", "2.0") < 0);
+ * strictEqual(compareVersions("1.7.24", "2.0") < 0, true);
  * ```
  */
 export function compareVersions(a: string, b: string): number {
