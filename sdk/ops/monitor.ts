@@ -92,8 +92,18 @@ export interface ShimIdentityLabels {
  * The outcome of scraping one socket.
  *
  * @example Usage
- * ```ts ignore
- * for (const s of (await monitor.scrape()).shims) console.log(s.socket, s.status);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { NodeMonitor, type ShimScrape } from "./monitor.ts";
+ * import { serveUnixHttp } from "./unix_http.ts";
+ * const dir = Deno.makeTempDirSync();
+ * // A shim whose endpoint fails: reported, never thrown.
+ * const shim = await serveUnixHttp(`${dir}/ab12.ops`, () => new Response("boom", { status: 500 }));
+ * const [s]: ShimScrape[] = (await new NodeMonitor({ socketDirs: [dir] }).scrape()).shims;
+ * strictEqual(s.status, "error");
+ * strictEqual(s.error, "HTTP 500: boom");
+ * await shim.close();
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export interface ShimScrape {
@@ -115,8 +125,14 @@ export interface ShimScrape {
  * One scrape of the node.
  *
  * @example Usage
- * ```ts ignore
- * const { shims, text } = await monitor.scrape();
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { NodeMonitor, type NodeScrape } from "./monitor.ts";
+ * const dir = Deno.makeTempDirSync(); // no shims: the monitor's own metrics only
+ * const { shims, text }: NodeScrape = await new NodeMonitor({ socketDirs: [dir] }).scrape();
+ * strictEqual(shims.length, 0);
+ * strictEqual(text.includes("skiff_monitor_"), true);
+ * Deno.removeSync(dir);
  * ```
  */
 export interface NodeScrape {
@@ -226,9 +242,24 @@ async function refuses(socket: string): Promise<boolean> {
  * Scrapes every skiff shim on the node.
  *
  * @example Usage
- * ```ts ignore
- * const monitor = new NodeMonitor({ socketDirs: ["/run/containerd/s"] });
- * console.log((await monitor.scrape()).text);
+ * ```ts
+ * import { deepStrictEqual, strictEqual } from "node:assert/strict";
+ * import { NodeMonitor } from "./monitor.ts";
+ * import { serveUnixHttp } from "./unix_http.ts";
+ * const dir = Deno.makeTempDirSync(); // stands in for /run/containerd/s
+ * const info = 'skiff_shim_info{namespace="default",id="web",runtime="io.containerd.skiff-runc.v2"} 1';
+ * const shim = await serveUnixHttp(`${dir}/ab12.ops`, () =>
+ *   new Response(`# TYPE skiff_shim_info gauge\n${info}\n`));
+ * const monitor = new NodeMonitor({ socketDirs: [dir] });
+ * const { shims } = await monitor.scrape();
+ * strictEqual(shims[0].status, "ok");
+ * deepStrictEqual(shims[0].shim, {
+ *   namespace: "default",
+ *   id: "web",
+ *   runtime: "io.containerd.skiff-runc.v2",
+ * });
+ * await shim.close();
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export class NodeMonitor {
@@ -393,8 +424,12 @@ export class NodeMonitor {
  * @returns a Hono app
  *
  * @example Usage
- * ```ts ignore
- * Deno.serve({ hostname: "127.0.0.1", port: 9464 }, createMonitorApp(new NodeMonitor()).fetch);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { createMonitorApp, NodeMonitor } from "./monitor.ts";
+ * const app = createMonitorApp(new NodeMonitor({ socketDirs: [] }));
+ * strictEqual(await (await app.request("/healthz")).text(), "ok\n");
+ * strictEqual((await app.request("/metrics", { method: "POST" })).status, 405); // GET only
  * ```
  */
 export function createMonitorApp(monitor: NodeMonitor): Hono {
@@ -435,9 +470,12 @@ export interface ServeMonitorOptions extends NodeMonitorOptions {
  * A running monitor.
  *
  * @example Usage
- * ```ts ignore
- * const m = await serveMonitor({ port: 0 });
- * console.log(m.url);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { type MonitorServer, serveMonitor } from "./monitor.ts";
+ * const m: MonitorServer = await serveMonitor({ port: 0, socketDirs: [] }); // a free port
+ * strictEqual(m.url.startsWith("http://127.0.0.1:"), true);
+ * strictEqual(await (await fetch(`${m.url}/healthz`)).text(), "ok\n");
  * await m.close();
  * ```
  */
@@ -478,8 +516,14 @@ export function isLoopback(hostname: string): boolean {
  * @throws {RangeError} for a non-loopback address without `allowRemote`
  *
  * @example Usage
- * ```ts ignore
- * const m = await serveMonitor({ hostname: "127.0.0.1", port: 9464 });
+ * ```ts
+ * import { rejects, strictEqual } from "node:assert/strict";
+ * import { serveMonitor } from "./monitor.ts";
+ * // The metrics name every container on the node: a public address needs allowRemote.
+ * await rejects(serveMonitor({ hostname: "0.0.0.0", port: 0 }), RangeError);
+ * const m = await serveMonitor({ hostname: "127.0.0.1", port: 0, socketDirs: [] });
+ * strictEqual((await fetch(`${m.url}/shims`)).status, 200);
+ * await m.close();
  * ```
  */
 export function serveMonitor(opts: ServeMonitorOptions = {}): Promise<MonitorServer> {
