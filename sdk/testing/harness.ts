@@ -151,8 +151,15 @@ const EVENT_TYPES: Record<string, DescMessage> = Object.fromEntries(
  * Decodes a task event `Any` by its bare type name (`containerd.events.TaskExit`).
  *
  * @example Usage
- * ```ts ignore
- * const exit = decodeTaskEvent(env.event) as TaskExit;
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { packAny, type TaskExit, TaskExitSchema } from "@skiff/shim/proto";
+ * import { decodeTaskEvent } from "./harness.ts";
+ * // An envelope's event as the shim publishes it.
+ * const event = packAny(TaskExitSchema, { containerId: "c1", exitStatus: 3 });
+ * const exit = decodeTaskEvent(event) as TaskExit;
+ * strictEqual(exit.exitStatus, 3);
+ * strictEqual(decodeTaskEvent({ ...event, typeUrl: "x.Unknown" }), undefined);
  * ```
  */
 export function decodeTaskEvent(any: Any): unknown {

@@ -41,13 +41,20 @@ export interface RuntimeTraits {
  * One entry of the catalogue.
  *
  * @example A scenario
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { Scenario } from "./scenario.ts";
  * const s: Scenario = {
  *   id: "run-exit-code",
  *   title: "run, exit code",
  *   standsFor: "Wait and Delete return the init's exit status",
- *   check: async (ctx) => { ... },
+ *   check: async (ctx) => {
+ *     const id = await ctx.run(["sh", "-c", "exit 3"]);
+ *     const { exitStatus } = await ctx.within(ctx.client.tasks.wait({ containerId: id }), "wait");
+ *     strictEqual(exitStatus, 3);
+ *   },
  * };
+ * strictEqual(s.requires, undefined); // runs everywhere
  * ```
  */
 export interface Scenario {
@@ -125,8 +132,12 @@ export interface HostFeatures {
  * @returns which features are present
  *
  * @example Usage
- * ```ts ignore
- * console.log(probeHost().cgroup);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { probeHost } from "./scenario.ts";
+ * const host = probeHost();
+ * strictEqual(typeof host.cgroup, "boolean");
+ * strictEqual(host.cgroup || !host["cgroup-freezer"], true); // v2 gives both, v1 each on its own
  * ```
  */
 export function probeHost(): HostFeatures {
@@ -153,8 +164,23 @@ export function probeHost(): HostFeatures {
  * @returns a one-line reason, or undefined
  *
  * @example Usage
- * ```ts ignore
- * unmet(scenario, { containerd: "1.6.20", host: probeHost(), traits: {} });
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { type Scenario, unmet } from "./scenario.ts";
+ * const scenario: Scenario = {
+ *   id: "sandbox-api",
+ *   title: "Sandbox API",
+ *   standsFor: "the shim sandboxer",
+ *   requires: { containerd: "2.0", runtime: ["sandboxApi"] },
+ *   check: () => Promise.resolve(),
+ * };
+ * const host = { cgroup: true, "cgroup-freezer": true };
+ * strictEqual(unmet(scenario, { containerd: "1.6.20", host, traits: {} }), "needs containerd >= 2.0");
+ * strictEqual(
+ *   unmet(scenario, { containerd: "2.1.9", host, traits: { sandboxApi: false } }),
+ *   "runtime declared without sandboxApi",
+ * );
+ * strictEqual(unmet(scenario, { containerd: "2.1.9", host, traits: {} }), undefined);
  * ```
  */
 export function unmet(
