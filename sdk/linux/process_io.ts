@@ -92,6 +92,59 @@ interface Sink {
 }
 
 /**
+ * Opens the output targets `spec` names (FIFOs, a `file://` log or a `binary://` logger),
+ * adding each to `opened` so that a failure later in {@linkcode ProcessIo.open} closes it.
+ */
+async function openOutputs(
+  spec: StdioSpec,
+  ctx: ProcessIoContext,
+  opened: { close(): Promise<void> }[],
+): Promise<{ stdout?: Sink; stderr?: Sink; logger?: BinaryLogger }> {
+  let stdout: Sink | undefined;
+  let stderr: Sink | undefined;
+  const target = parseOutputTarget(spec.stdout, spec.stderr);
+  if (target.kind === "fifo") {
+    if (target.stdout !== "") {
+      stdout = await openOutput("stdout", target.stdout);
+      opened.push(stdout);
+    }
+    if (target.stderr !== "" && target.stderr === target.stdout) stderr = stdout;
+    else if (target.stderr !== "") {
+      stderr = await openOutput("stderr", target.stderr);
+      opened.push(stderr);
+    }
+    return { stdout, stderr };
+  }
+  if (target.kind === "file") {
+    try {
+      // Not node:path's dirname: any node: import boots Deno's Node layer (+1.2 MiB heap).
+      const dir = target.path.slice(0, target.path.lastIndexOf("/")) || "/";
+      await Deno.mkdir(dir, { recursive: true });
+    } catch (e) {
+      throw new Error(
+        `create directory for log file "${target.path}": ${(e as Error).message}`,
+      );
+    }
+    stdout = stderr = new FdStream(
+      openOrThrow("log file", target.path, O.WRONLY | O.APPEND | O.CREAT | O.NONBLOCK, 0o644),
+      `log file "${target.path}"`,
+    );
+    opened.push(stdout);
+    return { stdout, stderr };
+  }
+  const logger = await BinaryLogger.start({
+    path: target.path,
+    args: target.args,
+    requireReady: target.requireReady,
+    containerId: ctx.containerId,
+    namespace: ctx.namespace,
+    ...(ctx.reaper ? { reaper: ctx.reaper } : {}),
+  });
+  opened.push(logger);
+  return { stdout: logger.stdout, stderr: logger.stderr, logger };
+}
+
+/**
  * Opens the targets of a process's stdio and copies between them and the process.
  *
  * - FIFOs: stdout/stderr FIFOs are opened read-write (a FIFO's read-write open never blocks, so
@@ -193,48 +246,7 @@ export class ProcessIo {
         opened.push(stdinKeepAlive);
       }
 
-      let stdout: Sink | undefined;
-      let stderr: Sink | undefined;
-      let logger: BinaryLogger | undefined;
-      const target = parseOutputTarget(spec.stdout, spec.stderr);
-      if (target.kind === "fifo") {
-        if (target.stdout !== "") {
-          stdout = await openOutput("stdout", target.stdout);
-          opened.push(stdout);
-        }
-        if (target.stderr !== "" && target.stderr === target.stdout) stderr = stdout;
-        else if (target.stderr !== "") {
-          stderr = await openOutput("stderr", target.stderr);
-          opened.push(stderr);
-        }
-      } else if (target.kind === "file") {
-        try {
-          // Not node:path's dirname: any node: import boots Deno's Node layer (+1.2 MiB heap).
-          const dir = target.path.slice(0, target.path.lastIndexOf("/")) || "/";
-          await Deno.mkdir(dir, { recursive: true });
-        } catch (e) {
-          throw new Error(
-            `create directory for log file "${target.path}": ${(e as Error).message}`,
-          );
-        }
-        stdout = stderr = new FdStream(
-          openOrThrow("log file", target.path, O.WRONLY | O.APPEND | O.CREAT | O.NONBLOCK, 0o644),
-          `log file "${target.path}"`,
-        );
-        opened.push(stdout);
-      } else {
-        logger = await BinaryLogger.start({
-          path: target.path,
-          args: target.args,
-          requireReady: target.requireReady,
-          containerId: ctx.containerId,
-          namespace: ctx.namespace,
-          ...(ctx.reaper ? { reaper: ctx.reaper } : {}),
-        });
-        opened.push(logger);
-        stdout = logger.stdout;
-        stderr = logger.stderr;
-      }
+      const { stdout, stderr, logger } = await openOutputs(spec, ctx, opened);
 
       const terminal = spec.terminal;
       const stdio: CommandStdio = {

@@ -206,31 +206,7 @@ export function resolveOptions<T extends object>(
   }
 
   if (type === CRI_RUNTIME_OPTIONS_TYPE && hook.fromToml) {
-    const cri = decodeOrReject(CRI_RUNTIME_OPTIONS_CODEC, carrier, runtimeName);
-    let text = new TextDecoder().decode(cri.configBody);
-    let where = "config_body";
-    if (text.trim() === "" && cri.configPath !== "") {
-      where = `config_path "${cri.configPath}"`;
-      try {
-        text = Deno.readTextFileSync(cri.configPath);
-      } catch (e) {
-        throw statusError(
-          `runtime options ${where} for ${runtimeName}: ${(e as Error).message}`,
-          Code.InvalidArgument,
-        );
-      }
-    }
-    if (text.trim() === "") return keep();
-    let table: Record<string, unknown>;
-    try {
-      table = parseToml(text) as Record<string, unknown>;
-    } catch (e) {
-      throw statusError(
-        `runtime options ${where} for ${runtimeName} is not valid TOML: ${(e as Error).message}`,
-        Code.InvalidArgument,
-      );
-    }
-    return { options: hook.fromToml(table, base), fromCarrier: true, warnings: [] };
+    return fromCriToml(hook.fromToml, carrier, base, runtimeName) ?? keep();
   }
 
   throw statusError(
@@ -239,6 +215,43 @@ export function resolveOptions<T extends object>(
     }`,
     Code.InvalidArgument,
   );
+}
+
+/**
+ * CRI's generic `runtimeoptions.v1.Options`: its TOML (`config_body`, else the file at
+ * `config_path`) through the hook's `fromToml`; undefined when the TOML is empty.
+ */
+function fromCriToml<T extends object>(
+  fromToml: NonNullable<RuntimeOptions<T>["fromToml"]>,
+  carrier: Any,
+  base: T,
+  runtimeName: string,
+): ResolvedOptions<T> | undefined {
+  const cri = decodeOrReject(CRI_RUNTIME_OPTIONS_CODEC, carrier, runtimeName);
+  let text = new TextDecoder().decode(cri.configBody);
+  let where = "config_body";
+  if (text.trim() === "" && cri.configPath !== "") {
+    where = `config_path "${cri.configPath}"`;
+    try {
+      text = Deno.readTextFileSync(cri.configPath);
+    } catch (e) {
+      throw statusError(
+        `runtime options ${where} for ${runtimeName}: ${(e as Error).message}`,
+        Code.InvalidArgument,
+      );
+    }
+  }
+  if (text.trim() === "") return undefined;
+  let table: Record<string, unknown>;
+  try {
+    table = parseToml(text) as Record<string, unknown>;
+  } catch (e) {
+    throw statusError(
+      `runtime options ${where} for ${runtimeName} is not valid TOML: ${(e as Error).message}`,
+      Code.InvalidArgument,
+    );
+  }
+  return { options: fromToml(table, base), fromCarrier: true, warnings: [] };
 }
 
 /** The bare type names a hook accepts. */
