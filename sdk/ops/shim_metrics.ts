@@ -136,6 +136,7 @@ export class ShimMetrics {
    * @param source scrape-time values (or later with {@linkcode setSource})
    */
   constructor(identity: ShimIdentity, source?: ShimMetricsSource) {
+    // long: one registration per metric, in the order /metrics lists them
     this.#identity = identity;
     this.#source = source;
     const r = this.registry;

@@ -299,6 +299,7 @@ const CAPS = [
  * ```
  */
 export function createOciSpec(opts: OciSpecOptions): OciSpec {
+  // long: one literal OCI spec (mounts, namespaces, masked paths); split, it reads worse
   const env = [...(opts.env ?? [])];
   if (!env.some((e) => e.startsWith("PATH="))) env.unshift(DEFAULT_PATH);
   const terminal = opts.terminal ?? false;

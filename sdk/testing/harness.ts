@@ -262,6 +262,7 @@ export class ShimHarness {
 
   /** Starts the events server, runs the shim's `start`, and connects. */
   static async start(opts: ShimHarnessOptions): Promise<ShimHarness> {
+    // long: containerd's side of a shim start in order (events server, log FIFO, start, dial)
     const dir = await Deno.makeTempDir({ prefix: "skiff-harness-" });
     const namespace = opts.namespace ?? "skiff-test";
     const events: RecordedEvent[] = [];

@@ -296,6 +296,7 @@ function cacheDir(): string {
  * ```
  */
 export async function buildBusyboxImage(opts: BusyboxImageOptions = {}): Promise<string> {
+  // long: the image layout written top to bottom (layer, config, manifest, index, tar)
   const ref = opts.ref ?? BUSYBOX_IMAGE_REF;
   const busybox = opts.busybox ?? findBusybox();
   if (!busybox) throw new Error("busybox not found: install the busybox-static package");
