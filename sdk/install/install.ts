@@ -31,6 +31,8 @@
  *
  * @module
  */
+// long: over 500 lines with its runnable JSDoc examples; the code (~290 lines) is one concept,
+// writing the launchers
 
 import { sha256Hex } from "../shim/boot/sha256.ts";
 import { RUNTIME_DELETED_FILE } from "../shim/boot/bundle_files.ts";

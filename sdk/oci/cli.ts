@@ -10,6 +10,8 @@
  *
  * @module
  */
+// long: over 500 lines with its runnable JSDoc examples (one per runtime command); the code (~260
+// lines) is the OciRuntimeCli class only
 
 import {
   type CliSettings,

@@ -7,6 +7,8 @@
  *
  * @module
  */
+// long: over 500 lines with its runnable JSDoc examples; the code (~290 lines) is the node monitor
+// and its HTTP API
 
 import { Hono } from "hono";
 import { EXPOSITION_CONTENT_TYPE, mountGetRoutes } from "./_routes.ts";

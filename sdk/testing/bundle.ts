@@ -19,6 +19,8 @@
  *
  * @module
  */
+// long: over 500 lines with its runnable JSDoc examples; the code (~270 lines) is one concept,
+// busybox bundles
 
 /**
  * Options of {@linkcode buildBusyboxRootfs}.

@@ -20,6 +20,8 @@
  *
  * @module
  */
+// long: over 500 lines with its runnable JSDoc examples; the code (~400 lines) is one concept,
+// critest's runs and their report
 
 import { type PrivateContainerd, skiffCacheDir, startContainerd } from "./containerd.ts";
 import { installShims } from "../install/install.ts";

@@ -7,6 +7,8 @@
  *
  * @module
  */
+// long: over 500 lines with its JSDoc; the code (~350 lines) is the ShimHarness class,
+// containerd's side of one shim
 
 import { type DescMessage, fromBinary, type MessageShape } from "@bufbuild/protobuf";
 import { type Any, timestampDate } from "@bufbuild/protobuf/wkt";

@@ -4,6 +4,8 @@
  *
  * @module
  */
+// long: over 500 lines with its runnable JSDoc examples; the code (~300 lines) is the TtrpcServer
+// class (connections live in _server_connection.ts)
 
 import { Code, ConnectError, type Interceptor, type ServiceImplSpec } from "@connectrpc/connect";
 import {
