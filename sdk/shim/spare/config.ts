@@ -77,8 +77,15 @@ export function launcherCodeId(text: Uint8Array): string {
  * The code identity of an installed launcher file ({@linkcode launcherCodeId}).
  *
  * @example Usage
- * ```ts ignore
- * const id = spareCodeId(Deno.env.get("SKIFF_SHIM_LAUNCHER")!);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { spareCodeId } from "./config.ts";
+ * // A bundle launcher states its code identity in a SKIFF_SHIM_CODE= line.
+ * const dir = Deno.makeTempDirSync();
+ * const launcher = `${dir}/containerd-shim-skiff-runc-v2`;
+ * Deno.writeTextFileSync(launcher, "#!/bin/sh\nSKIFF_SHIM_CODE=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n");
+ * strictEqual(spareCodeId(launcher), "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export function spareCodeId(launcher: string): string {
@@ -157,8 +164,23 @@ function spareLauncher(env: { get(key: string): string | undefined }): string | 
  * TypeScript SHA-256 of a launcher in V8's lite mode).
  *
  * @example Usage
- * ```ts ignore
- * const spare = await loadSpareConfig(flags.address, socketDir);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { loadSpareConfig } from "./config.ts";
+ * // A bundle launcher states its code identity in a SKIFF_SHIM_CODE= line.
+ * const dir = Deno.makeTempDirSync();
+ * const launcher = `${dir}/containerd-shim-skiff-runc-v2`;
+ * Deno.writeTextFileSync(launcher, "#!/bin/sh\nSKIFF_SHIM_CODE=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n");
+ * // The environment a bundle launcher exports to the shim (its code identity included).
+ * const env = new Map([
+ *   ["SKIFF_SHIM_LAUNCHER", launcher],
+ *   ["SKIFF_SHIM_BUNDLE", "1"],
+ *   ["SKIFF_SHIM_CODE", "a".repeat(64)],
+ * ]);
+ * const spare = await loadSpareConfig("/run/containerd/containerd.sock", dir, env);
+ * strictEqual(spare?.socket.endsWith("/spare-aaaaaaaaaaaaaaaa.sock"), true);
+ * strictEqual(await loadSpareConfig("/run/containerd/containerd.sock", dir, new Map()), undefined);
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export async function loadSpareConfig(
