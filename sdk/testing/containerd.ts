@@ -44,8 +44,15 @@ export {
  * A runtime a private containerd should know about.
  *
  * @example Usage
- * ```ts ignore
- * const r: RuntimeConfig = { runtimeType: "io.containerd.skiff-runc.v2", binaryDir: "/usr/local/bin" };
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { RuntimeConfig } from "./containerd.ts";
+ * const r: RuntimeConfig = {
+ *   runtimeType: "io.containerd.skiff-runc.v2",
+ *   binaryDir: "/usr/local/bin", // holds containerd-shim-skiff-runc-v2
+ *   options: (c) => ({ Root: c.runcRoot }), // CRI's table may name the instance's dirs
+ * };
+ * strictEqual(typeof r.options, "function");
  * ```
  */
 export interface RuntimeConfig {
@@ -65,8 +72,11 @@ export interface RuntimeConfig {
  * runtime handlers are the instance's `runtimes` (name → `runtime_type` and `options`).
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { CriSetup } from "./containerd.ts";
  * const cri: CriSetup = { defaultHandler: "runc" };
+ * strictEqual(cri.sandboxImage, undefined); // the locally built pause image
  * ```
  */
 export interface CriSetup {
@@ -250,8 +260,20 @@ export class PrivateContainerd {
    * {@linkcode PrivateContainerd.stop} removes the tree.
    *
    * @example Usage
-   * ```ts ignore
+   * ```ts
+   * import { strictEqual } from "node:assert/strict";
+   * import { PrivateContainerd } from "./containerd.ts";
+   * // An instance that was never started (startContainerd makes and starts one).
+   * const c = new PrivateContainerd({
+   *   dir: "/tmp/skiff-ctrd-ab12",
+   *   version: "2.1.9",
+   *   binDir: "/root/.cache/skiff/containerd-v2.1.9/bin",
+   *   snapshotter: "native",
+   *   runtimes: {},
+   *   env: {},
+   * });
    * const memory = `/sys/fs/cgroup/memory/${c.cgroupParent}/test/my-id`;
+   * strictEqual(memory, "/sys/fs/cgroup/memory/skiff-skiff-ctrd-ab12/test/my-id");
    * ```
    */
   get cgroupParent(): string {
@@ -262,8 +284,20 @@ export class PrivateContainerd {
    * The major version (1 or 2).
    *
    * @example Usage
-   * ```ts ignore
+   * ```ts
+   * import { strictEqual } from "node:assert/strict";
+   * import { PrivateContainerd } from "./containerd.ts";
+   * // An instance that was never started (startContainerd makes and starts one).
+   * const c = new PrivateContainerd({
+   *   dir: "/tmp/skiff-ctrd-ab12",
+   *   version: "2.1.9",
+   *   binDir: "/root/.cache/skiff/containerd-v2.1.9/bin",
+   *   snapshotter: "native",
+   *   runtimes: {},
+   *   env: {},
+   * });
    * const configVersion = c.major >= 2 ? 3 : 2;
+   * strictEqual(configVersion, 3);
    * ```
    */
   get major(): number {
@@ -731,8 +765,13 @@ function startTime(pid: number): string | undefined {
  * @returns the dirs that were swept
  *
  * @example Usage
- * ```ts ignore
- * const swept = await sweepStaleContainerds();
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import { sweepStaleContainerds } from "./containerd.ts";
+ * const tmp = await Deno.makeTempDir(); // the default is the system temp dir
+ * await Deno.mkdir(`${tmp}/skiff-ctrd-x`); // no owner record: not ours to sweep
+ * deepStrictEqual(await sweepStaleContainerds(tmp), []);
+ * await Deno.remove(tmp, { recursive: true });
  * ```
  */
 export async function sweepStaleContainerds(tmpDir?: string): Promise<string[]> {
@@ -788,8 +827,21 @@ function platform(): string {
  * @returns a TOML-ready object
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { containerdConfig, PrivateContainerd } from "./containerd.ts";
+ * // An instance that was never started (startContainerd makes and starts one).
+ * const c = new PrivateContainerd({
+ *   dir: "/tmp/skiff-ctrd-ab12",
+ *   version: "2.1.9",
+ *   binDir: "/root/.cache/skiff/containerd-v2.1.9/bin",
+ *   snapshotter: "native",
+ *   runtimes: {},
+ *   env: {},
+ * });
  * const cfg = containerdConfig(c, { debug: true });
+ * strictEqual(cfg.version, 3); // 2.x's config format
+ * strictEqual(cfg.root, "/tmp/skiff-ctrd-ab12/root"); // everything inside the private dir
  * ```
  */
 export function containerdConfig(

@@ -14,8 +14,11 @@ const dec = new TextDecoder();
  * A containerd build found on this machine.
  *
  * @example Usage
- * ```ts ignore
- * const [oldest]: ContainerdVersion[] = containerdVersions();
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { type ContainerdVersion, containerdVersions } from "./containerd_versions.ts";
+ * const [oldest]: ContainerdVersion[] = containerdVersions(); // none without prepare.sh's cache
+ * strictEqual(oldest === undefined || oldest.binDir.endsWith("/bin"), true);
  * ```
  */
 export interface ContainerdVersion {
@@ -48,8 +51,11 @@ export function skiffCacheDir(): string {
  * @returns the version (`1.7.24`), or undefined when it cannot be run
  *
  * @example Usage
- * ```ts ignore
- * containerdVersionOf("/usr/bin"); // "1.6.20"
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { containerdVersionOf } from "./containerd_versions.ts";
+ * // containerdVersionOf("/usr/bin") is "1.6.20" with Debian's containerd installed.
+ * strictEqual(containerdVersionOf("/nonexistent/bin"), undefined);
  * ```
  */
 export function containerdVersionOf(binDir: string): string | undefined {
@@ -69,6 +75,7 @@ export function containerdVersionOf(binDir: string): string | undefined {
   }
 }
 
+/** Compares two dotted versions numerically: negative, zero or positive. */
 export function compareVersions(a: string, b: string): number {
   const pa = a.split(".").map(Number);
   const pb = b.split(".").map(Number);
@@ -90,8 +97,12 @@ let discovered: ContainerdVersion[] | undefined;
  * @returns one entry per distinct binary dir that holds a working containerd
  *
  * @example Usage
- * ```ts ignore
- * for (const v of containerdVersions()) console.log(v.version, v.binDir);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { compareVersions, containerdVersions } from "./containerd_versions.ts";
+ * const versions = containerdVersions().map((v) => v.version);
+ * // Oldest first.
+ * strictEqual(versions.every((v, i) => i === 0 || compareVersions(versions[i - 1], v) <= 0), true);
  * ```
  */
 export function containerdVersions(): ContainerdVersion[] {

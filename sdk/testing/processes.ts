@@ -47,16 +47,19 @@ export function descendantsOf(pids: number[]): number[] {
   return out;
 }
 
+/** Sends `sig` to `pid`; a process already gone is no error. */
 export function kill(pid: number, sig: Deno.Signal): void {
   try {
     Deno.kill(pid, sig);
   } catch { /* already gone */ }
 }
 
+/** Resolves after `ms` milliseconds. */
 export function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
 
+/** Waits until none of `pids` is alive: true, or false after `ms` milliseconds. */
 export async function waitGone(pids: number[], ms: number): Promise<boolean> {
   const until = Date.now() + ms;
   while (pids.some(processAlive)) {
