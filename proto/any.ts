@@ -12,10 +12,11 @@ import { type Any, AnySchema } from "@bufbuild/protobuf/wkt";
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { packAny } from "./any.ts";
  * import { TaskOOMSchema } from "./gen/containerd/events/task_pb.ts";
  * const any = packAny(TaskOOMSchema, { containerId: "c1" });
- * console.assert(any.typeUrl === "containerd.events.TaskOOM");
+ * strictEqual(any.typeUrl, "containerd.events.TaskOOM");
  * ```
  */
 export function packAny<Desc extends DescMessage>(

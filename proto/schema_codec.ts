@@ -26,10 +26,11 @@ export interface MessageCodec<M> {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { schemaCodec } from "./schema_codec.ts";
  * import { OptionsSchema } from "./gen/containerd/runc/v1/oci_pb.ts";
  * const codec = schemaCodec(OptionsSchema);
- * console.assert(codec.decode(new Uint8Array([0x32, 1, 0x78])).binaryName === "x");
+ * strictEqual(codec.decode(new Uint8Array([0x32, 1, 0x78])).binaryName, "x");
  * ```
  */
 export function schemaCodec<Desc extends DescMessage>(

@@ -41,9 +41,10 @@ function expect(wire: WireType, want: WireType, what: string, field: number): vo
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { decodeAny, encodeAny } from "./wire.ts";
  * const any = decodeAny(encodeAny({ typeUrl: "x.Y", value: new Uint8Array([1]) }));
- * console.assert(any.typeUrl === "x.Y");
+ * strictEqual(any.typeUrl, "x.Y");
  * ```
  */
 export function decodeAny(bytes: Uint8Array): Any {
@@ -72,8 +73,9 @@ function writeAny(w: BinaryWriter, any: Pick<Any, "typeUrl" | "value">): BinaryW
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { encodeAny } from "./wire.ts";
- * console.assert(encodeAny({ typeUrl: "", value: new Uint8Array() }).length === 0);
+ * strictEqual(encodeAny({ typeUrl: "", value: new Uint8Array() }).length, 0);
  * ```
  */
 export function encodeAny(any: Pick<Any, "typeUrl" | "value">): Uint8Array {
@@ -85,8 +87,9 @@ export function encodeAny(any: Pick<Any, "typeUrl" | "value">): Uint8Array {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { decodeBootstrapParams } from "./wire.ts";
- * console.assert(decodeBootstrapParams(new Uint8Array()).instanceId === "");
+ * strictEqual(decodeBootstrapParams(new Uint8Array()).instanceId, "");
  * ```
  */
 export function decodeBootstrapParams(bytes: Uint8Array): BootstrapParams {
@@ -141,9 +144,11 @@ export function decodeBootstrapParams(bytes: Uint8Array): BootstrapParams {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { encodeBootstrapResult } from "./wire.ts";
  * const bytes = encodeBootstrapResult({ version: 3, address: "unix:///s", protocol: "ttrpc" });
- * console.assert(bytes[0] === 0x08 && bytes[1] === 3);
+ * strictEqual(bytes[0], 0x08);
+ * strictEqual(bytes[1], 3);
  * ```
  */
 export function encodeBootstrapResult(
@@ -161,9 +166,10 @@ export function encodeBootstrapResult(
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { encodeDeleteResponse } from "./wire.ts";
  * const bytes = encodeDeleteResponse({ pid: 0, exitStatus: 137, exitedAt: new Date(0) });
- * console.assert(bytes[0] === 0x10);
+ * strictEqual(bytes[0], 0x10);
  * ```
  */
 export function encodeDeleteResponse(
@@ -187,9 +193,10 @@ export function encodeDeleteResponse(
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { encodeRuntimeInfo } from "./wire.ts";
  * const bytes = encodeRuntimeInfo({ name: "io.containerd.x.v1", version: "1.0" });
- * console.assert(bytes.length > 0);
+ * strictEqual(bytes.length > 0, true);
  * ```
  */
 export function encodeRuntimeInfo(info: {
@@ -223,8 +230,9 @@ export type RuncOptionsFields = Omit<RuncOptionsMessage, "$typeName" | "$unknown
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { decodeRuncOptions } from "./wire.ts";
- * console.assert(decodeRuncOptions(new Uint8Array([0x1a, 1, 0x78])).shimCgroup === "x");
+ * strictEqual(decodeRuncOptions(new Uint8Array([0x1a, 1, 0x78])).shimCgroup, "x");
  * ```
  */
 export function decodeRuncOptions(bytes: Uint8Array): RuncOptionsMessage {
@@ -287,8 +295,9 @@ export interface CriRuntimeOptionsFields {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { decodeCriRuntimeOptions } from "./wire.ts";
- * console.assert(decodeCriRuntimeOptions(new Uint8Array()).configPath === "");
+ * strictEqual(decodeCriRuntimeOptions(new Uint8Array()).configPath, "");
  * ```
  */
 export function decodeCriRuntimeOptions(bytes: Uint8Array): CriRuntimeOptionsFields {

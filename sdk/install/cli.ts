@@ -26,8 +26,9 @@ ${Object.entries(EXAMPLE_SHIMS).map(([n, e]) => `  ${n}  →  ${e}`).join("\n")}
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { parseInstallArgs } from "./cli.ts";
- * console.assert(parseInstallArgs(["--prefix", "/opt"]).prefix === "/opt");
+ * strictEqual(parseInstallArgs(["--prefix", "/opt"]).prefix, "/opt");
  * ```
  */
 export function parseInstallArgs(args: string[]): { prefix: string; help: boolean } {

@@ -13,16 +13,26 @@
  * sources instead.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
  * import { installShims } from "@skiff/shim/testing";
  *
- * const prefix = await Deno.makeTempDir();
- * const paths = await installShims({ prefix });
- * // startContainerd({ binDir, extraPath: [`${prefix}/bin`] })
+ * const prefix = await Deno.realPath(await Deno.makeTempDir());
+ * // Source launchers are quick to write; the default (bundle) runs `deno bundle` per shim.
+ * const paths = await installShims({ prefix, mode: "source" });
+ * deepStrictEqual(paths, [
+ *   `${prefix}/bin/containerd-shim-skiff-runc-v2`,
+ *   `${prefix}/bin/containerd-shim-skiff-runsc-v2`,
+ *   `${prefix}/bin/containerd-shim-skiff-crun-v2`,
+ * ]);
+ * // then: startContainerd({ binDir, extraPath: [`${prefix}/bin`] })
+ * await Deno.remove(prefix, { recursive: true });
  * ```
  *
  * @module
  */
+// long: over 500 lines with its runnable JSDoc examples; the code (~290 lines) is one concept,
+// writing the launchers
 
 import { sha256Hex } from "../shim/boot/sha256.ts";
 import { RUNTIME_DELETED_FILE } from "../shim/boot/bundle_files.ts";
@@ -32,8 +42,10 @@ import { ADDRESS_FILE } from "../shim/boot/socket_address.ts";
  * The example shims: launcher name → entry point relative to the checkout root.
  *
  * @example Usage
- * ```ts ignore
- * console.log(Object.keys(EXAMPLE_SHIMS)); // the launcher names
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { EXAMPLE_SHIMS } from "./install.ts";
+ * strictEqual(EXAMPLE_SHIMS["containerd-shim-skiff-crun-v2"], "examples/crun/main.ts");
  * ```
  */
 export const EXAMPLE_SHIMS: Readonly<Record<string, string>> = {
@@ -47,8 +59,15 @@ export const EXAMPLE_SHIMS: Readonly<Record<string, string>> = {
  * Options of {@linkcode installShims}.
  *
  * @example Usage
- * ```ts ignore
- * await installShims({ prefix: "/opt/skiff", shims: { "containerd-shim-mine-v1": "main.ts" } });
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { InstallShimsOptions } from "./install.ts";
+ * const opts: InstallShimsOptions = {
+ *   prefix: "/opt/skiff",
+ *   root: "/src/mine", // the runtime author's project: its deno.json and main.ts
+ *   shims: { "containerd-shim-mine-v1": "main.ts" },
+ * };
+ * strictEqual(opts.mode, undefined); // bundle, unless SKIFF_INSTALL_MODE says otherwise
  * ```
  */
 export interface InstallShimsOptions {
@@ -127,8 +146,18 @@ export const SHIM_MALLOC_ARENA_MAX = 1;
  * What one launcher runs, for {@linkcode launcherScript}.
  *
  * @example Usage
- * ```ts ignore
- * const text = launcherScript({ deno: Deno.execPath(), denoDir: "/root/.cache/deno", config: "/src/deno.json", entry: "/src/main.ts" });
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { launcherScript, type LauncherSpec } from "./install.ts";
+ * const spec: LauncherSpec = {
+ *   deno: "/usr/bin/deno",
+ *   denoDir: "/root/.cache/deno",
+ *   config: "/src/deno.json",
+ *   entry: "/src/main.ts",
+ * };
+ * const text = launcherScript(spec);
+ * strictEqual(text.includes("DENO_DIR='/root/.cache/deno'"), true);
+ * strictEqual(text.includes("--cached-only --config '/src/deno.json'"), true); // never the network
  * ```
  */
 export interface LauncherSpec {
@@ -146,8 +175,16 @@ export interface LauncherSpec {
  * What one bundle launcher runs, for {@linkcode bundleLauncherScript}.
  *
  * @example Usage
- * ```ts ignore
- * const text = bundleLauncherScript({ deno: Deno.execPath(), denoDir: "/opt/lib/skiff/cache", entry: "/opt/lib/skiff/x/0123/main.js", v8Flags: [] });
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { type BundleLauncherSpec, bundleLauncherScript } from "./install.ts";
+ * const spec: BundleLauncherSpec = {
+ *   deno: "/usr/bin/deno",
+ *   denoDir: "/opt/lib/skiff/cache",
+ *   entry: "/opt/lib/skiff/x/0123/main.js",
+ *   v8Flags: ["--max-semi-space-size=1"],
+ * };
+ * strictEqual(bundleLauncherScript(spec).includes("'--v8-flags=--max-semi-space-size=1'"), true);
  * ```
  */
 export interface BundleLauncherSpec {
@@ -176,8 +213,9 @@ export interface BundleLauncherSpec {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { deleteFastPath } from "./install.ts";
- * console.assert(deleteFastPath().some((line) => line.includes("skiff-runtime-deleted")));
+ * strictEqual(deleteFastPath().some((line) => line.includes("skiff-runtime-deleted")), true);
  * ```
  */
 export function deleteFastPath(): string[] {
@@ -212,9 +250,10 @@ function bundleFileName(name: string): string {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { bundleLauncherScript } from "./install.ts";
  * const text = bundleLauncherScript({ deno: "/usr/bin/deno", denoDir: "/c", entry: "/b/main.js", v8Flags: [] });
- * console.assert(text.includes("'/b/main.js' \"$@\""));
+ * strictEqual(text.includes("'/b/main.js' \"$@\""), true);
  * ```
  */
 export function bundleLauncherScript(spec: BundleLauncherSpec): string {
@@ -269,8 +308,19 @@ export function bundleLauncherScript(spec: BundleLauncherSpec): string {
  * @param codeSplitting chunks for dynamic imports (default), or one inlined file
  * @param minify minify, keeping function and class names (default false)
  * @example Usage
- * ```ts ignore
- * const main = await bundleShim(Deno.execPath(), "/src", "/src/main.ts", "/opt/lib/skiff/mine");
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { bundleShim } from "./install.ts";
+ * const src = await Deno.realPath(await Deno.makeTempDir()); // a tiny project
+ * await Deno.writeTextFile(`${src}/main.ts`, 'console.log("shim");\n');
+ * const lib = `${src}/lib`;
+ * const main = await bundleShim(Deno.execPath(), src, `${src}/main.ts`, lib);
+ * strictEqual(main.startsWith(`${lib}/`) && main.endsWith("/main.js"), true);
+ * // Same sources, same directory:
+ * strictEqual(await bundleShim(Deno.execPath(), src, `${src}/main.ts`, lib), main);
+ * const out = await new Deno.Command(Deno.execPath(), { args: ["run", main] }).output();
+ * strictEqual(new TextDecoder().decode(out.stdout), "shim\n");
+ * await Deno.remove(src, { recursive: true });
  * ```
  */
 export async function bundleShim(
@@ -335,8 +385,14 @@ export async function bundleShim(
  *
  * @param dir a `deno bundle --code-splitting` output directory, rewritten in place
  * @example Usage
- * ```ts ignore
- * await deferChunkLoading("/opt/lib/skiff/mine/.part-x");
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { deferChunkLoading } from "./install.ts";
+ * const dir = await Deno.makeTempDir(); // stands in for a bundle's output directory
+ * await Deno.writeTextFile(`${dir}/main.js`, 'await import("./chunk-ab12.js");\n');
+ * await deferChunkLoading(dir);
+ * strictEqual(await Deno.readTextFile(`${dir}/main.js`), 'await import(String("./chunk-ab12.js"));\n');
+ * await Deno.remove(dir, { recursive: true });
  * ```
  */
 export async function deferChunkLoading(dir: string): Promise<void> {
@@ -414,9 +470,10 @@ function sq(s: string): string {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { launcherScript } from "./install.ts";
  * const s = launcherScript({ deno: "/usr/bin/deno", denoDir: "/d", config: "/r/deno.json", entry: "/r/m.ts" });
- * console.assert(s.startsWith("#!/bin/sh\n"));
+ * strictEqual(s.startsWith("#!/bin/sh\n"), true);
  * ```
  */
 export function launcherScript(spec: LauncherSpec): string {
@@ -437,13 +494,15 @@ export function launcherScript(spec: LauncherSpec): string {
 }
 
 /**
- * The root of the checkout this module lives in (two levels above `sdk/testing`).
+ * The root of the checkout this module lives in (two levels above `sdk/install`).
  *
  * @returns an absolute path
  *
  * @example Usage
- * ```ts ignore
- * console.log(checkoutRoot()); // e.g. /work/main
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { checkoutRoot } from "./install.ts";
+ * strictEqual(Deno.statSync(`${checkoutRoot()}/sdk/install/install.ts`).isFile, true);
  * ```
  */
 export function checkoutRoot(): string {
@@ -461,8 +520,11 @@ export function checkoutRoot(): string {
  * @returns an absolute path
  *
  * @example Usage
- * ```ts ignore
- * console.log(await currentDenoDir()); // e.g. /root/.cache/deno
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { currentDenoDir } from "./install.ts";
+ * const dir = await currentDenoDir(); // e.g. /root/.cache/deno
+ * strictEqual(dir.startsWith("/"), true);
  * ```
  */
 export async function currentDenoDir(deno: string = Deno.execPath()): Promise<string> {
@@ -491,10 +553,22 @@ export async function currentDenoDir(deno: string = Deno.execPath()): Promise<st
  * @returns the absolute paths of the launchers written
  *
  * @example Usage
- * ```ts ignore
- * const [runc, runsc] = await installShims({ prefix: "/usr/local" });
- * // A runtime author's own project:
- * await installShims({ prefix: "/usr/local", root: ".", shims: { "containerd-shim-mine-v1": "main.ts" } });
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { installShims } from "./install.ts";
+ * // A runtime author's own project, installed under a temporary prefix (e.g. /usr/local):
+ * const root = await Deno.realPath(await Deno.makeTempDir());
+ * await Deno.writeTextFile(`${root}/main.ts`, "// the shim\n");
+ * const [mine] = await installShims({
+ *   prefix: `${root}/prefix`,
+ *   root,
+ *   mode: "source",
+ *   shims: { "containerd-shim-mine-v1": "main.ts" },
+ * });
+ * strictEqual(mine, `${root}/prefix/bin/containerd-shim-mine-v1`);
+ * strictEqual(Deno.statSync(mine).mode! & 0o777, 0o755);
+ * strictEqual(Deno.readTextFileSync(mine).includes(`'${root}/main.ts'`), true);
+ * await Deno.remove(root, { recursive: true });
  * ```
  */
 export async function installShims(opts: InstallShimsOptions): Promise<string[]> {
@@ -545,8 +619,9 @@ export async function installShims(opts: InstallShimsOptions): Promise<string[]>
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { installModeFromEnv } from "./install.ts";
- * console.assert(["bundle", "source"].includes(installModeFromEnv()));
+ * strictEqual(["bundle", "source"].includes(installModeFromEnv()), true);
  * ```
  */
 export function installModeFromEnv(): InstallMode {

@@ -18,10 +18,18 @@ import type { Reaper } from "./reaper.ts";
  * What {@linkcode BinaryLogger.start} needs.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { BinaryLoggerOptions } from "./binary_logger.ts";
+ * // From `binary-v2:///usr/bin/my-logger?tag=web`:
  * const options: BinaryLoggerOptions = {
- *   path: "/usr/bin/my-logger", args: [], requireReady: true, containerId: "web", namespace: "default",
+ *   path: "/usr/bin/my-logger",
+ *   args: ["tag", "web"],
+ *   requireReady: true,
+ *   containerId: "web",
+ *   namespace: "default",
  * };
+ * strictEqual(options.reaper, undefined); // spawned directly
  * ```
  */
 export interface BinaryLoggerOptions {
@@ -48,13 +56,25 @@ const LAUNCHER = 'o=$1 e=$2 w=$3; shift 3; exec "$@" 3<"$o" 4<"$e" 5>"$w"';
  * A running logging binary and the writers for the process's stdout and stderr.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { BinaryLogger } from "./binary_logger.ts";
+ * // A logger in the binary-v2 style: signals ready on fd 5, copies fd 3 into the file it is given.
+ * const dir = Deno.makeTempDirSync();
+ * const path = `${dir}/my-logger`;
+ * Deno.writeTextFileSync(path, '#!/bin/sh\nprintf x >&5; exec 5>&-; cat <&3 > "$2"\n');
+ * Deno.chmodSync(path, 0o755);
  * const logger = await BinaryLogger.start({
- *   path: "/usr/local/bin/my-logger", args: ["tag", "web"], requireReady: false,
- *   containerId: "web", namespace: "default",
+ *   path,
+ *   args: ["out", `${dir}/out.log`],
+ *   requireReady: true,
+ *   containerId: "web",
+ *   namespace: "default",
  * });
  * await logger.stdout.write(new TextEncoder().encode("hello\n"));
- * await logger.close();
+ * await logger.close(); // closes the pipes and waits for the logger to exit
+ * strictEqual(Deno.readTextFileSync(`${dir}/out.log`), "hello\n");
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export class BinaryLogger {

@@ -105,8 +105,9 @@ export function cgroupVersion(): 1 | 2 {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { procCgroup } from "./cgroup_paths.ts";
- * console.assert(procCgroup(Deno.pid).length > 0);
+ * strictEqual(procCgroup(Deno.pid).length > 0, true);
  * ```
  */
 export function procCgroup(pid: number): { controllers: string[]; path: string }[] {
@@ -140,9 +141,10 @@ export function procCgroup(pid: number): { controllers: string[]; path: string }
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { cgroupDir } from "./cgroup_paths.ts";
  * const m = { root: "/", mountPoint: "/sys/fs/cgroup/pids", fsType: "cgroup", superOptions: ["pids"] };
- * console.assert(cgroupDir(m, "/a/b") === "/sys/fs/cgroup/pids/a/b");
+ * strictEqual(cgroupDir(m, "/a/b"), "/sys/fs/cgroup/pids/a/b");
  * ```
  */
 export function cgroupDir(mount: CgroupMount, path: string): string {

@@ -48,8 +48,19 @@ export function cgroupV2Metrics(pid: number): Metrics {
  * Reads the v2 statistics of the cgroup directory `dir`.
  *
  * @example Usage
- * ```ts ignore
- * const m = cgroupV2MetricsAt("/sys/fs/cgroup/default/web");
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { cgroupV2MetricsAt } from "./cgroup_stats_v2.ts";
+ * const dir = Deno.makeTempDirSync(); // stands in for /sys/fs/cgroup/default/web
+ * Deno.writeTextFileSync(`${dir}/memory.current`, "1048576\n");
+ * Deno.writeTextFileSync(`${dir}/memory.max`, "max\n");
+ * Deno.writeTextFileSync(`${dir}/cpu.stat`, "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\n");
+ * Deno.writeTextFileSync(`${dir}/pids.current`, "3\n");
+ * const m = cgroupV2MetricsAt(dir);
+ * strictEqual(m.memory?.usage, 1048576n);
+ * strictEqual(m.cpu?.usageUsec, 1500n);
+ * strictEqual(m.pids?.current, 3n);
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export function cgroupV2MetricsAt(dir: string): Metrics {

@@ -11,8 +11,9 @@
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { cleanPath } from "./clean_path.ts";
- * console.assert(cleanPath("/a//b/../c/") === "/a/c");
+ * strictEqual(cleanPath("/a//b/../c/"), "/a/c");
  * ```
  */
 export function cleanPath(p: string): string {

@@ -12,8 +12,12 @@ import { Canceller, POLLIN, POLLOUT, waitFd } from "./poll.ts";
  * Options for {@linkcode FdStream}.
  *
  * @example Usage
- * ```ts ignore
- * const pty = new FdStream(masterFd, "pty master", { eioIsEof: true });
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { FdStreamOptions } from "./fd_stream.ts";
+ * // A pty master reads EIO once the last slave closes: for a terminal that is end of file.
+ * const options: FdStreamOptions = { eioIsEof: true };
+ * strictEqual(options.eioIsEof, true);
  * ```
  */
 export interface FdStreamOptions {
@@ -27,10 +31,21 @@ export interface FdStreamOptions {
  * `close` cancels pending waits before closing the descriptor.
  *
  * @example Usage
- * ```ts ignore
- * const s = new FdStream(open("/run/x/stdout", O.RDWR | O.NONBLOCK), "stdout fifo");
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { FdStream } from "./fd_stream.ts";
+ * import { mkfifo, O, open } from "./libc.ts";
+ * const dir = Deno.makeTempDirSync();
+ * mkfifo(`${dir}/stdout`, 0o600);
+ * // Read-write: the open never blocks, and the FIFO buffers what is written until it is read.
+ * const s = new FdStream(open(`${dir}/stdout`, O.RDWR | O.NONBLOCK), "stdout fifo");
  * await s.write(new TextEncoder().encode("hello\n"));
+ * const buf = new Uint8Array(16);
+ * const n = await s.read(buf);
+ * strictEqual(new TextDecoder().decode(buf.subarray(0, n!)), "hello\n");
  * await s.close();
+ * strictEqual(s.closed, true);
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export class FdStream {

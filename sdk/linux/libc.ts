@@ -42,8 +42,11 @@ const SYMBOLS = {
  * The typed libc symbol table.
  *
  * @example Usage
- * ```ts ignore
- * const symbols: Libc = libc();
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { type Libc, libc } from "./libc.ts";
+ * const symbols: Libc = libc(); // opened once, on first use
+ * strictEqual(symbols.getpid(), Deno.pid);
  * ```
  */
 export type Libc = Deno.DynamicLibrary<typeof SYMBOLS>["symbols"];
@@ -100,8 +103,16 @@ const ERRNO_NAMES: Record<number, string> = {
  * errno values skiff branches on.
  *
  * @example Usage
- * ```ts ignore
- * if (e instanceof ErrnoError && e.errno === Errno.ECHILD) return;
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { Errno, ErrnoError, waitpidNoHang } from "./libc.ts";
+ * let noChild = false;
+ * try {
+ *   waitpidNoHang(1); // init is no child of ours
+ * } catch (e) {
+ *   noChild = e instanceof ErrnoError && e.errno === Errno.ECHILD;
+ * }
+ * strictEqual(noChild, true);
  * ```
  */
 export const Errno = {
@@ -160,8 +171,11 @@ export class ErrnoError extends Error {
  * synchronous call that failed.
  *
  * @example Usage
- * ```ts ignore
- * if (libc().close(-1) === -1) console.log(errno());
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { errno, libc } from "./libc.ts";
+ * strictEqual(libc().close(-1), -1);
+ * strictEqual(errno(), 9); // EBADF; read at once, before another call changes it
  * ```
  */
 export function errno(): number {
@@ -194,8 +208,14 @@ export function check(what: string, result: number): number {
  * A NUL-terminated copy of `s` for passing to C.
  *
  * @example Usage
- * ```ts ignore
- * libc().mkfifo(cstr("/tmp/f"), 0o600);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { cstr, libc } from "./libc.ts";
+ * const dir = Deno.makeTempDirSync();
+ * strictEqual(libc().mkfifo(cstr(`${dir}/f`), 0o600), 0);
+ * strictEqual(Deno.statSync(`${dir}/f`).isFifo, true);
+ * strictEqual(cstr("ab").at(-1), 0); // NUL-terminated
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export function cstr(s: string): Uint8Array<ArrayBuffer> {
@@ -209,8 +229,16 @@ export function cstr(s: string): Uint8Array<ArrayBuffer> {
  * `open(2)` flags used by skiff (Linux, x86_64 and aarch64 values).
  *
  * @example Usage
- * ```ts ignore
- * const fd = open("/run/x/stdout", O.RDWR | O.NONBLOCK);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { close, mkfifo, O, open } from "./libc.ts";
+ * const dir = Deno.makeTempDirSync();
+ * mkfifo(`${dir}/stdout`);
+ * // A FIFO opened read-write never blocks the open, whoever is (not) at the other end.
+ * const fd = open(`${dir}/stdout`, O.RDWR | O.NONBLOCK);
+ * strictEqual(fd > 2, true);
+ * close(fd);
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export const O = {
@@ -227,8 +255,11 @@ export const O = {
  * `open(2)` with `O_CLOEXEC` always added, so skiff's descriptors never leak into children.
  *
  * @example Usage
- * ```ts ignore
- * const fd: number = open("/run/x/stdout", O.RDWR | O.NONBLOCK);
+ * ```ts
+ * import { throws } from "node:assert/strict";
+ * import { ErrnoError, O, open } from "./libc.ts";
+ * // A failed open throws, naming the path.
+ * throws(() => open("/nonexistent/skiff/stdout", O.RDWR | O.NONBLOCK), ErrnoError);
  * ```
  */
 export function open(path: string, flags: number, mode = 0): number {
@@ -239,8 +270,12 @@ export function open(path: string, flags: number, mode = 0): number {
  * `close(2)`; errors are ignored because there is nothing a caller could do about them.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { close, eventfd, libc } from "./libc.ts";
+ * const fd = eventfd();
  * close(fd);
+ * strictEqual(libc().close(fd), -1); // already closed
  * ```
  */
 export function close(fd: number): void {
@@ -276,8 +311,16 @@ const F_SETFL = 4;
  * Sets `O_NONBLOCK` on `fd`, which every descriptor handed to {@linkcode waitFd} needs.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { close, mkfifo, O, open, readFd, setNonBlocking } from "./libc.ts";
+ * const dir = Deno.makeTempDirSync();
+ * mkfifo(`${dir}/stdout`);
+ * const fd = open(`${dir}/stdout`, O.RDWR); // blocking
  * setNonBlocking(fd);
+ * strictEqual(readFd(fd, new Uint8Array(8), "stdout fifo"), null); // would block: null, no hang
+ * close(fd);
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export function setNonBlocking(fd: number): void {
@@ -289,8 +332,19 @@ export function setNonBlocking(fd: number): void {
  * Non-blocking `read(2)`: the byte count, 0 at end of file, or `null` when the read would block.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { close, mkfifo, O, open, readFd, writeFd } from "./libc.ts";
+ * const dir = Deno.makeTempDirSync();
+ * mkfifo(`${dir}/stdout`);
+ * const fd = open(`${dir}/stdout`, O.RDWR | O.NONBLOCK);
+ * const buf = new Uint8Array(8);
+ * strictEqual(readFd(fd, buf, "stdin fifo"), null); // nothing yet
+ * writeFd(fd, new TextEncoder().encode("hi"), "stdin fifo");
  * const n: number | null = readFd(fd, buf, "stdin fifo");
+ * strictEqual(n, 2);
+ * close(fd);
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export function readFd(fd: number, buf: Uint8Array<ArrayBuffer>, what: string): number | null {
@@ -305,8 +359,20 @@ export function readFd(fd: number, buf: Uint8Array<ArrayBuffer>, what: string): 
  * Non-blocking `write(2)`: the bytes written, or `null` when the write would block.
  *
  * @example Usage
- * ```ts ignore
- * const n: number | null = writeFd(fd, data, "stdout fifo");
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { close, mkfifo, O, open, writeFd } from "./libc.ts";
+ * const dir = Deno.makeTempDirSync();
+ * mkfifo(`${dir}/stdout`);
+ * const fd = open(`${dir}/stdout`, O.RDWR | O.NONBLOCK);
+ * const data = new Uint8Array(64 * 1024);
+ * let n: number | null = 0;
+ * let total = 0;
+ * while ((n = writeFd(fd, data, "stdout fifo")) !== null) total += n; // until the pipe is full
+ * strictEqual(n, null);
+ * strictEqual(total > 0, true);
+ * close(fd);
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export function writeFd(fd: number, buf: Uint8Array<ArrayBuffer>, what: string): number | null {
@@ -353,8 +419,12 @@ export function getpid(): number {
  * `kill(2)`.
  *
  * @example Usage
- * ```ts ignore
- * kill(pid, 9);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { kill } from "./libc.ts";
+ * const child = new Deno.Command("sleep", { args: ["60"] }).spawn();
+ * kill(child.pid, 9);
+ * strictEqual((await child.status).signal, "SIGKILL");
  * ```
  */
 export function kill(pid: number, signal: number): void {
@@ -365,8 +435,11 @@ export function kill(pid: number, signal: number): void {
  * `prctl(2)` with integer arguments.
  *
  * @example Usage
- * ```ts ignore
- * prctl(36, 1); // PR_SET_CHILD_SUBREAPER
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { prctl } from "./libc.ts";
+ * // prctl(36, 1) is PR_SET_CHILD_SUBREAPER (Reaper.start does it); PR_GET_DUMPABLE (3) only reads.
+ * strictEqual(prctl(3), 1);
  * ```
  */
 export function prctl(option: number, arg2 = 0, arg3 = 0, arg4 = 0, arg5 = 0): number {
@@ -398,9 +471,11 @@ export function waitpidNoHang(pid: number): number | null {
  * The exit status containerd expects from a raw wait status: the exit code, or 128 + signal.
  *
  * @example Usage
- * ```ts ignore
- * decodeWaitStatus(7 << 8); // 7
- * decodeWaitStatus(9); // 137
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { decodeWaitStatus } from "./libc.ts";
+ * strictEqual(decodeWaitStatus(7 << 8), 7); // exit(7)
+ * strictEqual(decodeWaitStatus(9), 137); // SIGKILL
  * ```
  */
 export function decodeWaitStatus(raw: number): number {

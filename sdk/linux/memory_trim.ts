@@ -24,8 +24,10 @@ type GcOptions = { type: "major"; execution: "sync"; flavor: "last-resort" };
  * Collects all garbage V8 can (if `gc` is exposed) and returns malloc's free pages.
  *
  * @example Usage
- * ```ts ignore
- * trimMemory();
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { trimMemory } from "./memory_trim.ts";
+ * strictEqual(trimMemory(), undefined); // without --expose-gc only malloc's free pages go back
  * ```
  */
 export function trimMemory(): void {
@@ -40,8 +42,11 @@ export function trimMemory(): void {
  * {@linkcode trimMemory} once, `delayMs` from now, without keeping the process alive.
  *
  * @example Usage
- * ```ts ignore
- * trimMemoryLater(); // after the server listens
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { trimMemoryLater } from "./memory_trim.ts";
+ * // After the server listens; the timer never keeps the process alive.
+ * strictEqual(trimMemoryLater(), undefined);
  * ```
  */
 export function trimMemoryLater(delayMs: number = IDLE_TRIM_DELAY_MS): void {

@@ -25,9 +25,9 @@
 
 export { type ProcessExit, Reaper, type ReaperOptions } from "./reaper.ts";
 export {
+  type CommandStdio,
   ProcessIo,
   type ProcessIoContext,
-  type RuntimeStdio,
   type StdioSpec,
 } from "./process_io.ts";
 export { type OutputTarget, parseOutputTarget } from "./stdio_uri.ts";

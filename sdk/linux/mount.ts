@@ -11,8 +11,11 @@ import { cleanPath } from "./clean_path.ts";
  * One entry of `CreateTaskRequest.rootfs` (containerd's `Mount`).
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { Mount } from "./mount.ts";
  * const m: Mount = { type: "bind", source: "/var/lib/x", options: ["rbind", "ro"] };
+ * strictEqual(m.target, undefined); // the rootfs itself
  * ```
  */
 export interface Mount {
@@ -209,8 +212,14 @@ export async function unmountAll(target: string): Promise<void> {
  * anything more when nothing is mounted.
  *
  * @example Usage
- * ```ts ignore
- * if ((await mountsUnder(`${bundle}/rootfs`)).length > 0) await unmountAll(`${bundle}/rootfs`);
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import { mountsUnder } from "./mount.ts";
+ * const bundle = Deno.makeTempDirSync();
+ * deepStrictEqual(await mountsUnder(`${bundle}/rootfs`), []); // no such directory: none
+ * Deno.mkdirSync(`${bundle}/rootfs`);
+ * deepStrictEqual(await mountsUnder(`${bundle}/rootfs`), []); // nothing mounted there
+ * Deno.removeSync(bundle, { recursive: true });
  * ```
  */
 export async function mountsUnder(target: string): Promise<string[]> {

@@ -22,8 +22,9 @@ const CAP_SYS_NICE = 23;
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { mayRaisePriority } from "./nice.ts";
- * console.assert(typeof mayRaisePriority() === "boolean");
+ * strictEqual(typeof mayRaisePriority(), "boolean");
  * ```
  */
 export function mayRaisePriority(): boolean {
@@ -42,8 +43,13 @@ export function mayRaisePriority(): boolean {
  *
  * @throws Error naming the thread and value when the kernel refuses
  * @example Usage
- * ```ts ignore
- * setProcessNice(0);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { niceOf } from "./proc_stat.ts";
+ * import { setProcessNice } from "./nice.ts";
+ * const nice = niceOf("self");
+ * setProcessNice(nice); // the same value needs no privilege
+ * strictEqual(niceOf("self"), nice);
  * ```
  */
 export function setProcessNice(nice: number): void {

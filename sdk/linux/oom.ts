@@ -17,10 +17,16 @@ import { readKeyValues, readOptional } from "./cgroup_files.ts";
  * A running OOM watch.
  *
  * @example Usage
- * ```ts ignore
- * const watch: OomWatch = await watchOom(pid, onOom);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { type OomWatch, watchOomV2At } from "./oom.ts";
+ * // A directory with a memory.events file stands in for a v2 cgroup.
+ * const dir = Deno.makeTempDirSync();
+ * Deno.writeTextFileSync(`${dir}/memory.events`, "oom 0\noom_kill 0\n");
+ * const watch: OomWatch = watchOomV2At(dir, () => {});
  * watch.close();
- * await watch.done;
+ * strictEqual(await watch.done, undefined); // settles once stopped
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export interface OomWatch {
@@ -89,8 +95,20 @@ export function watchOomV1At(dir: string, onOom: () => void): OomWatch {
  * The v2 watch on the cgroup directory `dir` (only `memory.events` is used).
  *
  * @example Usage
- * ```ts ignore
- * const watch = watchOomV2At("/sys/fs/cgroup/default/web", () => console.log("oom"));
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { watchOomV2At } from "./oom.ts";
+ * const dir = Deno.makeTempDirSync(); // stands in for /sys/fs/cgroup/default/web
+ * Deno.writeTextFileSync(`${dir}/memory.events`, "oom 0\noom_kill 0\n");
+ * let ooms = 0;
+ * const { promise: killed, resolve } = Promise.withResolvers<void>();
+ * const watch = watchOomV2At(dir, () => (ooms++, resolve()));
+ * Deno.writeTextFileSync(`${dir}/memory.events`, "oom 1\noom_kill 1\n"); // the kernel's update
+ * await killed;
+ * Deno.removeSync(`${dir}/memory.events`); // the cgroup goes away: the watch ends by itself
+ * await watch.done;
+ * strictEqual(ooms, 1);
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export function watchOomV2At(dir: string, onOom: () => void): OomWatch {

@@ -14,8 +14,9 @@ export const OOM_SCORE_ADJ_MAX = 1000;
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { oomScoreAdj } from "./oom_score.ts";
- * console.assert(Number.isInteger(oomScoreAdj("self")));
+ * strictEqual(Number.isInteger(oomScoreAdj("self")), true);
  * ```
  */
 export function oomScoreAdj(pid: number | "self"): number {
@@ -31,8 +32,9 @@ export function oomScoreAdj(pid: number | "self"): number {
  * @param containerdPid the process that ran `start` (default: our parent)
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { shimOomScore } from "./oom_score.ts";
- * console.assert(shimOomScore() <= 1000);
+ * strictEqual(shimOomScore() <= 1000, true);
  * ```
  */
 export function shimOomScore(containerdPid: number = Deno.ppid): number {

@@ -30,9 +30,13 @@ export interface ReadPidFileOptions {
  * @returns The pid (a positive integer).
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { readPidFile } from "./pid_file.ts";
- * const pid = await readPidFile("/run/containerd/io.containerd.runtime.v2.task/default/web/init.pid");
+ * const path = Deno.makeTempFileSync({ suffix: ".pid" });
+ * Deno.writeTextFileSync(path, "4242"); // runc writes no newline
+ * strictEqual(await readPidFile(path), 4242);
+ * Deno.removeSync(path);
  * ```
  */
 export async function readPidFile(path: string, options: ReadPidFileOptions = {}): Promise<number> {

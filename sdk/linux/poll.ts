@@ -15,8 +15,16 @@ import { close, eventfd, libc, writeFd } from "./libc.ts";
  * `poll(2)` event bit: readable.
  *
  * @example Usage
- * ```ts ignore
- * await waitFd(fd, POLLIN, canceller);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { close, eventfd, writeFd } from "./libc.ts";
+ * import { Canceller, POLLIN, waitFd } from "./poll.ts";
+ * const fd = eventfd();
+ * const canceller = new Canceller();
+ * writeFd(fd, new Uint8Array(new BigUint64Array([1n]).buffer), "eventfd"); // now readable
+ * strictEqual(await waitFd(fd, POLLIN, canceller), true);
+ * canceller.close();
+ * close(fd);
  * ```
  */
 export const POLLIN = 0x1;
@@ -24,8 +32,15 @@ export const POLLIN = 0x1;
  * `poll(2)` event bit: writable.
  *
  * @example Usage
- * ```ts ignore
- * await waitFd(fd, POLLOUT, canceller);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { close, eventfd } from "./libc.ts";
+ * import { Canceller, POLLOUT, waitFd } from "./poll.ts";
+ * const fd = eventfd(); // its counter is far from full: writable at once
+ * const canceller = new Canceller();
+ * strictEqual(await waitFd(fd, POLLOUT, canceller), true);
+ * canceller.close();
+ * close(fd);
  * ```
  */
 export const POLLOUT = 0x4;

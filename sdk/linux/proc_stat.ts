@@ -32,8 +32,9 @@ function statFields(pid: number): string[] | undefined {
  * @param pid the process id
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { processState } from "./proc_stat.ts";
- * console.assert(processState(Deno.pid) !== "Z");
+ * strictEqual(processState(Deno.pid) !== "Z", true);
  * ```
  */
 export function processState(pid: number): string | undefined {
@@ -46,8 +47,9 @@ export function processState(pid: number): string | undefined {
  * @param pid the process id
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { processAlive } from "./proc_stat.ts";
- * console.assert(processAlive(Deno.pid));
+ * strictEqual(processAlive(Deno.pid), true);
  * ```
  */
 export function processAlive(pid: number): boolean {
@@ -62,8 +64,9 @@ export function processAlive(pid: number): boolean {
  * @param pid the process id
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { processStartTime } from "./proc_stat.ts";
- * console.assert(processStartTime(Deno.pid)! > 0);
+ * strictEqual(processStartTime(Deno.pid)! > 0, true);
  * ```
  */
 export function processStartTime(pid: number): number | undefined {
@@ -78,8 +81,9 @@ export function processStartTime(pid: number): number | undefined {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { bootTicks, processStartTime } from "./proc_stat.ts";
- * console.assert(processStartTime(Deno.pid)! <= bootTicks());
+ * strictEqual(processStartTime(Deno.pid)! <= bootTicks(), true);
  * ```
  */
 export function bootTicks(): number {
@@ -94,8 +98,9 @@ export function bootTicks(): number {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { niceOf } from "./proc_stat.ts";
- * console.assert(Number.isInteger(niceOf("self")));
+ * strictEqual(Number.isInteger(niceOf("self")), true);
  * ```
  */
 export function niceOf(pid: number | "self"): number {

@@ -17,8 +17,12 @@ import type { Reaper } from "./reaper.ts";
  * The stdio fields of a create or exec request. Empty strings mean "none".
  *
  * @example Usage
- * ```ts ignore
- * const spec: StdioSpec = { stdin: req.stdin, stdout: req.stdout, stderr: req.stderr, terminal: req.terminal };
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { StdioSpec } from "./process_io.ts";
+ * // What `ctr run` without a terminal sends: FIFOs for stdout and stderr, no stdin.
+ * const spec: StdioSpec = { stdin: "", stdout: "/run/x/stdout", stderr: "/run/x/stderr", terminal: false };
+ * strictEqual(spec.stdin, "");
  * ```
  */
 export interface StdioSpec {
@@ -36,8 +40,11 @@ export interface StdioSpec {
  * Identifies the container, for `binary://` loggers.
  *
  * @example Usage
- * ```ts ignore
- * const ctx: ProcessIoContext = { containerId: req.id, namespace, reaper };
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { ProcessIoContext } from "./process_io.ts";
+ * const ctx: ProcessIoContext = { containerId: "web", namespace: "default" };
+ * strictEqual(ctx.reaper, undefined); // loggers are then spawned without a reaper
  * ```
  */
 export interface ProcessIoContext {
@@ -50,14 +57,26 @@ export interface ProcessIoContext {
 }
 
 /**
- * `Deno.CommandOptions` stdio for the runtime command that starts the process.
+ * `Deno.CommandOptions` stdio for the runtime command that starts the process: the shape of the
+ * seam's `RuntimePipes.stdio` (sdk/shim/runtime.ts), which {@linkcode ProcessIo} fills. (It was
+ * also named `RuntimeStdio`, beside the seam's different `RuntimeStdio`.)
  *
  * @example Usage
- * ```ts ignore
- * new Deno.Command("runc", { args, ...io.stdio });
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import { type CommandStdio, ProcessIo } from "./process_io.ts";
+ * const dir = Deno.makeTempDirSync();
+ * const io = await ProcessIo.open(
+ *   { stdin: "", stdout: `file://${dir}/log`, stderr: `file://${dir}/log`, terminal: false },
+ *   { containerId: "web", namespace: "default" },
+ * );
+ * const stdio: CommandStdio = io.stdio; // spread into the runtime command's options
+ * deepStrictEqual(stdio, { stdin: "null", stdout: "piped", stderr: "piped" });
+ * await io.close();
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
-export interface RuntimeStdio {
+export interface CommandStdio {
   /** `"piped"` when the process reads a stdin FIFO. */
   stdin: "piped" | "null";
   /** `"piped"` when the process's stdout goes somewhere. */
@@ -70,6 +89,59 @@ export interface RuntimeStdio {
 interface Sink {
   write(data: Uint8Array): Promise<void>;
   close(): Promise<void>;
+}
+
+/**
+ * Opens the output targets `spec` names (FIFOs, a `file://` log or a `binary://` logger),
+ * adding each to `opened` so that a failure later in {@linkcode ProcessIo.open} closes it.
+ */
+async function openOutputs(
+  spec: StdioSpec,
+  ctx: ProcessIoContext,
+  opened: { close(): Promise<void> }[],
+): Promise<{ stdout?: Sink; stderr?: Sink; logger?: BinaryLogger }> {
+  let stdout: Sink | undefined;
+  let stderr: Sink | undefined;
+  const target = parseOutputTarget(spec.stdout, spec.stderr);
+  if (target.kind === "fifo") {
+    if (target.stdout !== "") {
+      stdout = await openOutput("stdout", target.stdout);
+      opened.push(stdout);
+    }
+    if (target.stderr !== "" && target.stderr === target.stdout) stderr = stdout;
+    else if (target.stderr !== "") {
+      stderr = await openOutput("stderr", target.stderr);
+      opened.push(stderr);
+    }
+    return { stdout, stderr };
+  }
+  if (target.kind === "file") {
+    try {
+      // Not node:path's dirname: any node: import boots Deno's Node layer (+1.2 MiB heap).
+      const dir = target.path.slice(0, target.path.lastIndexOf("/")) || "/";
+      await Deno.mkdir(dir, { recursive: true });
+    } catch (e) {
+      throw new Error(
+        `create directory for log file "${target.path}": ${(e as Error).message}`,
+      );
+    }
+    stdout = stderr = new FdStream(
+      openOrThrow("log file", target.path, O.WRONLY | O.APPEND | O.CREAT | O.NONBLOCK, 0o644),
+      `log file "${target.path}"`,
+    );
+    opened.push(stdout);
+    return { stdout, stderr };
+  }
+  const logger = await BinaryLogger.start({
+    path: target.path,
+    args: target.args,
+    requireReady: target.requireReady,
+    containerId: ctx.containerId,
+    namespace: ctx.namespace,
+    ...(ctx.reaper ? { reaper: ctx.reaper } : {}),
+  });
+  opened.push(logger);
+  return { stdout: logger.stdout, stderr: logger.stderr, logger };
 }
 
 /**
@@ -91,22 +163,27 @@ interface Sink {
  * All waiting happens in cancellable polls, so {@linkcode ProcessIo.close} always finishes.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { ProcessIo } from "./process_io.ts";
+ * const dir = Deno.makeTempDirSync();
  * const io = await ProcessIo.open(
- *   { stdin: req.stdin, stdout: req.stdout, stderr: req.stderr, terminal: req.terminal },
- *   { containerId: req.id, namespace, reaper },
+ *   { stdin: "", stdout: `file://${dir}/log`, stderr: `file://${dir}/log`, terminal: false },
+ *   { containerId: "web", namespace: "default" },
  * );
- * const runc = reaper.spawn(new Deno.Command("runc", { args, ...io.stdio }));
- * io.attach(runc); // the container inherits the pipes; copying outlives runc
- * await runc.status;
- * // ... later, after the process exited:
- * await io.drain();
+ * // A shell stands in for `runc create`: the process it starts inherits these pipes.
+ * const child = new Deno.Command("sh", { args: ["-c", "echo hello"], ...io.stdio }).spawn();
+ * io.attach(child);
+ * await child.status;
+ * strictEqual(await io.drain(), true); // every copy reached end of stream
  * await io.close();
+ * strictEqual(Deno.readTextFileSync(`${dir}/log`), "hello\n");
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export class ProcessIo {
   /** Stdio options for the runtime command; all `"null"` in terminal mode. */
-  readonly stdio: RuntimeStdio;
+  readonly stdio: CommandStdio;
   #stdin: FdStream | undefined;
   #stdinKeepAlive: FdStream | undefined;
   #stdout: Sink | undefined;
@@ -123,7 +200,7 @@ export class ProcessIo {
   #closed: Promise<void> | undefined;
 
   private constructor(
-    stdio: RuntimeStdio,
+    stdio: CommandStdio,
     parts: {
       stdin?: FdStream;
       stdinKeepAlive?: FdStream;
@@ -169,51 +246,10 @@ export class ProcessIo {
         opened.push(stdinKeepAlive);
       }
 
-      let stdout: Sink | undefined;
-      let stderr: Sink | undefined;
-      let logger: BinaryLogger | undefined;
-      const target = parseOutputTarget(spec.stdout, spec.stderr);
-      if (target.kind === "fifo") {
-        if (target.stdout !== "") {
-          stdout = await openOutput("stdout", target.stdout);
-          opened.push(stdout);
-        }
-        if (target.stderr !== "" && target.stderr === target.stdout) stderr = stdout;
-        else if (target.stderr !== "") {
-          stderr = await openOutput("stderr", target.stderr);
-          opened.push(stderr);
-        }
-      } else if (target.kind === "file") {
-        try {
-          // Not node:path's dirname: any node: import boots Deno's Node layer (+1.2 MiB heap).
-          const dir = target.path.slice(0, target.path.lastIndexOf("/")) || "/";
-          await Deno.mkdir(dir, { recursive: true });
-        } catch (e) {
-          throw new Error(
-            `create directory for log file "${target.path}": ${(e as Error).message}`,
-          );
-        }
-        stdout = stderr = new FdStream(
-          openOrThrow("log file", target.path, O.WRONLY | O.APPEND | O.CREAT | O.NONBLOCK, 0o644),
-          `log file "${target.path}"`,
-        );
-        opened.push(stdout);
-      } else {
-        logger = await BinaryLogger.start({
-          path: target.path,
-          args: target.args,
-          requireReady: target.requireReady,
-          containerId: ctx.containerId,
-          namespace: ctx.namespace,
-          ...(ctx.reaper ? { reaper: ctx.reaper } : {}),
-        });
-        opened.push(logger);
-        stdout = logger.stdout;
-        stderr = logger.stderr;
-      }
+      const { stdout, stderr, logger } = await openOutputs(spec, ctx, opened);
 
       const terminal = spec.terminal;
-      const stdio: RuntimeStdio = {
+      const stdio: CommandStdio = {
         stdin: !terminal && stdin ? "piped" : "null",
         stdout: !terminal && stdout ? "piped" : "null",
         stderr: !terminal && stderr ? "piped" : "null",

@@ -24,8 +24,12 @@ import { processStartTime, processState } from "./proc_stat.ts";
  * One reaped process.
  *
  * @example Usage
- * ```ts ignore
- * reaper.onExit((exit: ProcessExit) => console.log(exit.pid, exit.status, exit.exitedAt));
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { ProcessExit } from "./reaper.ts";
+ * // A process killed by SIGKILL (9): status 128 + 9, as containerd reports it.
+ * const exit: ProcessExit = { pid: 4242, startTime: 1234, status: 137, exitedAt: new Date() };
+ * strictEqual(exit.status - 128, 9);
  * ```
  */
 export interface ProcessExit {

@@ -21,9 +21,12 @@ export interface ProcessMemory {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { parseSmapsRollup } from "./smaps.ts";
  * const m = parseSmapsRollup("Rss: 8 kB\nPss: 4 kB\nPrivate_Clean: 1 kB\nPrivate_Dirty: 2 kB\n");
- * console.assert(m.pss === 4096 && m.uss === 3072 && m.rss === 8192);
+ * strictEqual(m.pss, 4096);
+ * strictEqual(m.uss, 3072);
+ * strictEqual(m.rss, 8192);
  * ```
  */
 export function parseSmapsRollup(text: string): ProcessMemory {
@@ -38,8 +41,9 @@ export function parseSmapsRollup(text: string): ProcessMemory {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { processMemory } from "./smaps.ts";
- * console.assert(processMemory().rss >= processMemory().uss);
+ * strictEqual(processMemory().rss >= processMemory().uss, true);
  * ```
  */
 export function processMemory(pid: number | "self" = "self"): ProcessMemory {

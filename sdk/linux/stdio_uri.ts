@@ -9,9 +9,11 @@
  * Where a process's output goes, decided by the scheme of `stdout` (empty scheme = FIFO).
  *
  * @example Usage
- * ```ts ignore
- * const target: OutputTarget = parseOutputTarget(req.stdout, req.stderr);
- * if (target.kind === "binary") console.log(target.path, target.args);
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import { type OutputTarget, parseOutputTarget } from "./stdio_uri.ts";
+ * const target: OutputTarget = parseOutputTarget("fifo:///run/x/stdout", "/run/x/stderr");
+ * deepStrictEqual(target, { kind: "fifo", stdout: "/run/x/stdout", stderr: "/run/x/stderr" });
  * ```
  */
 export type OutputTarget =
@@ -29,8 +31,9 @@ export type OutputTarget =
  *
  * @example Usage
  * ```ts
- * import assert from "node:assert/strict";
- * assert.deepEqual(parseOutputTarget("binary:///usr/bin/log?tag=web", "binary:///usr/bin/log?tag=web"), {
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import { parseOutputTarget } from "./stdio_uri.ts";
+ * deepStrictEqual(parseOutputTarget("binary:///usr/bin/log?tag=web", "binary:///usr/bin/log?tag=web"), {
  *   kind: "binary",
  *   path: "/usr/bin/log",
  *   args: ["tag", "web"],

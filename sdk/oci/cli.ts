@@ -10,6 +10,8 @@
  *
  * @module
  */
+// long: over 500 lines with its runnable JSDoc examples (one per runtime command); the code (~260
+// lines) is the OciRuntimeCli class only
 
 import {
   type CliSettings,
@@ -79,8 +81,9 @@ export class OciRuntimeCli {
    *
    * @example Usage
    * ```ts
+   * import { strictEqual } from "node:assert/strict";
    * import { OciRuntimeCli } from "./cli.ts";
-   * console.assert(new OciRuntimeCli().binary === "runc");
+   * strictEqual(new OciRuntimeCli().binary, "runc");
    * ```
    */
   get binary(): string {
@@ -92,9 +95,10 @@ export class OciRuntimeCli {
    *
    * @example Usage
    * ```ts
+   * import { strictEqual } from "node:assert/strict";
    * import { OciRuntimeCli } from "./cli.ts";
    * const cli = new OciRuntimeCli({ root: "/run/r/default", log: "/b/log.json" });
-   * console.assert(cli.globalArgs.join(" ") === "--root /run/r/default --log /b/log.json --log-format json");
+   * strictEqual(cli.globalArgs.join(" "), "--root /run/r/default --log /b/log.json --log-format json");
    * ```
    */
   get globalArgs(): string[] {
@@ -114,10 +118,11 @@ export class OciRuntimeCli {
    *
    * @example Usage
    * ```ts
+   * import { strictEqual } from "node:assert/strict";
    * import { OciRuntimeCli } from "./cli.ts";
    * const base = new OciRuntimeCli({ root: "/run/r/default" });
    * const perBundle = base.withOptions({ log: "/b/log.json" });
-   * console.assert(perBundle.globalArgs.includes("/b/log.json"));
+   * strictEqual(perBundle.globalArgs.includes("/b/log.json"), true);
    * ```
    */
   withOptions(patch: OciRuntimeCliOptions): OciRuntimeCli {
@@ -201,8 +206,18 @@ export class OciRuntimeCli {
    * @returns The container state.
    *
    * @example Usage
-   * ```ts ignore
+   * ```ts
+   * import { strictEqual } from "node:assert/strict";
+   * import { OciRuntimeCli } from "./cli.ts";
+   * // A stand-in runtime that prints what `runc state web` prints.
+   * const bin = await Deno.makeTempFile();
+   * await Deno.writeTextFile(bin, `#!/bin/sh\necho '{"ociVersion":"1.0.2","id":"web","pid":4242,"status":"running","bundle":"/b"}'\n`);
+   * await Deno.chmod(bin, 0o755);
+   * const cli = new OciRuntimeCli({ binary: bin, root: "/run/containerd/runc/default" });
    * const { status, pid } = await cli.state("web");
+   * strictEqual(status, "running");
+   * strictEqual(pid, 4242);
+   * await Deno.remove(bin);
    * ```
    */
   async state(id: string): Promise<OciState> {
@@ -226,8 +241,21 @@ export class OciRuntimeCli {
    * @param options `all` adds `--all`.
    *
    * @example Usage
-   * ```ts ignore
+   * ```ts
+   * import { strictEqual } from "node:assert/strict";
+   * import { OciRuntimeCli } from "./cli.ts";
+   * // A stand-in runtime that records its arguments in <binary>.args.
+   * const bin = await Deno.makeTempFile();
+   * await Deno.writeTextFile(bin, `#!/bin/sh\necho "$@" > "$0.args"\n`);
+   * await Deno.chmod(bin, 0o755);
+   * const cli = new OciRuntimeCli({ binary: bin, root: "/run/r", log: "/b/log.json" });
    * await cli.kill("web", 9, { all: true });
+   * strictEqual(
+   *   await Deno.readTextFile(`${bin}.args`),
+   *   "--root /run/r --log /b/log.json --log-format json kill --all web 9\n",
+   * );
+   * await Deno.remove(bin);
+   * await Deno.remove(`${bin}.args`);
    * ```
    */
   async kill(id: string, signal: number, options: KillOptions = {}): Promise<void> {
@@ -253,12 +281,24 @@ export class OciRuntimeCli {
    * @param options `force` adds `--force`.
    *
    * @example Usage
-   * ```ts ignore
+   * ```ts
+   * import { strictEqual } from "node:assert/strict";
+   * import { OciRuntimeCli } from "./cli.ts";
+   * import { isNotExist } from "./errors.ts";
+   * // A stand-in runtime that knows no container, in runc's words.
+   * const bin = await Deno.makeTempFile();
+   * await Deno.writeTextFile(bin, `#!/bin/sh\necho "container does not exist" >&2; exit 1\n`);
+   * await Deno.chmod(bin, 0o755);
+   * const cli = new OciRuntimeCli({ binary: bin });
+   * let gone = false;
    * try {
    *   await cli.delete("web", { force: true });
    * } catch (e) {
    *   if (!isNotExist(e)) throw e;
+   *   gone = true; // already deleted: what Delete wants anyway
    * }
+   * strictEqual(gone, true);
+   * await Deno.remove(bin);
    * ```
    */
   async delete(id: string, options: DeleteOptions = {}): Promise<void> {
@@ -318,8 +358,16 @@ export class OciRuntimeCli {
    * @returns The pids.
    *
    * @example Usage
-   * ```ts ignore
-   * const pids = await cli.ps("web");
+   * ```ts
+   * import { deepStrictEqual } from "node:assert/strict";
+   * import { OciRuntimeCli } from "./cli.ts";
+   * // A stand-in for `runc ps --format json web`.
+   * const bin = await Deno.makeTempFile();
+   * await Deno.writeTextFile(bin, `#!/bin/sh\necho '[4242,4250]'\n`);
+   * await Deno.chmod(bin, 0o755);
+   * const pids = await new OciRuntimeCli({ binary: bin }).ps("web");
+   * deepStrictEqual(pids, [4242, 4250]);
+   * await Deno.remove(bin);
    * ```
    */
   async ps(id: string): Promise<number[]> {
@@ -340,8 +388,18 @@ export class OciRuntimeCli {
    * @param id Container id.
    *
    * @example Usage
-   * ```ts ignore
+   * ```ts
+   * import { strictEqual } from "node:assert/strict";
+   * import { OciRuntimeCli } from "./cli.ts";
+   * // A stand-in runtime that records its arguments in <binary>.args.
+   * const bin = await Deno.makeTempFile();
+   * await Deno.writeTextFile(bin, `#!/bin/sh\necho "$@" > "$0.args"\n`);
+   * await Deno.chmod(bin, 0o755);
+   * const cli = new OciRuntimeCli({ binary: bin, root: "/run/r" });
    * await cli.pause("web");
+   * strictEqual(await Deno.readTextFile(`${bin}.args`), "--root /run/r pause web\n");
+   * await Deno.remove(bin);
+   * await Deno.remove(`${bin}.args`);
    * ```
    */
   async pause(id: string): Promise<void> {
@@ -488,8 +546,15 @@ export class OciRuntimeCli {
    * @returns The runtime version.
    *
    * @example Usage
-   * ```ts ignore
-   * const v = await new OciRuntimeCli({ binary: "runsc" }).version();
+   * ```ts
+   * import { strictEqual } from "node:assert/strict";
+   * import { OciRuntimeCli } from "./cli.ts";
+   * // A stand-in for `runsc --version`.
+   * const bin = await Deno.makeTempFile();
+   * await Deno.writeTextFile(bin, `#!/bin/sh\necho "runsc version release-20240513.0"; echo "spec: 1.1.0-rc.1"\n`);
+   * await Deno.chmod(bin, 0o755);
+   * strictEqual(await new OciRuntimeCli({ binary: bin }).version(), "release-20240513.0");
+   * await Deno.remove(bin);
    * ```
    */
   async version(): Promise<string> {
@@ -506,9 +571,16 @@ export class OciRuntimeCli {
    *   runc) or prints something that is not a JSON object.
    *
    * @example Usage
-   * ```ts ignore
-   * const f = await new OciRuntimeCli({ binary: "runc" }).features();
-   * console.log(f.mountOptions?.includes("rro"));
+   * ```ts
+   * import { strictEqual } from "node:assert/strict";
+   * import { OciRuntimeCli } from "./cli.ts";
+   * // A stand-in for `runc features` (runc 1.1 and later).
+   * const bin = await Deno.makeTempFile();
+   * await Deno.writeTextFile(bin, `#!/bin/sh\necho '{"ociVersionMin":"1.0.0","ociVersionMax":"1.2.0","mountOptions":["ro","rro"]}'\n`);
+   * await Deno.chmod(bin, 0o755);
+   * const f = await new OciRuntimeCli({ binary: bin }).features();
+   * strictEqual(f.mountOptions?.includes("rro"), true);
+   * await Deno.remove(bin);
    * ```
    */
   async features(): Promise<OciFeatures> {

@@ -47,6 +47,7 @@ export interface OciRuntimeErrorInit {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { OciRuntimeError } from "./errors.ts";
  * const e = new OciRuntimeError({
  *   binary: "runc",
@@ -56,7 +57,7 @@ export interface OciRuntimeErrorInit {
  *   exitCode: 1,
  *   runtimeMessage: "container not running",
  * });
- * console.assert(e.message === 'runc start "web" failed (exit status 1): container not running');
+ * strictEqual(e.message, 'runc start "web" failed (exit status 1): container not running');
  * ```
  */
 export class OciRuntimeError extends Error {
@@ -111,8 +112,9 @@ const GONE_PATTERNS: readonly RegExp[] = [
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { saysGone } from "./errors.ts";
- * console.assert(saysGone("container not running"));
+ * strictEqual(saysGone("container not running"), true);
  * ```
  */
 export function saysGone(text: string): boolean {
@@ -130,10 +132,11 @@ export function saysGone(text: string): boolean {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { Code } from "@connectrpc/connect";
  * import { mapKillError } from "./errors.ts";
  * const e = mapKillError(new Error("container not running"));
- * console.assert(e.code === Code.NotFound);
+ * strictEqual(e.code, Code.NotFound);
  * ```
  */
 export function mapKillError(e: unknown): ConnectError {
@@ -166,9 +169,10 @@ export function mapKillError(e: unknown): ConnectError {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { Code } from "@connectrpc/connect";
  * import { processGone } from "./errors.ts";
- * console.assert(processGone("connection refused").code === Code.NotFound);
+ * strictEqual(processGone("connection refused").code, Code.NotFound);
  * ```
  */
 export function processGone(message: string, cause?: unknown): ConnectError {
@@ -185,6 +189,7 @@ export function processGone(message: string, cause?: unknown): ConnectError {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { isNotExist, OciRuntimeError } from "./errors.ts";
  * const e = new OciRuntimeError({
  *   binary: "runc",
@@ -194,7 +199,7 @@ export function processGone(message: string, cause?: unknown): ConnectError {
  *   exitCode: 1,
  *   runtimeMessage: "container does not exist",
  * });
- * console.assert(isNotExist(e));
+ * strictEqual(isNotExist(e), true);
  * ```
  */
 export function isNotExist(e: unknown): boolean {

@@ -23,9 +23,10 @@ export const OCI_FEATURES_TYPE_URL: string =
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { OciFeatures } from "./features.ts";
  * const f: OciFeatures = { ociVersionMin: "1.0.0", mountOptions: ["ro", "rro"] };
- * console.assert(f.mountOptions?.includes("rro"));
+ * strictEqual(f.mountOptions?.includes("rro"), true);
  * ```
  */
 export interface OciFeatures {
@@ -52,9 +53,10 @@ export interface OciFeatures {
  * @returns an `Any` with {@link OCI_FEATURES_TYPE_URL} and the JSON bytes
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { OCI_FEATURES_TYPE_URL, ociFeaturesAny } from "./features.ts";
  * const any = ociFeaturesAny({ mountOptions: ["rro"] });
- * console.assert(any.typeUrl === OCI_FEATURES_TYPE_URL);
+ * strictEqual(any.typeUrl, OCI_FEATURES_TYPE_URL);
  * ```
  */
 export function ociFeaturesAny(features: OciFeatures): Any {
@@ -73,9 +75,10 @@ export function ociFeaturesAny(features: OciFeatures): Any {
  * @returns the document; throws when the type URL is another one or the JSON is not an object
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { decodeOciFeatures, ociFeaturesAny } from "./features.ts";
  * const back = decodeOciFeatures(ociFeaturesAny({ hooks: ["prestart"] }));
- * console.assert(back.hooks?.[0] === "prestart");
+ * strictEqual(back.hooks?.[0], "prestart");
  * ```
  */
 export function decodeOciFeatures(any: Any): OciFeatures {
@@ -94,8 +97,9 @@ export function decodeOciFeatures(any: Any): OciFeatures {
  * @returns the document; throws naming the text when it is not a JSON object
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { parseOciFeatures } from "./features.ts";
- * console.assert(parseOciFeatures('{"mountOptions":["rro"]}').mountOptions?.[0] === "rro");
+ * strictEqual(parseOciFeatures('{"mountOptions":["rro"]}').mountOptions?.[0], "rro");
  * ```
  */
 export function parseOciFeatures(text: string): OciFeatures {

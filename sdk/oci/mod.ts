@@ -29,10 +29,18 @@
  *   stdio attached would end up in the container's output: always set `log`.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { OciRuntimeCli } from "./mod.ts";
- * const cli = new OciRuntimeCli({ binary: "runc", root: "/run/containerd/runc/default" });
+ * // A stand-in for runc that answers `state` with runsc's shorter document.
+ * const bin = await Deno.makeTempFile();
+ * const state = '{"ociVersion":"1.0.2","id":"web","pid":42,"status":"created","bundle":"/b"}';
+ * await Deno.writeTextFile(bin, `#!/bin/sh\necho '${state}'\n`);
+ * await Deno.chmod(bin, 0o755);
+ * const cli = new OciRuntimeCli({ binary: bin, root: "/run/containerd/runc/default" });
  * const { status } = await cli.state("web");
+ * strictEqual(status, "created");
+ * await Deno.remove(bin);
  * ```
  *
  * @module

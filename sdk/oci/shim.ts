@@ -40,6 +40,7 @@ export interface OciShimOptions {
  *
  * @example A crun shim
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { OciShim, type OciShimOptions } from "./shim.ts";
  *
  * class CrunShim extends OciShim<OciShimOptions> {
@@ -56,8 +57,10 @@ export interface OciShimOptions {
  *   spawn: (cmd) => cmd.spawn(),
  *   logger: undefined as never,
  * });
- * console.assert(cli.globalArgs.join(" ") ===
- *   "--root /run/containerd/crun/default --log /run/b/web/log.json --log-format json");
+ * strictEqual(
+ *   cli.globalArgs.join(" "),
+ *   "--root /run/containerd/crun/default --log /run/b/web/log.json --log-format json",
+ * );
  * ```
  */
 export abstract class OciShim<T extends OciShimOptions> extends Shim<T> {
@@ -70,10 +73,33 @@ export abstract class OciShim<T extends OciShimOptions> extends Shim<T> {
    * @returns Options merged over the defaults.
    *
    * @example Usage
-   * ```ts ignore
-   * protected override cliOptions(ctx: RuntimeContext<RuncOptions>): OciRuntimeCliOptions {
-   *   return { noPivot: ctx.options.noPivotRoot };
+   * ```ts
+   * import { strictEqual } from "node:assert/strict";
+   * import type { RuntimeContext } from "../shim/shim.ts";
+   * import type { OciRuntimeCliOptions } from "./options.ts";
+   * import { OciShim, type OciShimOptions } from "./shim.ts";
+   *
+   * interface RuncOptions extends OciShimOptions {
+   *   noPivotRoot?: boolean;
    * }
+   * class RuncShim extends OciShim<RuncOptions> {
+   *   readonly runtimeName = "io.containerd.my-runc.v2";
+   *   readonly options = {
+   *     defaults: (): RuncOptions => ({ binaryName: "runc", root: "/run/containerd/runc" }),
+   *   };
+   *   protected override cliOptions(ctx: RuntimeContext<RuncOptions>): OciRuntimeCliOptions {
+   *     return { noPivot: ctx.options.noPivotRoot };
+   *   }
+   * }
+   * const ctx: RuntimeContext<RuncOptions> = {
+   *   id: "web",
+   *   namespace: "k8s.io",
+   *   bundle: "/run/b/web",
+   *   options: { binaryName: "runc", root: "/run/containerd/runc", noPivotRoot: true },
+   *   spawn: (cmd) => cmd.spawn(),
+   *   logger: undefined as never, // not used by runtime()
+   * };
+   * strictEqual(new RuncShim().runtime(ctx).globalArgs.includes("--root"), true);
    * ```
    */
   protected cliOptions(_ctx: RuntimeContext<T>): OciRuntimeCliOptions {
@@ -88,8 +114,29 @@ export abstract class OciShim<T extends OciShimOptions> extends Shim<T> {
    * @returns The runtime CLI adapter.
    *
    * @example Usage
-   * ```ts ignore
-   * const cli = shim.runtime(ctx);
+   * ```ts
+   * import { strictEqual } from "node:assert/strict";
+   * import type { RuntimeContext } from "../shim/shim.ts";
+   * import { OciShim, type OciShimOptions } from "./shim.ts";
+   *
+   * class CrunShim extends OciShim<OciShimOptions> {
+   *   readonly runtimeName = "io.containerd.my-crun.v2";
+   *   readonly options = {
+   *     defaults: (): OciShimOptions => ({ binaryName: "crun", root: "/run/containerd/crun" }),
+   *   };
+   * }
+   * const ctx: RuntimeContext<OciShimOptions> = {
+   *   id: "web",
+   *   namespace: "k8s.io",
+   *   bundle: "/run/b/web",
+   *   options: { binaryName: "crun", root: "/run/containerd/crun", systemdCgroup: true },
+   *   spawn: (cmd) => cmd.spawn(),
+   *   logger: undefined as never, // not used by runtime()
+   * };
+   * const cli = new CrunShim().runtime(ctx);
+   * strictEqual(cli.binary, "crun");
+   * strictEqual(cli.globalArgs.join(" ").startsWith("--root /run/containerd/crun/k8s.io "), true);
+   * strictEqual(cli.globalArgs.includes("--systemd-cgroup"), true);
    * ```
    */
   runtime(ctx: RuntimeContext<T>): OciRuntimeCli {
@@ -114,8 +161,23 @@ export abstract class OciShim<T extends OciShimOptions> extends Shim<T> {
    * @returns The document as containerd's `Any`.
    *
    * @example Usage
-   * ```ts ignore
-   * const any = await shim.features({ binaryName: "runc", root: "/run/containerd/runc" });
+   * ```ts
+   * import { strictEqual } from "node:assert/strict";
+   * import { OciShim, type OciShimOptions } from "./shim.ts";
+   *
+   * class MyShim extends OciShim<OciShimOptions> {
+   *   readonly runtimeName = "io.containerd.my-runc.v2";
+   *   readonly options = {
+   *     defaults: (): OciShimOptions => ({ binaryName: "runc", root: "/run/containerd/runc" }),
+   *   };
+   * }
+   * // A stand-in for `runc features`.
+   * const bin = await Deno.makeTempFile();
+   * await Deno.writeTextFile(bin, `#!/bin/sh\necho '{"ociVersionMin":"1.0.0","mountOptions":["rro"]}'\n`);
+   * await Deno.chmod(bin, 0o755);
+   * const any = await new MyShim().features({ binaryName: bin, root: "/run/containerd/runc" });
+   * strictEqual(any.typeUrl, "types.containerd.io/opencontainers/runtime-spec/1/features/Features");
+   * await Deno.remove(bin);
    * ```
    */
   override async features(options: T): Promise<Any> {

@@ -16,9 +16,10 @@ const DEFAULT_EVENT_LIMIT = 100;
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { OpsAppSource } from "./app.ts";
  * const src: OpsAppSource = { metrics: () => "", state: () => ({}), events: () => [], maxEvents: 10 };
- * console.assert(src.maxEvents === 10);
+ * strictEqual(src.maxEvents, 10);
  * ```
  */
 export interface OpsAppSource {
@@ -48,10 +49,11 @@ function json(value: unknown): Response {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { createOpsApp } from "./app.ts";
  * const app = createOpsApp({ metrics: () => "up 1\n", state: () => ({}), events: () => [], maxEvents: 1 });
  * const res = await app.request("/metrics", { method: "POST" });
- * console.assert(res.status === 405);
+ * strictEqual(res.status, 405);
  * ```
  */
 export function createOpsApp(source: OpsAppSource): Hono {

@@ -14,9 +14,10 @@ import type { ServerExtension } from "../shim/server/extension.ts";
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { OpsSettings } from "./extension.ts";
  * const s: OpsSettings = { endpoint: true, rpcLog: false };
- * console.assert(s.endpoint);
+ * strictEqual(s.endpoint, true);
  * ```
  */
 export interface OpsSettings {
@@ -37,8 +38,10 @@ export interface OpsSettings {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { opsSettings } from "./extension.ts";
- * console.assert(opsSettings(false, "1").endpoint && !opsSettings(true, "0").endpoint);
+ * strictEqual(opsSettings(false, "1").endpoint, true);
+ * strictEqual(!opsSettings(true, "0").endpoint, true);
  * ```
  */
 export function opsSettings(debug: boolean, env: string | undefined): OpsSettings {

@@ -13,10 +13,11 @@ import type { PublisherStats } from "../shim/server/events.ts";
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { OpsProcessView } from "./hooks.ts";
  * const p: OpsProcessView = { execId: "", pid: 42, state: "running", exit: undefined,
  *   stdio: { stdin: "", stdout: "", stderr: "", terminal: false } };
- * console.assert(p.pid === 42);
+ * strictEqual(p.pid, 42);
  * ```
  */
 export interface OpsProcessView {
@@ -36,8 +37,21 @@ export interface OpsProcessView {
  * A container, as the endpoint reads it (a structural view of the Task service's records).
  *
  * @example Usage
- * ```ts ignore
- * const views: ReadonlyMap<string, OpsContainerView> = tasks.containers;
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { OpsContainerView } from "./hooks.ts";
+ * const stdio = { stdin: "", stdout: "", stderr: "", terminal: false };
+ * const view: OpsContainerView = {
+ *   id: "web",
+ *   namespace: "default",
+ *   bundle: "/run/b/web",
+ *   options: {},
+ *   rootfsMounted: true,
+ *   init: { execId: "", pid: 42, state: "running", exit: undefined, stdio },
+ *   execs: new Map([["sh", { execId: "sh", pid: 0, state: "created", exit: undefined, stdio }]]),
+ * };
+ * const views: ReadonlyMap<string, OpsContainerView> = new Map([["web", view]]);
+ * strictEqual(views.get("web")?.execs.get("sh")?.state, "created");
  * ```
  */
 export interface OpsContainerView {
@@ -62,10 +76,20 @@ export interface OpsContainerView {
  * current state; nothing here lets the endpoint change a task.
  *
  * @example Usage
- * ```ts ignore
- * await ops?.attach({ origin: "cold", spareStats: undefined, socket: path, bundle,
- *   containers: () => tasks.containers, sandboxes: () => sandboxes.size,
- *   events: () => publisher.stats, options: () => inherited });
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { ShimOpsContext } from "./hooks.ts";
+ * const ctx: ShimOpsContext = {
+ *   origin: "cold",
+ *   spareStats: undefined, // spares off
+ *   socket: "/run/containerd/s/ab12",
+ *   bundle: "/run/b/web",
+ *   containers: () => new Map(),
+ *   sandboxes: () => 0,
+ *   events: () => ({ published: 3, failed: 0, queued: 0 }),
+ *   options: () => undefined,
+ * };
+ * strictEqual(ctx.events().published, 3); // read at each request, never cached
  * ```
  */
 export interface ShimOpsContext {

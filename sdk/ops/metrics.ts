@@ -6,6 +6,8 @@
  *
  * @module
  */
+// long: over 500 lines with its runnable JSDoc examples; the code (~370 lines) is the Prometheus
+// registry and its exposition format
 
 /** Label values of one series, by label name. */
 export type Labels = Readonly<Record<string, string>>;
@@ -38,8 +40,9 @@ export interface HistogramOptions extends MetricOptions {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { DEFAULT_BUCKETS } from "./metrics.ts";
- * console.assert(DEFAULT_BUCKETS[0] === 0.0005);
+ * strictEqual(DEFAULT_BUCKETS[0], 0.0005);
  * ```
  */
 export const DEFAULT_BUCKETS: readonly number[] = [
@@ -99,8 +102,10 @@ export interface MetricFamily {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { formatValue } from "./metrics.ts";
- * console.assert(formatValue(Infinity) === "+Inf" && formatValue(0.5) === "0.5");
+ * strictEqual(formatValue(Infinity), "+Inf");
+ * strictEqual(formatValue(0.5), "0.5");
  * ```
  */
 export function formatValue(v: number): string {
@@ -212,11 +217,12 @@ class ValueTable extends SeriesTable<{ v: number }> {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { MetricsRegistry } from "./metrics.ts";
  * const r = new MetricsRegistry();
  * const c = r.counter({ name: "x_total", help: "Xs.", labelNames: ["result"] });
  * c.inc({ result: "ok" });
- * console.assert(c.get({ result: "ok" }) === 1);
+ * strictEqual(c.get({ result: "ok" }), 1);
  * ```
  */
 export class Counter {
@@ -255,11 +261,12 @@ export class Counter {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { MetricsRegistry } from "./metrics.ts";
  * const r = new MetricsRegistry();
  * let n = 3;
  * r.gauge({ name: "things", help: "Things.", read: () => n });
- * console.assert(r.render().includes("things 3\n"));
+ * strictEqual(r.render().includes("things 3\n"), true);
  * ```
  */
 export class Gauge {
@@ -297,11 +304,12 @@ export class Gauge {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { MetricsRegistry } from "./metrics.ts";
  * const r = new MetricsRegistry();
  * const h = r.histogram({ name: "d_seconds", help: "D.", buckets: [0.1, 1] });
  * h.observe(undefined, 0.5);
- * console.assert(r.render().includes('d_seconds_bucket{le="1"} 1\n'));
+ * strictEqual(r.render().includes('d_seconds_bucket{le="1"} 1\n'), true);
  * ```
  */
 export class Histogram {
@@ -391,10 +399,11 @@ export class Histogram {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { MetricsRegistry } from "./metrics.ts";
  * const r = new MetricsRegistry();
  * r.counter({ name: "jobs_total", help: "Jobs run." }).inc();
- * console.assert(r.render() === "# HELP jobs_total Jobs run.\n# TYPE jobs_total counter\njobs_total 1\n");
+ * strictEqual(r.render(), "# HELP jobs_total Jobs run.\n# TYPE jobs_total counter\njobs_total 1\n");
  * ```
  */
 export class MetricsRegistry {
@@ -443,10 +452,11 @@ export class MetricsRegistry {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { renderExposition } from "./metrics.ts";
  * const t = renderExposition([{ name: "up", help: "Up.", type: "gauge", samples: [
  *   { name: "up", labels: [["job", "a\"b"]], value: "1" }] }]);
- * console.assert(t.endsWith('up{job="a\\"b"} 1\n'));
+ * strictEqual(t.endsWith('up{job="a\\"b"} 1\n'), true);
  * ```
  */
 export function renderExposition(families: readonly MetricFamily[]): string {
@@ -528,9 +538,11 @@ function parseLabels(
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { parseExposition } from "./metrics.ts";
  * const [f] = parseExposition('# TYPE up gauge\nup{job="a"} 1\n');
- * console.assert(f.type === "gauge" && f.samples[0].labels[0][1] === "a");
+ * strictEqual(f.type, "gauge");
+ * strictEqual(f.samples[0].labels[0][1], "a");
  * ```
  */
 export function parseExposition(text: string): MetricFamily[] {

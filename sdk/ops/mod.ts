@@ -5,11 +5,15 @@
  * node monitor that merges every shim's metrics into one scrape.
  *
  * @example Scrape every skiff shim on the node
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { NodeMonitor } from "@skiff/shim/ops";
  *
- * const { shims, text } = await new NodeMonitor({ socketDirs: ["/run/containerd/s"] }).scrape();
- * console.log(shims.length, text);
+ * const dir = await Deno.makeTempDir(); // /run/containerd/s on a node
+ * const { shims, text } = await new NodeMonitor({ socketDirs: [dir] }).scrape();
+ * strictEqual(shims.length, 0);
+ * strictEqual(text.includes("skiff_monitor_shims"), true);
+ * await Deno.remove(dir);
  * ```
  *
  * @module

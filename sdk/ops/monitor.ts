@@ -7,6 +7,8 @@
  *
  * @module
  */
+// long: over 500 lines with its runnable JSDoc examples; the code (~290 lines) is the node monitor
+// and its HTTP API
 
 import { Hono } from "hono";
 import { EXPOSITION_CONTENT_TYPE, mountGetRoutes } from "./_routes.ts";
@@ -26,8 +28,9 @@ import { unixGet } from "./unix_http.ts";
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { DEFAULT_OPS_SOCKET_DIR } from "./monitor.ts";
- * console.assert(DEFAULT_OPS_SOCKET_DIR === "/run/containerd/s");
+ * strictEqual(DEFAULT_OPS_SOCKET_DIR, "/run/containerd/s");
  * ```
  */
 export const DEFAULT_OPS_SOCKET_DIR = "/run/containerd/s";
@@ -50,9 +53,10 @@ const SHIM_LABELS = ["namespace", "id", "runtime"] as const;
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { NodeMonitorOptions } from "./monitor.ts";
  * const o: NodeMonitorOptions = { socketDirs: ["/run/containerd/s"], timeoutMs: 2000 };
- * console.assert(o.timeoutMs === 2000);
+ * strictEqual(o.timeoutMs, 2000);
  * ```
  */
 export interface NodeMonitorOptions {
@@ -71,9 +75,10 @@ export interface NodeMonitorOptions {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { ShimIdentityLabels } from "./monitor.ts";
  * const s: ShimIdentityLabels = { namespace: "k8s.io", id: "abc", runtime: "io.containerd.skiff-runc.v2" };
- * console.assert(s.namespace === "k8s.io");
+ * strictEqual(s.namespace, "k8s.io");
  * ```
  */
 export interface ShimIdentityLabels {
@@ -89,8 +94,18 @@ export interface ShimIdentityLabels {
  * The outcome of scraping one socket.
  *
  * @example Usage
- * ```ts ignore
- * for (const s of (await monitor.scrape()).shims) console.log(s.socket, s.status);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { NodeMonitor, type ShimScrape } from "./monitor.ts";
+ * import { serveUnixHttp } from "./unix_http.ts";
+ * const dir = Deno.makeTempDirSync();
+ * // A shim whose endpoint fails: reported, never thrown.
+ * const shim = await serveUnixHttp(`${dir}/ab12.ops`, () => new Response("boom", { status: 500 }));
+ * const [s]: ShimScrape[] = (await new NodeMonitor({ socketDirs: [dir] }).scrape()).shims;
+ * strictEqual(s.status, "error");
+ * strictEqual(s.error, "HTTP 500: boom");
+ * await shim.close();
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export interface ShimScrape {
@@ -112,8 +127,14 @@ export interface ShimScrape {
  * One scrape of the node.
  *
  * @example Usage
- * ```ts ignore
- * const { shims, text } = await monitor.scrape();
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { NodeMonitor, type NodeScrape } from "./monitor.ts";
+ * const dir = Deno.makeTempDirSync(); // no shims: the monitor's own metrics only
+ * const { shims, text }: NodeScrape = await new NodeMonitor({ socketDirs: [dir] }).scrape();
+ * strictEqual(shims.length, 0);
+ * strictEqual(text.includes("skiff_monitor_"), true);
+ * Deno.removeSync(dir);
  * ```
  */
 export interface NodeScrape {
@@ -169,9 +190,10 @@ function relabel(families: MetricFamily[], shim: ShimIdentityLabels): MetricFami
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { mergeFamilies } from "./monitor.ts";
  * const f = (v: string) => [{ name: "up", help: "Up.", type: "gauge" as const, samples: [{ name: "up", labels: [], value: v }] }];
- * console.assert(mergeFamilies([f("1"), f("0")])[0].samples.length === 2);
+ * strictEqual(mergeFamilies([f("1"), f("0")])[0].samples.length, 2);
  * ```
  */
 export function mergeFamilies(lists: MetricFamily[][]): MetricFamily[] {
@@ -222,9 +244,24 @@ async function refuses(socket: string): Promise<boolean> {
  * Scrapes every skiff shim on the node.
  *
  * @example Usage
- * ```ts ignore
- * const monitor = new NodeMonitor({ socketDirs: ["/run/containerd/s"] });
- * console.log((await monitor.scrape()).text);
+ * ```ts
+ * import { deepStrictEqual, strictEqual } from "node:assert/strict";
+ * import { NodeMonitor } from "./monitor.ts";
+ * import { serveUnixHttp } from "./unix_http.ts";
+ * const dir = Deno.makeTempDirSync(); // stands in for /run/containerd/s
+ * const info = 'skiff_shim_info{namespace="default",id="web",runtime="io.containerd.skiff-runc.v2"} 1';
+ * const shim = await serveUnixHttp(`${dir}/ab12.ops`, () =>
+ *   new Response(`# TYPE skiff_shim_info gauge\n${info}\n`));
+ * const monitor = new NodeMonitor({ socketDirs: [dir] });
+ * const { shims } = await monitor.scrape();
+ * strictEqual(shims[0].status, "ok");
+ * deepStrictEqual(shims[0].shim, {
+ *   namespace: "default",
+ *   id: "web",
+ *   runtime: "io.containerd.skiff-runc.v2",
+ * });
+ * await shim.close();
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export class NodeMonitor {
@@ -389,8 +426,12 @@ export class NodeMonitor {
  * @returns a Hono app
  *
  * @example Usage
- * ```ts ignore
- * Deno.serve({ hostname: "127.0.0.1", port: 9464 }, createMonitorApp(new NodeMonitor()).fetch);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { createMonitorApp, NodeMonitor } from "./monitor.ts";
+ * const app = createMonitorApp(new NodeMonitor({ socketDirs: [] }));
+ * strictEqual(await (await app.request("/healthz")).text(), "ok\n");
+ * strictEqual((await app.request("/metrics", { method: "POST" })).status, 405); // GET only
  * ```
  */
 export function createMonitorApp(monitor: NodeMonitor): Hono {
@@ -412,9 +453,10 @@ export function createMonitorApp(monitor: NodeMonitor): Hono {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { ServeMonitorOptions } from "./monitor.ts";
  * const o: ServeMonitorOptions = { hostname: "127.0.0.1", port: 9464 };
- * console.assert(o.port === 9464);
+ * strictEqual(o.port, 9464);
  * ```
  */
 export interface ServeMonitorOptions extends NodeMonitorOptions {
@@ -430,9 +472,12 @@ export interface ServeMonitorOptions extends NodeMonitorOptions {
  * A running monitor.
  *
  * @example Usage
- * ```ts ignore
- * const m = await serveMonitor({ port: 0 });
- * console.log(m.url);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { type MonitorServer, serveMonitor } from "./monitor.ts";
+ * const m: MonitorServer = await serveMonitor({ port: 0, socketDirs: [] }); // a free port
+ * strictEqual(m.url.startsWith("http://127.0.0.1:"), true);
+ * strictEqual(await (await fetch(`${m.url}/healthz`)).text(), "ok\n");
  * await m.close();
  * ```
  */
@@ -453,8 +498,11 @@ export interface MonitorServer {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { isLoopback } from "./monitor.ts";
- * console.assert(isLoopback("127.0.0.1") && isLoopback("::1") && !isLoopback("0.0.0.0"));
+ * strictEqual(isLoopback("127.0.0.1"), true);
+ * strictEqual(isLoopback("::1"), true);
+ * strictEqual(isLoopback("0.0.0.0"), false);
  * ```
  */
 export function isLoopback(hostname: string): boolean {
@@ -470,8 +518,14 @@ export function isLoopback(hostname: string): boolean {
  * @throws {RangeError} for a non-loopback address without `allowRemote`
  *
  * @example Usage
- * ```ts ignore
- * const m = await serveMonitor({ hostname: "127.0.0.1", port: 9464 });
+ * ```ts
+ * import { rejects, strictEqual } from "node:assert/strict";
+ * import { serveMonitor } from "./monitor.ts";
+ * // The metrics name every container on the node: a public address needs allowRemote.
+ * await rejects(serveMonitor({ hostname: "0.0.0.0", port: 0 }), RangeError);
+ * const m = await serveMonitor({ hostname: "127.0.0.1", port: 0, socketDirs: [] });
+ * strictEqual((await fetch(`${m.url}/shims`)).status, 200);
+ * await m.close();
  * ```
  */
 export function serveMonitor(opts: ServeMonitorOptions = {}): Promise<MonitorServer> {

@@ -43,9 +43,11 @@ const CODE_NAMES: Readonly<Record<number, string>> = {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { Code } from "@connectrpc/connect";
  * import { grpcCodeName } from "./rpc.ts";
- * console.assert(grpcCodeName(Code.NotFound) === "NotFound" && grpcCodeName(0) === "OK");
+ * strictEqual(grpcCodeName(Code.NotFound), "NotFound");
+ * strictEqual(grpcCodeName(0), "OK");
  * ```
  */
 export function grpcCodeName(code: Code | 0): string {
@@ -68,8 +70,12 @@ export interface RpcObservation {
  * Options of {@linkcode rpcInterceptor}.
  *
  * @example Usage
- * ```ts ignore
- * const o: RpcInterceptorOptions = { logger, observe: (o) => console.log(o.method, o.code) };
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { RpcInterceptorOptions, RpcObservation } from "./rpc.ts";
+ * const seen: RpcObservation[] = [];
+ * const o: RpcInterceptorOptions = { observe: (ob) => seen.push(ob) }; // no logger: no debug lines
+ * strictEqual(o.logger, undefined);
  * ```
  */
 export interface RpcInterceptorOptions {
@@ -93,9 +99,25 @@ function stringField(message: unknown, key: string): string | undefined {
  * @returns a Connect interceptor for `TtrpcServerOptions.interceptors`
  *
  * @example Usage
- * ```ts ignore
- * import { TtrpcServer } from "@skiff/shim/ttrpc";
- * const server = new TtrpcServer({ interceptors: [rpcInterceptor({ logger })] });
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import { createClient, createServiceImplSpec } from "@connectrpc/connect";
+ * import { createTtrpcTransport, TtrpcServer } from "@skiff/shim/ttrpc";
+ * import { TaskService as Task } from "@skiff/shim/proto";
+ * import { rpcInterceptor } from "./rpc.ts";
+ *
+ * const calls: string[] = [];
+ * const server = new TtrpcServer({
+ *   interceptors: [rpcInterceptor({ observe: (o) => calls.push(`${o.method} ${o.code}`) })],
+ * }).register(createServiceImplSpec<typeof Task>(Task, {}), "containerd.task.v2.Task");
+ * const dir = await Deno.makeTempDir();
+ * await server.listen(`${dir}/shim.sock`);
+ * const transport = createTtrpcTransport({ path: `${dir}/shim.sock` });
+ * await createClient(Task, transport).state({ id: "c1" }).catch(() => {}); // not implemented
+ * deepStrictEqual(calls, ["State Unimplemented"]);
+ * await transport.close();
+ * await server.close();
+ * await Deno.remove(dir, { recursive: true });
  * ```
  */
 export function rpcInterceptor(opts: RpcInterceptorOptions): Interceptor {

@@ -21,9 +21,10 @@ const SANDBOX_SERVICE = "containerd.runtime.sandbox.v1.Sandbox";
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { ShimIdentity } from "./shim_metrics.ts";
  * const who: ShimIdentity = { runtime: "io.containerd.skiff-runc.v2", namespace: "default", id: "c1", version: "0.1.0" };
- * console.assert(who.id === "c1");
+ * strictEqual(who.id, "c1");
  * ```
  */
 export interface ShimIdentity {
@@ -41,8 +42,21 @@ export interface ShimIdentity {
  * Where scrape-time values come from.
  *
  * @example Usage
- * ```ts ignore
- * metrics.setSource({ containers: () => tasks.containers.values(), events: () => publisher.stats });
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { ShimMetrics, type ShimMetricsSource } from "./shim_metrics.ts";
+ * const metrics = new ShimMetrics({
+ *   runtime: "io.containerd.skiff-runc.v2",
+ *   namespace: "default",
+ *   id: "web",
+ *   version: "0.1.0",
+ * });
+ * const source: ShimMetricsSource = {
+ *   containers: () => [],
+ *   events: () => ({ published: 5, failed: 1, queued: 0 }),
+ * };
+ * metrics.setSource(source);
+ * strictEqual(metrics.render().includes("skiff_events_failed_total"), true);
  * ```
  */
 export interface ShimMetricsSource {
@@ -66,8 +80,21 @@ export interface ShimMetricsSource {
  * @returns the number of live init and exec processes
  *
  * @example Usage
- * ```ts ignore
- * const n = liveProcesses(tasks.containers.values());
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { OpsContainerView } from "./hooks.ts";
+ * import { liveProcesses } from "./shim_metrics.ts";
+ * const stdio = { stdin: "", stdout: "", stderr: "", terminal: false };
+ * const view: OpsContainerView = {
+ *   id: "web",
+ *   namespace: "default",
+ *   bundle: "/run/b/web",
+ *   options: {},
+ *   rootfsMounted: true,
+ *   init: { execId: "", pid: 42, state: "running", exit: undefined, stdio },
+ *   execs: new Map([["sh", { execId: "sh", pid: 0, state: "created", exit: undefined, stdio }]]),
+ * };
+ * strictEqual(liveProcesses([view]), 1); // the running init; the exec has no pid yet
  * ```
  */
 export function liveProcesses(containers: Iterable<OpsContainerView>): number {
@@ -83,10 +110,11 @@ export function liveProcesses(containers: Iterable<OpsContainerView>): number {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { ShimMetrics } from "./shim_metrics.ts";
  * const m = new ShimMetrics({ runtime: "io.containerd.skiff-runc.v2", namespace: "default", id: "c1", version: "0.1.0" });
  * m.taskCreated("error");
- * console.assert(m.render().includes('skiff_task_create_requests_total{runtime="io.containerd.skiff-runc.v2",result="error"} 1'));
+ * strictEqual(m.render().includes('skiff_task_create_requests_total{runtime="io.containerd.skiff-runc.v2",result="error"} 1'), true);
  * ```
  */
 export class ShimMetrics {
@@ -108,6 +136,7 @@ export class ShimMetrics {
    * @param source scrape-time values (or later with {@linkcode setSource})
    */
   constructor(identity: ShimIdentity, source?: ShimMetricsSource) {
+    // long: one registration per metric, in the order /metrics lists them
     this.#identity = identity;
     this.#source = source;
     const r = this.registry;

@@ -30,8 +30,22 @@ const EVENT_SCHEMAS: ReadonlyMap<string, DescMessage> = new Map(
  * Options of {@linkcode ShimOps}.
  *
  * @example Usage
- * ```ts ignore
- * const ops = new ShimOps({ runtime, version, namespace, id, containerdAddress, debug: false, logger });
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { Logger } from "../shim/logger.ts";
+ * import { ShimOps, type ShimOpsOptions } from "./shim_ops.ts";
+ * const opts: ShimOpsOptions = {
+ *   runtime: "io.containerd.skiff-runc.v2",
+ *   version: "0.1.0",
+ *   namespace: "default",
+ *   id: "web",
+ *   containerdAddress: "/run/containerd/containerd.sock",
+ *   debug: false,
+ *   logger: new Logger({ sink: () => {} }),
+ * };
+ * const ops = new ShimOps(opts);
+ * strictEqual(ops.socket, undefined); // nothing served before attach
+ * strictEqual(ops.interceptors.length, 1); // the per-call metrics
  * ```
  */
 export interface ShimOpsOptions {
@@ -58,9 +72,10 @@ export interface ShimOpsOptions {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { EventRecord } from "./shim_ops.ts";
  * const e: EventRecord = { time: "2025-01-01T00:00:00.000Z", topic: "/tasks/exit", type: "containerd.events.TaskExit", event: {} };
- * console.assert(e.topic === "/tasks/exit");
+ * strictEqual(e.topic, "/tasks/exit");
  * ```
  */
 export interface EventRecord {
@@ -100,11 +115,42 @@ function containerJson(c: OpsContainerView): Record<string, unknown> {
  * The operations features of one shim server.
  *
  * @example Usage
- * ```ts ignore
- * const ops = new ShimOps({ runtime, version, namespace, id, containerdAddress, debug, logger });
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { TtrpcServer } from "../ttrpc/mod.ts";
+ * import { Logger } from "../shim/logger.ts";
+ * import { ShimOps } from "./shim_ops.ts";
+ * import { unixGet } from "./unix_http.ts";
+ * const dir = Deno.makeTempDirSync(); // stands in for /run/containerd/s
+ * const lines: string[] = [];
+ * const ops = new ShimOps({
+ *   runtime: "io.containerd.skiff-runc.v2",
+ *   version: "0.1.0",
+ *   namespace: "default",
+ *   id: "web",
+ *   containerdAddress: "/run/containerd/containerd.sock",
+ *   debug: false,
+ *   logger: new Logger({ sink: (l) => lines.push(l) }),
+ * });
  * const server = new TtrpcServer({ interceptors: ops.interceptors });
- * await server.listen(path);
- * await ops.attach({ socket: path, bundle, containers: () => tasks.containers, ... });
+ * await server.listen(`${dir}/ab12`);
+ * await ops.attach({
+ *   origin: "cold",
+ *   spareStats: undefined,
+ *   socket: `${dir}/ab12`,
+ *   bundle: dir,
+ *   containers: () => new Map(),
+ *   sandboxes: () => 0,
+ *   events: () => ({ published: 0, failed: 0, queued: 0 }),
+ *   options: () => undefined,
+ * });
+ * strictEqual(ops.socket, `${dir}/ab12.ops`); // beside the ttrpc socket
+ * const state = JSON.parse((await unixGet(ops.socket!, "/debug/state", { timeoutMs: 5000 })).body);
+ * strictEqual(state.id, "web");
+ * strictEqual(state.endpoint.address, `unix://${dir}/ab12`);
+ * await ops.close();
+ * await server.close();
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export class ShimOps {

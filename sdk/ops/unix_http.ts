@@ -17,9 +17,15 @@ import {
  * A running unix-socket HTTP server.
  *
  * @example Usage
- * ```ts ignore
- * const s = await serveUnixHttp("/run/x.ops", (req) => new Response("ok"));
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { serveUnixHttp, type UnixHttpServer } from "./unix_http.ts";
+ * const dir = Deno.makeTempDirSync();
+ * const s: UnixHttpServer = await serveUnixHttp(`${dir}/x.ops`, () => new Response("ok"));
+ * strictEqual(s.path, `${dir}/x.ops`);
  * await s.close();
+ * strictEqual([...Deno.readDirSync(dir)].length, 0); // the socket file is removed
+ * Deno.removeSync(dir);
  * ```
  */
 export interface UnixHttpServer {
@@ -34,9 +40,10 @@ export interface UnixHttpServer {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { UnixHttpServerOptions } from "./unix_http.ts";
  * const o: UnixHttpServerOptions = { mode: 0o600 };
- * console.assert(o.mode === 0o600);
+ * strictEqual(o.mode, 0o600);
  * ```
  */
 export interface UnixHttpServerOptions {
@@ -75,8 +82,15 @@ async function isLive(path: string): Promise<boolean> {
  * @throws {Deno.errors.AlreadyExists} when a live server owns `path` or it is not a socket
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { serveUnixHttp, unixGet } from "./unix_http.ts";
+ * const dir = Deno.makeTempDirSync();
  * const s = await serveUnixHttp(`${dir}/x.sock`, () => new Response("hi"));
+ * strictEqual(Deno.statSync(`${dir}/x.sock`).mode! & 0o777, 0o600); // owner only
+ * strictEqual((await unixGet(`${dir}/x.sock`, "/", { timeoutMs: 5000 })).body, "hi");
+ * await s.close();
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export async function serveUnixHttp(
@@ -156,9 +170,10 @@ export async function serveUnixHttp(
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { UnixGetOptions } from "./unix_http.ts";
  * const o: UnixGetOptions = { timeoutMs: 2000, maxBytes: 1 << 20 };
- * console.assert(o.timeoutMs === 2000);
+ * strictEqual(o.timeoutMs, 2000);
  * ```
  */
 export interface UnixGetOptions {
@@ -174,8 +189,18 @@ export interface UnixGetOptions {
  * The answer of {@linkcode unixGet}.
  *
  * @example Usage
- * ```ts ignore
- * const { status, body }: UnixGetResult = await unixGet(path, "/healthz", { timeoutMs: 1000 });
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { serveUnixHttp, unixGet, type UnixGetResult } from "./unix_http.ts";
+ * const dir = Deno.makeTempDirSync();
+ * const s = await serveUnixHttp(`${dir}/x.sock`, () => new Response("gone", { status: 404 }));
+ * const { status, body }: UnixGetResult = await unixGet(`${dir}/x.sock`, "/healthz", {
+ *   timeoutMs: 5000,
+ * });
+ * strictEqual(status, 404); // any status is an answer, not an error
+ * strictEqual(body, "gone");
+ * await s.close();
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export interface UnixGetResult {
@@ -199,8 +224,18 @@ export interface UnixGetResult {
  *   refuses; a `RangeError` when the body exceeds `maxBytes`
  *
  * @example Usage
- * ```ts ignore
- * const r = await unixGet("/run/containerd/s/ab12.ops", "/metrics", { timeoutMs: 2000 });
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { serveUnixHttp, unixGet } from "./unix_http.ts";
+ * const dir = Deno.makeTempDirSync(); // stands in for /run/containerd/s
+ * const s = await serveUnixHttp(
+ *   `${dir}/ab12.ops`,
+ *   (req) => new Response(`up 1 ${new URL(req.url).pathname}\n`),
+ * );
+ * const r = await unixGet(`${dir}/ab12.ops`, "/metrics", { timeoutMs: 5000 });
+ * strictEqual(r.body, "up 1 /metrics\n");
+ * await s.close();
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export async function unixGet(

@@ -35,9 +35,11 @@ export interface TaskApiEndpoint {
  * @returns the endpoint; throws a TypeError naming the value when it is not an endpoint
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { parseTaskApiEndpoint } from "./endpoint.ts";
  * const ep = parseTaskApiEndpoint("ttrpc+unix:///run/containerd/s/abc", 3);
- * console.assert(ep.protocol === "ttrpc" && ep.address === "unix:///run/containerd/s/abc");
+ * strictEqual(ep.protocol, "ttrpc");
+ * strictEqual(ep.address, "unix:///run/containerd/s/abc");
  * ```
  */
 export function parseTaskApiEndpoint(url: string, version?: number): TaskApiEndpoint {
@@ -68,9 +70,10 @@ export function parseTaskApiEndpoint(url: string, version?: number): TaskApiEndp
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { formatTaskApiEndpoint } from "./endpoint.ts";
  * const url = formatTaskApiEndpoint({ address: "unix:///s/a", version: 3, protocol: "ttrpc" });
- * console.assert(url === "ttrpc+unix:///s/a");
+ * strictEqual(url, "ttrpc+unix:///s/a");
  * ```
  */
 export function formatTaskApiEndpoint(ep: TaskApiEndpoint): string {
@@ -82,9 +85,10 @@ export function formatTaskApiEndpoint(ep: TaskApiEndpoint): string {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { endpointJson } from "./endpoint.ts";
  * const j = endpointJson({ address: "unix:///s/a", version: 2, protocol: "ttrpc" });
- * console.assert(j === '{"version":2,"address":"unix:///s/a","protocol":"ttrpc"}');
+ * strictEqual(j, '{"version":2,"address":"unix:///s/a","protocol":"ttrpc"}');
  * ```
  */
 export function endpointJson(ep: TaskApiEndpoint): string {

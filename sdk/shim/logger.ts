@@ -36,11 +36,12 @@ export interface LoggerOptions {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { Logger } from "./logger.ts";
  * const lines: string[] = [];
  * const log = new Logger({ level: "debug", sink: (l) => lines.push(l) });
  * log.info("created", { id: "c1" });
- * console.assert(lines[0].includes('level=info msg=created id=c1'));
+ * strictEqual(lines[0].includes('level=info msg=created id=c1'), true);
  * ```
  */
 export class Logger {
@@ -120,9 +121,10 @@ export class Logger {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { formatLogLine } from "./logger.ts";
  * const l = formatLogLine("text", "warn", "a b", { id: "x" }, new Date(0));
- * console.assert(l === 'time="1970-01-01T00:00:00.000Z" level=warning msg="a b" id=x');
+ * strictEqual(l, 'time="1970-01-01T00:00:00.000Z" level=warning msg="a b" id=x');
  * ```
  */
 export function formatLogLine(

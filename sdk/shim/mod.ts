@@ -8,6 +8,7 @@
  *
  * @example Resolve the options a shim is given (containerd's runc options, wire-encoded)
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { optionsMessage, resolveOptions, RUNC_OPTIONS_CODEC } from "@skiff/shim/seam";
  * import type { Any } from "@bufbuild/protobuf/wkt";
  *
@@ -20,7 +21,7 @@
  * // containerd.runc.v1.Options { root: "/r" } (field 7, length 2)
  * const any = { typeUrl: "containerd.runc.v1.Options", value: new Uint8Array([0x3a, 2, 0x2f, 0x72]) };
  * const { options } = resolveOptions(hook, any as Any, undefined, "io.containerd.my.v1");
- * console.assert(options.root === "/r");
+ * strictEqual(options.root, "/r");
  * ```
  *
  * @module

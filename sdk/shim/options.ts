@@ -59,8 +59,9 @@ export type { MessageCodec };
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { RUNC_OPTIONS_CODEC } from "./options.ts";
- * console.assert(RUNC_OPTIONS_CODEC.decode(new Uint8Array()).binaryName === "");
+ * strictEqual(RUNC_OPTIONS_CODEC.decode(new Uint8Array()).binaryName, "");
  * ```
  */
 export const RUNC_OPTIONS_CODEC: MessageCodec<RuncOptions> = {
@@ -81,12 +82,13 @@ export interface OptionsMessage<T> {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { optionsMessage, RUNC_OPTIONS_CODEC } from "./options.ts";
  * const runc = optionsMessage(
  *   RUNC_OPTIONS_CODEC,
  *   (m, base: { binary: string }) => ({ binary: m.binaryName || base.binary }),
  * );
- * console.assert(runc.codec.typeName === "containerd.runc.v1.Options");
+ * strictEqual(runc.codec.typeName, "containerd.runc.v1.Options");
  * ```
  */
 export function optionsMessage<M, T>(
@@ -103,13 +105,14 @@ export function optionsMessage<M, T>(
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { RuntimeOptions } from "./options.ts";
  * interface MyOptions { debug: boolean }
  * const hook: RuntimeOptions<MyOptions> = {
  *   defaults: () => ({ debug: false }),
  *   fromToml: (t, base) => ({ ...base, debug: t.debug === true }),
  * };
- * console.assert(hook.defaults().debug === false);
+ * strictEqual(hook.defaults().debug, false);
  * ```
  */
 export interface RuntimeOptions<T extends object> {
@@ -150,9 +153,10 @@ export function bareTypeName(typeUrl: string): string {
  * @returns the options in effect; throws `ConnectError` InvalidArgument for unusable input
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { resolveOptions } from "./options.ts";
  * const r = resolveOptions({ defaults: () => ({}) }, undefined, undefined, "io.containerd.x.v1");
- * console.assert(r.fromCarrier === false);
+ * strictEqual(r.fromCarrier, false);
  * ```
  */
 export function resolveOptions<T extends object>(
@@ -202,31 +206,7 @@ export function resolveOptions<T extends object>(
   }
 
   if (type === CRI_RUNTIME_OPTIONS_TYPE && hook.fromToml) {
-    const cri = decodeOrReject(CRI_RUNTIME_OPTIONS_CODEC, carrier, runtimeName);
-    let text = new TextDecoder().decode(cri.configBody);
-    let where = "config_body";
-    if (text.trim() === "" && cri.configPath !== "") {
-      where = `config_path "${cri.configPath}"`;
-      try {
-        text = Deno.readTextFileSync(cri.configPath);
-      } catch (e) {
-        throw statusError(
-          `runtime options ${where} for ${runtimeName}: ${(e as Error).message}`,
-          Code.InvalidArgument,
-        );
-      }
-    }
-    if (text.trim() === "") return keep();
-    let table: Record<string, unknown>;
-    try {
-      table = parseToml(text) as Record<string, unknown>;
-    } catch (e) {
-      throw statusError(
-        `runtime options ${where} for ${runtimeName} is not valid TOML: ${(e as Error).message}`,
-        Code.InvalidArgument,
-      );
-    }
-    return { options: hook.fromToml(table, base), fromCarrier: true, warnings: [] };
+    return fromCriToml(hook.fromToml, carrier, base, runtimeName) ?? keep();
   }
 
   throw statusError(
@@ -235,6 +215,43 @@ export function resolveOptions<T extends object>(
     }`,
     Code.InvalidArgument,
   );
+}
+
+/**
+ * CRI's generic `runtimeoptions.v1.Options`: its TOML (`config_body`, else the file at
+ * `config_path`) through the hook's `fromToml`; undefined when the TOML is empty.
+ */
+function fromCriToml<T extends object>(
+  fromToml: NonNullable<RuntimeOptions<T>["fromToml"]>,
+  carrier: Any,
+  base: T,
+  runtimeName: string,
+): ResolvedOptions<T> | undefined {
+  const cri = decodeOrReject(CRI_RUNTIME_OPTIONS_CODEC, carrier, runtimeName);
+  let text = new TextDecoder().decode(cri.configBody);
+  let where = "config_body";
+  if (text.trim() === "" && cri.configPath !== "") {
+    where = `config_path "${cri.configPath}"`;
+    try {
+      text = Deno.readTextFileSync(cri.configPath);
+    } catch (e) {
+      throw statusError(
+        `runtime options ${where} for ${runtimeName}: ${(e as Error).message}`,
+        Code.InvalidArgument,
+      );
+    }
+  }
+  if (text.trim() === "") return undefined;
+  let table: Record<string, unknown>;
+  try {
+    table = parseToml(text) as Record<string, unknown>;
+  } catch (e) {
+    throw statusError(
+      `runtime options ${where} for ${runtimeName} is not valid TOML: ${(e as Error).message}`,
+      Code.InvalidArgument,
+    );
+  }
+  return { options: fromToml(table, base), fromCarrier: true, warnings: [] };
 }
 
 /** The bare type names a hook accepts. */

@@ -24,11 +24,12 @@ import type { Any } from "@bufbuild/protobuf/wkt";
  *
  * @example A process whose exit the runtime reports (an agent's, a VM guest's)
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { RuntimeProcess } from "./runtime.ts";
  * const exit = Promise.withResolvers<number>();
  * const p: RuntimeProcess = { pid: 7, exited: exit.promise, kill: () => Promise.resolve() };
  * exit.resolve(0);
- * console.assert((await p.exited) === 0);
+ * strictEqual((await p.exited), 0);
  * ```
  */
 export interface RuntimeProcess {
@@ -55,10 +56,19 @@ export interface RuntimeProcess {
  * themselves (over a socket to an agent, a vsock to a guest).
  *
  * @example Usage
- * ```ts ignore
- * const { stdin, stdout } = opts.io.streams();
- * stdin?.pipeTo(agentStdin);
- * agentStdout.pipeTo(stdout!);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { RuntimeStreams } from "./runtime.ts";
+ * // What opts.io.streams() hands the runtime: containerd's stdin and stdout targets.
+ * let output = "";
+ * const { stdin, stdout }: RuntimeStreams = {
+ *   stdin: ReadableStream.from([new TextEncoder().encode("hello\n")]),
+ *   stdout: new WritableStream({ write: (c) => void (output += new TextDecoder().decode(c)) }),
+ * };
+ * // The runtime's side: an agent that echoes its input (a guest's process, over a vsock).
+ * const agent = new TransformStream<Uint8Array, Uint8Array>();
+ * await Promise.all([stdin!.pipeTo(agent.writable), agent.readable.pipeTo(stdout!)]);
+ * strictEqual(output, "hello\n"); // stdout closed when the output ended: Delete waits for that
  * ```
  */
 export interface RuntimeStreams {
@@ -79,9 +89,20 @@ export interface RuntimeStreams {
  * `ProcessIo` from `sdk/linux` satisfies it.
  *
  * @example Usage
- * ```ts ignore
- * const child = spawn(new Deno.Command("runc", { args, ...pipes.stdio }));
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { RuntimePipes } from "./runtime.ts";
+ * // A RuntimePipes that keeps the command's stdout (ProcessIo copies it to containerd's target).
+ * let output: Promise<string> = Promise.resolve("");
+ * const pipes: RuntimePipes = {
+ *   stdio: { stdin: "null", stdout: "piped", stderr: "null" },
+ *   attach: (child) => void (output = new Response(child.stdout).text()),
+ * };
+ * // A shell stands in for `runc create`; the container process would inherit these pipes.
+ * const child = new Deno.Command("sh", { args: ["-c", "echo hi"], ...pipes.stdio }).spawn();
  * pipes.attach(child);
+ * await child.status;
+ * strictEqual(await output, "hi\n");
  * ```
  */
 export interface RuntimePipes {
@@ -102,9 +123,23 @@ export interface RuntimePipes {
  * that moves the bytes itself).
  *
  * @example Usage
- * ```ts ignore
- * if (io.consoleSocket) args.push("--console-socket", io.consoleSocket);
- * else { const child = spawn(new Deno.Command(bin, { args, ...io.stdio })); io.attach(child); }
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import type { RuntimeStdio } from "./runtime.ts";
+ * // An OCI CLI's choice: the console socket with a terminal, else the pipes.
+ * function createArgs(io: RuntimeStdio, id: string): string[] {
+ *   const args = ["create", "--bundle", "/run/b/web"];
+ *   if (io.consoleSocket) args.push("--console-socket", io.consoleSocket);
+ *   return [...args, id]; // without one: spawn with ...io.stdio, then io.attach(child)
+ * }
+ * const tty: RuntimeStdio = {
+ *   terminal: true,
+ *   consoleSocket: "/run/b/web/console.sock",
+ *   stdio: { stdin: "null", stdout: "null", stderr: "null" },
+ *   attach: () => {},
+ *   streams: () => ({}),
+ * };
+ * deepStrictEqual(createArgs(tty, "web").slice(3), ["--console-socket", "/run/b/web/console.sock", "web"]);
  * ```
  */
 export interface RuntimeStdio extends RuntimePipes {

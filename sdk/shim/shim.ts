@@ -39,11 +39,11 @@ export interface RuntimeContext<T> {
  * @typeParam T the runtime's options type (JSON-serialisable, no endpoint fields)
  * @example A runc shim
  * ```ts ignore
- * import { OciRuntimeCli, runShim, Shim } from "@skiff/shim";
+ * import { OciRuntimeCli, type RuntimeContext, runShim, Shim } from "@skiff/shim";
  * class RuncShim extends Shim<{ binary: string }> {
  *   readonly runtimeName = "io.containerd.skiff-runc.v2";
  *   readonly options = { defaults: () => ({ binary: "runc" }) };
- *   runtime(ctx) {
+ *   runtime(ctx: RuntimeContext<{ binary: string }>): OciRuntimeCli {
  *     return new OciRuntimeCli({ binary: ctx.options.binary, spawn: ctx.spawn });
  *   }
  * }

@@ -17,8 +17,9 @@ import type { Code as ConnectCode, ConnectError } from "@connectrpc/connect";
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { Code } from "./status_error.ts";
- * console.assert(Code.NotFound === 5);
+ * strictEqual(Code.NotFound, 5);
  * ```
  */
 export const Code = {
@@ -84,9 +85,11 @@ class LightConnectError extends Error {
  * @param cause the underlying error, if any
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { Code, statusError } from "./status_error.ts";
  * const e = statusError(`container "c1" not found`, Code.NotFound);
- * console.assert(e.code === Code.NotFound && e.rawMessage === `container "c1" not found`);
+ * strictEqual(e.code, Code.NotFound);
+ * strictEqual(e.rawMessage, `container "c1" not found`);
  * ```
  */
 export function statusError(message: string, code: ConnectCode, cause?: unknown): ConnectError {
@@ -99,9 +102,10 @@ export function statusError(message: string, code: ConnectCode, cause?: unknown)
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { Code, isStatusError, statusError } from "./status_error.ts";
- * console.assert(isStatusError(statusError("x", Code.Internal)));
- * console.assert(!isStatusError(new Error("x")));
+ * strictEqual(isStatusError(statusError("x", Code.Internal)), true);
+ * strictEqual(isStatusError(new Error("x")), false);
  * ```
  */
 export function isStatusError(e: unknown): e is ConnectError {

@@ -4,12 +4,14 @@
  * Nothing is downloaded: the rootfs is the host's static busybox plus one symlink per applet.
  *
  * @example Usage
- * ```ts ignore
- * import { createBusyboxBundle } from "@skiff/shim/testing/bundle";
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { createBusyboxBundle } from "@skiff/shim/testing";
  *
  * const b = await createBusyboxBundle({ args: ["echo", "hello"] });
  * try {
- *   // runc --root /tmp/r run --bundle b.bundle demo
+ *   // as root: runc --root /tmp/r run --bundle ${b.bundle} demo   prints "hello"
+ *   strictEqual(Deno.lstatSync(`${b.bundle}/rootfs/bin/echo`).isSymlink, true);
  * } finally {
  *   await b.cleanup();
  * }
@@ -17,13 +19,21 @@
  *
  * @module
  */
+// long: over 500 lines with its runnable JSDoc examples; the code (~270 lines) is one concept,
+// busybox bundles
 
 /**
  * Options of {@linkcode buildBusyboxRootfs}.
  *
  * @example Usage
- * ```ts ignore
- * await buildBusyboxRootfs("/tmp/rootfs", { busybox: "/bin/busybox" });
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { buildBusyboxRootfs, type BusyboxRootfsOptions, findBusybox } from "./bundle.ts";
+ * const dir = await Deno.makeTempDir();
+ * const opts: BusyboxRootfsOptions = { busybox: findBusybox() };
+ * await buildBusyboxRootfs(`${dir}/rootfs`, opts);
+ * strictEqual(Deno.statSync(`${dir}/rootfs/bin/busybox`).isFile, true);
+ * await Deno.remove(dir, { recursive: true });
  * ```
  */
 export interface BusyboxRootfsOptions {
@@ -35,8 +45,10 @@ export interface BusyboxRootfsOptions {
  * The default PATH inside test containers (the same list containerd's default spec uses).
  *
  * @example Usage
- * ```ts ignore
- * const env = [DEFAULT_PATH, "TERM=xterm"];
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { createOciSpec, DEFAULT_PATH } from "./bundle.ts";
+ * strictEqual(createOciSpec({ args: ["sh"] }).process.env[0], DEFAULT_PATH); // added when missing
  * ```
  */
 export const DEFAULT_PATH: string =
@@ -48,8 +60,11 @@ export const DEFAULT_PATH: string =
  * @returns an absolute path, or undefined when no busybox is installed
  *
  * @example Usage
- * ```ts ignore
- * const bb = findBusybox() ?? "(apt-get install busybox-static)";
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { findBusybox } from "./bundle.ts";
+ * const bb = findBusybox(); // undefined without the busybox-static package
+ * strictEqual(bb === undefined || bb.endsWith("/busybox"), true);
  * ```
  */
 export function findBusybox(): string | undefined {
@@ -70,9 +85,12 @@ export function findBusybox(): string | undefined {
  * @returns applet names such as `sh`, `echo`, `cat`
  *
  * @example Usage
- * ```ts ignore
- * const applets = await busyboxApplets("/bin/busybox");
- * console.log(applets.includes("sh")); // true
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { busyboxApplets, findBusybox } from "./bundle.ts";
+ * const applets = await busyboxApplets(findBusybox()!);
+ * strictEqual(applets.includes("sh"), true);
+ * strictEqual(applets.includes("busybox"), false); // the binary itself is not an applet link
  * ```
  */
 export async function busyboxApplets(busybox: string): Promise<string[]> {
@@ -98,9 +116,14 @@ export async function busyboxApplets(busybox: string): Promise<string[]> {
  * @param opts which busybox to copy
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { buildBusyboxRootfs } from "./bundle.ts";
  * const dir = await Deno.makeTempDir();
  * await buildBusyboxRootfs(`${dir}/rootfs`);
+ * strictEqual(Deno.readLinkSync(`${dir}/rootfs/bin/sh`), "busybox"); // relative: valid inside
+ * strictEqual(Deno.statSync(`${dir}/rootfs/tmp`).mode! & 0o7777, 0o1777);
+ * await Deno.remove(dir, { recursive: true });
  * ```
  */
 export async function buildBusyboxRootfs(
@@ -134,8 +157,12 @@ export async function buildBusyboxRootfs(
  * One entry of an OCI spec's `mounts`.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { createOciSpec, type OciMount } from "./bundle.ts";
  * const m: OciMount = { destination: "/data", type: "bind", source: "/srv", options: ["rbind"] };
+ * const spec = createOciSpec({ args: ["true"], mounts: [m] });
+ * strictEqual(spec.mounts.at(-1)?.destination, "/data"); // after the default mounts
  * ```
  */
 export interface OciMount {
@@ -154,9 +181,12 @@ export interface OciMount {
  * by callers before writing; runc ignores none of the ones listed here.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { createOciSpec, type OciSpec } from "./bundle.ts";
  * const spec: OciSpec = createOciSpec({ args: ["true"] });
- * spec.process.cwd = "/tmp";
+ * spec.process.cwd = "/tmp"; // callers adjust it before writing config.json
+ * strictEqual(JSON.parse(JSON.stringify(spec)).process.cwd, "/tmp");
  * ```
  */
 export interface OciSpec {
@@ -202,8 +232,13 @@ export interface OciSpec {
  * Options of {@linkcode createOciSpec} and {@linkcode createBusyboxBundle}.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { createOciSpec, type OciSpecOptions } from "./bundle.ts";
  * const o: OciSpecOptions = { args: ["sh"], terminal: true, memoryLimit: 64 << 20 };
+ * const spec = createOciSpec(o);
+ * strictEqual(spec.linux.resources.memory?.limit, 64 << 20);
+ * strictEqual(spec.process.env.includes("TERM=xterm"), true); // a terminal gets a TERM
  * ```
  */
 export interface OciSpecOptions {
@@ -259,12 +294,14 @@ const CAPS = [
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { createOciSpec } from "./bundle.ts";
  * const spec = createOciSpec({ args: ["sh", "-c", "exit 3"] });
- * console.assert(spec.root.path === "rootfs");
+ * strictEqual(spec.root.path, "rootfs");
  * ```
  */
 export function createOciSpec(opts: OciSpecOptions): OciSpec {
+  // long: one literal OCI spec (mounts, namespaces, masked paths); split, it reads worse
   const env = [...(opts.env ?? [])];
   if (!env.some((e) => e.startsWith("PATH="))) env.unshift(DEFAULT_PATH);
   const terminal = opts.terminal ?? false;
@@ -365,8 +402,15 @@ export function createOciSpec(opts: OciSpecOptions): OciSpec {
  * Options of {@linkcode createBusyboxBundle}.
  *
  * @example Usage
- * ```ts ignore
- * const b = await createBusyboxBundle({ dir: "/tmp/b1", args: ["echo", "hi"] });
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { type BusyboxBundleOptions, createBusyboxBundle } from "./bundle.ts";
+ * const dir = await Deno.realPath(await Deno.makeTempDir());
+ * const opts: BusyboxBundleOptions = { dir: `${dir}/b1`, args: ["echo", "hi"] };
+ * const b = await createBusyboxBundle(opts);
+ * strictEqual(b.bundle, `${dir}/b1`);
+ * await b.cleanup();
+ * await Deno.remove(dir);
  * ```
  */
 export interface BusyboxBundleOptions extends OciSpecOptions {
@@ -380,8 +424,11 @@ export interface BusyboxBundleOptions extends OciSpecOptions {
  * A bundle on disk, from {@linkcode createBusyboxBundle}.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import { type BusyboxBundle, createBusyboxBundle } from "./bundle.ts";
  * const b: BusyboxBundle = await createBusyboxBundle({ args: ["true"] });
+ * deepStrictEqual(JSON.parse(Deno.readTextFileSync(`${b.bundle}/config.json`)), b.spec);
  * await b.cleanup();
  * ```
  */
@@ -394,8 +441,12 @@ export interface BusyboxBundle {
    * Unmounts anything left mounted under the bundle, then removes it.
    *
    * @example Usage
-   * ```ts ignore
+   * ```ts
+   * import { strictEqual } from "node:assert/strict";
+   * import { createBusyboxBundle } from "./bundle.ts";
+   * const bundle = await createBusyboxBundle({ args: ["true"] });
    * await bundle.cleanup();
+   * strictEqual(await Deno.stat(bundle.bundle).catch((e) => e.name), "NotFound");
    * ```
    */
   cleanup(): Promise<void>;
@@ -441,8 +492,12 @@ export async function createBusyboxBundle(opts: BusyboxBundleOptions): Promise<B
  * @returns mount points from /proc/self/mountinfo
  *
  * @example Usage
- * ```ts ignore
- * for (const m of await mountsUnder("/tmp/x")) console.log(m);
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import { mountsUnder } from "./bundle.ts";
+ * const dir = await Deno.makeTempDir();
+ * deepStrictEqual(await mountsUnder(dir), []); // nothing mounted in a fresh directory
+ * await Deno.remove(dir);
  * ```
  */
 export async function mountsUnder(dir: string): Promise<string[]> {
@@ -466,8 +521,14 @@ export async function mountsUnder(dir: string): Promise<string[]> {
  * @param dir an absolute path; a missing dir is not an error
  *
  * @example Usage
- * ```ts ignore
- * await removeTree("/tmp/skiff-bundle-abc");
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { removeTree } from "./bundle.ts";
+ * const dir = await Deno.makeTempDir({ prefix: "skiff-bundle-" });
+ * await Deno.mkdir(`${dir}/rootfs/tmp`, { recursive: true });
+ * await removeTree(dir);
+ * await removeTree(dir); // a missing directory is not an error
+ * strictEqual(await Deno.stat(dir).catch((e) => e.name), "NotFound");
  * ```
  */
 export async function removeTree(dir: string): Promise<void> {

@@ -19,21 +19,40 @@
  *
  * @module
  */
+// long: one concept: a private containerd's lifecycle (the PrivateContainerd class, ~520 lines,
+// with start, import, ctr, stop and sweep); versions and the process table live in
+// containerd_versions.ts and processes.ts
 
 import { parse as parseToml, stringify as stringifyToml } from "smol-toml";
 import { mountsUnder, removeTree } from "./bundle.ts";
 import { buildBusyboxImage, buildPauseImage, BUSYBOX_IMAGE_REF, PAUSE_IMAGE_REF } from "./image.ts";
 import { type CriHandler, criPlugins, criRuntimePlugin } from "./cri_config.ts";
 import { CRI_NAMESPACE, criClient } from "./cri_client.ts";
-import { processAlive } from "../linux/proc_stat.ts";
 import { spareDir } from "../shim/spare/mod.ts";
+import { compareVersions, containerdVersionOf, overlaySupported } from "./containerd_versions.ts";
+import { descendantsOf, kill, processesWithArg, sleep, waitGone } from "./processes.ts";
+
+export {
+  type ContainerdVersion,
+  containerdVersionOf,
+  containerdVersions,
+  overlaySupported,
+  skiffCacheDir,
+} from "./containerd_versions.ts";
 
 /**
  * A runtime a private containerd should know about.
  *
  * @example Usage
- * ```ts ignore
- * const r: RuntimeConfig = { runtimeType: "io.containerd.skiff-runc.v2", binaryDir: "/usr/local/bin" };
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { RuntimeConfig } from "./containerd.ts";
+ * const r: RuntimeConfig = {
+ *   runtimeType: "io.containerd.skiff-runc.v2",
+ *   binaryDir: "/usr/local/bin", // holds containerd-shim-skiff-runc-v2
+ *   options: (c) => ({ Root: c.runcRoot }), // CRI's table may name the instance's dirs
+ * };
+ * strictEqual(typeof r.options, "function");
  * ```
  */
 export interface RuntimeConfig {
@@ -53,8 +72,11 @@ export interface RuntimeConfig {
  * runtime handlers are the instance's `runtimes` (name → `runtime_type` and `options`).
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { CriSetup } from "./containerd.ts";
  * const cri: CriSetup = { defaultHandler: "runc" };
+ * strictEqual(cri.sandboxImage, undefined); // the locally built pause image
  * ```
  */
 export interface CriSetup {
@@ -139,221 +161,7 @@ export interface CtrResult {
   timedOut: boolean;
 }
 
-/**
- * A containerd build found on this machine.
- *
- * @example Usage
- * ```ts ignore
- * const [oldest]: ContainerdVersion[] = containerdVersions();
- * ```
- */
-export interface ContainerdVersion {
-  /** Version, e.g. `1.6.20`. */
-  version: string;
-  /** Directory holding `containerd`, `ctr` and `containerd-shim-runc-v2`. */
-  binDir: string;
-}
-
 const dec = new TextDecoder();
-
-/**
- * The skiff cache directory: `$SKIFF_CACHE`, else `$HOME/.cache/skiff`.
- *
- * @returns an absolute path (not necessarily existing)
- *
- * @example Usage
- * ```ts
- * import { skiffCacheDir } from "./containerd.ts";
- * console.assert(skiffCacheDir().startsWith("/"));
- * ```
- */
-export function skiffCacheDir(): string {
-  return Deno.env.get("SKIFF_CACHE") ?? `${Deno.env.get("HOME") ?? "/root"}/.cache/skiff`;
-}
-
-/**
- * Reads `containerd --version` of a binary dir.
- *
- * @param binDir directory containing `containerd`
- * @returns the version (`1.7.24`), or undefined when it cannot be run
- *
- * @example Usage
- * ```ts ignore
- * containerdVersionOf("/usr/bin"); // "1.6.20"
- * ```
- */
-export function containerdVersionOf(binDir: string): string | undefined {
-  try {
-    const out = new Deno.Command(`${binDir}/containerd`, {
-      args: ["--version"],
-      stdout: "piped",
-      stderr: "null",
-      stdin: "null",
-    }).outputSync();
-    if (!out.success) return undefined;
-    // "containerd github.com/containerd/containerd/v2 2.1.9+unknown": the module path's
-    // "/v2" has no dots, so the first x.y.z is the version.
-    return dec.decode(out.stdout).match(/\s(\d+\.\d+\.\d+)/)?.[1];
-  } catch {
-    return undefined;
-  }
-}
-
-function compareVersions(a: string, b: string): number {
-  const pa = a.split(".").map(Number);
-  const pb = b.split(".").map(Number);
-  for (let i = 0; i < 3; i++) {
-    const d = (pa[i] ?? 0) - (pb[i] ?? 0);
-    if (d !== 0) return d;
-  }
-  return 0;
-}
-
-let discovered: ContainerdVersion[] | undefined;
-
-/**
- * Lists the containerd builds tests can use, oldest first. Sources, in order: environment
- * variables `SKIFF_CONTAINERD_<MAJOR>_<MINOR>=<binDir>`, the same keys in `$SKIFF_CACHE/env`
- * (written by `tests/setup/prepare.sh`), and as a fallback `/usr/bin` plus the cache's
- * `containerd-<suite>/usr/bin` dirs. Each dir's real version comes from `containerd --version`.
- *
- * @returns one entry per distinct binary dir that holds a working containerd
- *
- * @example Usage
- * ```ts ignore
- * for (const v of containerdVersions()) console.log(v.version, v.binDir);
- * ```
- */
-export function containerdVersions(): ContainerdVersion[] {
-  if (discovered) return discovered.map((v) => ({ ...v }));
-  const dirs = new Map<string, string>();
-  const add = (key: string, dir: string) => {
-    if (!dirs.has(key)) dirs.set(key, dir);
-  };
-  for (const [k, v] of Object.entries(Deno.env.toObject())) {
-    if (/^SKIFF_CONTAINERD_\d+_\d+$/.test(k) && v) add(k, v);
-  }
-  try {
-    for (const line of Deno.readTextFileSync(`${skiffCacheDir()}/env`).split("\n")) {
-      const m = line.match(/^(?:export\s+)?(SKIFF_CONTAINERD_\d+_\d+)=["']?([^"'\s]+)["']?\s*$/);
-      if (m) add(m[1]!, m[2]!);
-    }
-  } catch { /* not prepared: use the fallbacks */ }
-  if (dirs.size === 0) {
-    add("system", "/usr/bin");
-    try {
-      for (const e of Deno.readDirSync(skiffCacheDir())) {
-        if (e.isDirectory && e.name.startsWith("containerd-")) {
-          add(e.name, `${skiffCacheDir()}/${e.name}/usr/bin`);
-        }
-      }
-    } catch { /* no cache */ }
-  }
-  const seen = new Set<string>();
-  const out: ContainerdVersion[] = [];
-  for (const dir of dirs.values()) {
-    if (seen.has(dir)) continue;
-    seen.add(dir);
-    const version = containerdVersionOf(dir);
-    if (version) out.push({ version, binDir: dir });
-  }
-  out.sort((a, b) => compareVersions(a.version, b.version));
-  discovered = out;
-  return out.map((v) => ({ ...v }));
-}
-
-/**
- * Tells whether overlayfs can be mounted with its upper dir inside `dir` (it cannot on top of
- * another overlay, e.g. inside some containers).
- *
- * @param dir a writable directory
- * @returns true when an overlay mount there succeeded
- *
- * @example Usage
- * ```ts ignore
- * const snapshotter = await overlaySupported("/tmp") ? "overlayfs" : "native";
- * ```
- */
-export async function overlaySupported(dir: string): Promise<boolean> {
-  const probe = await Deno.makeTempDir({ dir, prefix: "overlay-probe-" });
-  try {
-    for (const d of ["l", "u", "w", "m"]) await Deno.mkdir(`${probe}/${d}`);
-    const m = await new Deno.Command("mount", {
-      args: [
-        "-t",
-        "overlay",
-        "overlay",
-        "-o",
-        `lowerdir=${probe}/l,upperdir=${probe}/u,workdir=${probe}/w`,
-        `${probe}/m`,
-      ],
-      stdout: "null",
-      stderr: "null",
-    }).output().catch(() => undefined);
-    return m?.success ?? false;
-  } finally {
-    await removeTree(probe);
-  }
-}
-
-/** Processes (pid, argv) whose argv contains `needle` as a whole argument. */
-function processesWithArg(needle: string): { pid: number; argv: string[] }[] {
-  const out: { pid: number; argv: string[] }[] = [];
-  for (const e of Deno.readDirSync("/proc")) {
-    if (!/^\d+$/.test(e.name)) continue;
-    try {
-      const argv = Deno.readTextFileSync(`/proc/${e.name}/cmdline`).split("\0");
-      if (argv.includes(needle)) out.push({ pid: Number(e.name), argv });
-    } catch { /* exited */ }
-  }
-  return out;
-}
-
-/** All descendants of the given pids (children, grandchildren, ...). */
-function descendantsOf(pids: number[]): number[] {
-  const children = new Map<number, number[]>();
-  for (const e of Deno.readDirSync("/proc")) {
-    if (!/^\d+$/.test(e.name)) continue;
-    try {
-      const stat = Deno.readTextFileSync(`/proc/${e.name}/stat`);
-      // The comm field may contain spaces and parens: ppid is the 2nd field after the last ")".
-      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-      const list = children.get(ppid) ?? [];
-      list.push(Number(e.name));
-      children.set(ppid, list);
-    } catch { /* exited */ }
-  }
-  const out: number[] = [];
-  const queue = [...pids];
-  while (queue.length > 0) {
-    for (const c of children.get(queue.shift()!) ?? []) {
-      if (!out.includes(c)) {
-        out.push(c);
-        queue.push(c);
-      }
-    }
-  }
-  return out;
-}
-
-function kill(pid: number, sig: Deno.Signal): void {
-  try {
-    Deno.kill(pid, sig);
-  } catch { /* already gone */ }
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
-
-async function waitGone(pids: number[], ms: number): Promise<boolean> {
-  const until = Date.now() + ms;
-  while (pids.some(processAlive)) {
-    if (Date.now() > until) return false;
-    await sleep(20);
-  }
-  return true;
-}
 
 async function sha256Hex(text: string): Promise<string> {
   const h = new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text)));
@@ -452,8 +260,20 @@ export class PrivateContainerd {
    * {@linkcode PrivateContainerd.stop} removes the tree.
    *
    * @example Usage
-   * ```ts ignore
+   * ```ts
+   * import { strictEqual } from "node:assert/strict";
+   * import { PrivateContainerd } from "./containerd.ts";
+   * // An instance that was never started (startContainerd makes and starts one).
+   * const c = new PrivateContainerd({
+   *   dir: "/tmp/skiff-ctrd-ab12",
+   *   version: "2.1.9",
+   *   binDir: "/root/.cache/skiff/containerd-v2.1.9/bin",
+   *   snapshotter: "native",
+   *   runtimes: {},
+   *   env: {},
+   * });
    * const memory = `/sys/fs/cgroup/memory/${c.cgroupParent}/test/my-id`;
+   * strictEqual(memory, "/sys/fs/cgroup/memory/skiff-skiff-ctrd-ab12/test/my-id");
    * ```
    */
   get cgroupParent(): string {
@@ -464,8 +284,20 @@ export class PrivateContainerd {
    * The major version (1 or 2).
    *
    * @example Usage
-   * ```ts ignore
+   * ```ts
+   * import { strictEqual } from "node:assert/strict";
+   * import { PrivateContainerd } from "./containerd.ts";
+   * // An instance that was never started (startContainerd makes and starts one).
+   * const c = new PrivateContainerd({
+   *   dir: "/tmp/skiff-ctrd-ab12",
+   *   version: "2.1.9",
+   *   binDir: "/root/.cache/skiff/containerd-v2.1.9/bin",
+   *   snapshotter: "native",
+   *   runtimes: {},
+   *   env: {},
+   * });
    * const configVersion = c.major >= 2 ? 3 : 2;
+   * strictEqual(configVersion, 3);
    * ```
    */
   get major(): number {
@@ -933,8 +765,13 @@ function startTime(pid: number): string | undefined {
  * @returns the dirs that were swept
  *
  * @example Usage
- * ```ts ignore
- * const swept = await sweepStaleContainerds();
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import { sweepStaleContainerds } from "./containerd.ts";
+ * const tmp = await Deno.makeTempDir(); // the default is the system temp dir
+ * await Deno.mkdir(`${tmp}/skiff-ctrd-x`); // no owner record: not ours to sweep
+ * deepStrictEqual(await sweepStaleContainerds(tmp), []);
+ * await Deno.remove(tmp, { recursive: true });
  * ```
  */
 export async function sweepStaleContainerds(tmpDir?: string): Promise<string[]> {
@@ -990,8 +827,21 @@ function platform(): string {
  * @returns a TOML-ready object
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { containerdConfig, PrivateContainerd } from "./containerd.ts";
+ * // An instance that was never started (startContainerd makes and starts one).
+ * const c = new PrivateContainerd({
+ *   dir: "/tmp/skiff-ctrd-ab12",
+ *   version: "2.1.9",
+ *   binDir: "/root/.cache/skiff/containerd-v2.1.9/bin",
+ *   snapshotter: "native",
+ *   runtimes: {},
+ *   env: {},
+ * });
  * const cfg = containerdConfig(c, { debug: true });
+ * strictEqual(cfg.version, 3); // 2.x's config format
+ * strictEqual(cfg.root, "/tmp/skiff-ctrd-ab12/root"); // everything inside the private dir
  * ```
  */
 export function containerdConfig(

@@ -10,13 +10,14 @@
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { criPlugins } from "./cri_config.ts";
  *
  * const plugins = criPlugins("2.1.9", {
  *   sandboxImage: "localhost/skiff/pause:latest",
  *   handlers: { "skiff-runc": { runtimeType: "io.containerd.skiff-runc.v2" } },
  * });
- * console.assert("io.containerd.cri.v1.runtime" in plugins);
+ * strictEqual("io.containerd.cri.v1.runtime" in plugins, true);
  * ```
  *
  * @module
@@ -26,8 +27,16 @@
  * One CRI runtime handler (a `RuntimeClass`'s `handler`): a runtimes table entry.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import { type CriHandler, criPlugins } from "./cri_config.ts";
  * const h: CriHandler = { runtimeType: "io.containerd.skiff-runc.v2", options: { Root: "/run/r" } };
+ * const p = criPlugins("2.1.9", { sandboxImage: "localhost/skiff/pause:latest", handlers: { skiff: h } });
+ * const cri = p["io.containerd.cri.v1.runtime"].containerd as { runtimes: Record<string, unknown> };
+ * deepStrictEqual(cri.runtimes.skiff, {
+ *   runtime_type: "io.containerd.skiff-runc.v2",
+ *   options: { Root: "/run/r" },
+ * });
  * ```
  */
 export interface CriHandler {
@@ -41,8 +50,15 @@ export interface CriHandler {
  * What {@linkcode criPlugins} writes.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import { type CriConfigOptions, criPlugins } from "./cri_config.ts";
+ * import { PAUSE_IMAGE_REF } from "./image.ts";
  * const o: CriConfigOptions = { sandboxImage: PAUSE_IMAGE_REF, handlers: {}, defaultHandler: "runc" };
+ * // containerd 2.x pins the sandbox image in the images plugin.
+ * deepStrictEqual(criPlugins("2.4.2", o)["io.containerd.cri.v1.images"], {
+ *   pinned_images: { sandbox: PAUSE_IMAGE_REF },
+ * });
  * ```
  */
 export interface CriConfigOptions {
@@ -67,8 +83,9 @@ export interface CriConfigOptions {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { criRuntimePlugin } from "./cri_config.ts";
- * console.assert(criRuntimePlugin("1.7.24") === "io.containerd.grpc.v1.cri");
+ * strictEqual(criRuntimePlugin("1.7.24"), "io.containerd.grpc.v1.cri");
  * ```
  */
 export function criRuntimePlugin(version: string): string {
@@ -86,9 +103,10 @@ export function criRuntimePlugin(version: string): string {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { criPlugins } from "./cri_config.ts";
  * const p = criPlugins("1.6.20", { sandboxImage: "localhost/skiff/pause:latest", handlers: {} });
- * console.assert(p["io.containerd.grpc.v1.cri"]!.sandbox_image === "localhost/skiff/pause:latest");
+ * strictEqual(p["io.containerd.grpc.v1.cri"]!.sandbox_image, "localhost/skiff/pause:latest");
  * ```
  */
 export function criPlugins(

@@ -20,6 +20,8 @@
  *
  * @module
  */
+// long: over 500 lines with its runnable JSDoc examples; the code (~400 lines) is one concept,
+// critest's runs and their report
 
 import { type PrivateContainerd, skiffCacheDir, startContainerd } from "./containerd.ts";
 import { installShims } from "../install/install.ts";
@@ -35,8 +37,11 @@ export const CRITEST_VERSION = "1.37.0";
  * @returns `$SKIFF_CACHE/critest-v<CRITEST_VERSION>/critest` (not necessarily existing)
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { critestBinary, CRITEST_VERSION } from "./critest.ts";
  * const bin = critestBinary(); // ~/.cache/skiff/critest-v1.37.0/critest
+ * strictEqual(bin.endsWith(`/critest-v${CRITEST_VERSION}/critest`), true);
  * ```
  */
 export function critestBinary(): string {
@@ -47,8 +52,11 @@ export function critestBinary(): string {
  * A critest spec skipped for every handler, and why.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { CritestSkip } from "./critest.ts";
  * const s: CritestSkip = { pattern: "port mapping", reason: "needs nginx" };
+ * strictEqual(new RegExp(s.pattern).test("runtime should support port mapping with only container port"), true);
  * ```
  */
 export interface CritestSkip {
@@ -63,8 +71,12 @@ export interface CritestSkip {
  * is passed as `--ginkgo.skip` for every handler.
  *
  * @example Usage
- * ```ts ignore
- * for (const s of CRITEST_SKIPS) console.log(s.pattern, "-", s.reason);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { CRITEST_SKIPS } from "./critest.ts";
+ * const skipped = (name: string) => CRITEST_SKIPS.some((s) => new RegExp(s.pattern).test(name));
+ * strictEqual(skipped("[k8s.io] Security Context NoNewPrivs should not allow"), true);
+ * strictEqual(skipped("[k8s.io] Container runtime should support execSync"), false);
  * ```
  */
 export const CRITEST_SKIPS: readonly CritestSkip[] = [
@@ -106,8 +118,11 @@ export const CRITEST_SKIPS: readonly CritestSkip[] = [
  * One spec's outcome.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { CritestSpec } from "./critest.ts";
  * const s: CritestSpec = { name: "[k8s.io] ... execSync", state: "passed", seconds: 2.1 };
+ * strictEqual(s.message, undefined); // only a spec that did not pass has one
  * ```
  */
 export interface CritestSpec {
@@ -125,9 +140,21 @@ export interface CritestSpec {
  * One handler's critest run.
  *
  * @example Usage
- * ```ts ignore
- * const r: CritestRun = await runCritest(c, { handler: "runc", ... });
- * console.log(r.specs.filter((s) => s.state === "failed").map((s) => s.name));
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import type { CritestRun, CritestSpec } from "./critest.ts";
+ * // What runCritest(c, { handler: "skiff-runc", ... }) resolves with:
+ * const spec = (name: string, state: string): CritestSpec => ({ name, state, seconds: 1 });
+ * const run: CritestRun = {
+ *   handler: "skiff-runc",
+ *   version: "2.4.2",
+ *   specs: [spec("[k8s.io] Container runtime should execSync", "passed"), spec("[k8s.io] b", "failed")],
+ *   code: 1,
+ *   timedOut: false,
+ *   seconds: 42,
+ *   logPath: "/tmp/critest.log",
+ * };
+ * deepStrictEqual(run.specs.filter((s) => s.state === "failed").map((s) => s.name), ["[k8s.io] b"]);
  * ```
  */
 export interface CritestRun {
@@ -261,12 +288,14 @@ interface GinkgoSpecReport {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { parseGinkgoReport } from "./critest.ts";
  * const specs = parseGinkgoReport(JSON.stringify([{ SpecReports: [{
  *   ContainerHierarchyTexts: ["[k8s.io] Pod"], LeafNodeText: "runs", LeafNodeType: "It",
  *   State: "passed", RunTime: 2e9,
  * }] }]));
- * console.assert(specs[0]!.name === "[k8s.io] Pod runs" && specs[0]!.seconds === 2);
+ * strictEqual(specs[0]!.name, "[k8s.io] Pod runs");
+ * strictEqual(specs[0]!.seconds, 2);
  * ```
  */
 export function parseGinkgoReport(text: string): CritestSpec[] {
@@ -383,9 +412,11 @@ export async function runCritest(
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { critestCniConfig } from "./critest.ts";
  * const { bridge, conflist } = critestCniConfig(7);
- * console.assert(bridge === "skc7" && JSON.parse(conflist).plugins[0].type === "bridge");
+ * strictEqual(bridge, "skc7");
+ * strictEqual(JSON.parse(conflist).plugins[0].type, "bridge");
  * ```
  */
 export function critestCniConfig(n: number): { bridge: string; conflist: string } {
@@ -420,8 +451,12 @@ export const CNI_BIN_DIR = "/usr/lib/cni";
  * Options of {@linkcode runCritestMatrix}.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { type CritestMatrixOptions, CRITEST_HANDLERS } from "./critest.ts";
+ * const binDir = "/root/.cache/skiff/containerd-v2.4.2/bin";
  * const o: CritestMatrixOptions = { binDir, handlers: ["runc", "skiff-runc"] };
+ * strictEqual(o.handlers!.every((h) => CRITEST_HANDLERS.includes(h)), true);
  * ```
  */
 export interface CritestMatrixOptions {
@@ -472,8 +507,9 @@ export const CRITEST_HANDLER_FOCUS: Readonly<Record<string, string>> = {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { defaultCritestHandlers } from "./critest.ts";
- * console.assert(defaultCritestHandlers("2.4.2").join() === "runc,skiff-runc");
+ * strictEqual(defaultCritestHandlers("2.4.2").join(), "runc,skiff-runc");
  * ```
  */
 export function defaultCritestHandlers(version: string): string[] {
@@ -604,15 +640,16 @@ function cell(s: CritestSpec | undefined): string {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { critestRegressions } from "./critest.ts";
  * const run = (handler: string, state: string) => ({
  *   handler, version: "2.4.2", code: 0, timedOut: false, seconds: 1, logPath: "",
  *   specs: [{ name: "a", state, seconds: 1 }],
  * });
  * const r = critestRegressions([run("runc", "passed"), run("skiff-runc", "failed")]);
- * console.assert(r[0] === "skiff-runc: a (failed)");
- * console.assert(critestRegressions([run("runc", "passed"), run("skiff-runc", "skipped"),
- *   run("skiff-runc-compat", "passed")]).length === 0);
+ * strictEqual(r[0], "skiff-runc: a (failed)");
+ * const skipped = [run("runc", "passed"), run("skiff-runc", "skipped"), run("skiff-runc-compat", "passed")];
+ * strictEqual(critestRegressions(skipped).length, 0);
  * ```
  */
 export function critestRegressions(runs: CritestRun[], reference = "runc"): string[] {
@@ -646,8 +683,23 @@ export function critestRegressions(runs: CritestRun[], reference = "runc"): stri
  * @returns markdown
  *
  * @example Usage
- * ```ts ignore
- * console.log(critestMatrix([await runCritestMatrix({ binDir })]));
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { type CritestRun, type CritestSpec, critestMatrix } from "./critest.ts";
+ * // With a containerd build: critestMatrix([await runCritestMatrix({ binDir })])
+ * const spec = (name: string, state: string): CritestSpec => ({ name, state, seconds: 1 });
+ * const run: CritestRun = {
+ *   handler: "skiff-runc",
+ *   version: "2.4.2",
+ *   specs: [spec("[k8s.io] Container runtime should execSync", "passed"), spec("[k8s.io] b", "failed")],
+ *   code: 1,
+ *   timedOut: false,
+ *   seconds: 42,
+ *   logPath: "/tmp/critest.log",
+ * };
+ * const md = critestMatrix([[run]]);
+ * strictEqual(md.split("\n")[0], "| spec | 2.4.2 skiff-runc |");
+ * strictEqual(md.endsWith("| **total** | 1 pass, 1 fail, 0 skip (42 s) |"), true);
  * ```
  */
 export function critestMatrix(groups: CritestRun[][]): string {

@@ -23,8 +23,20 @@ import type { CtrResult, PrivateContainerd } from "./containerd.ts";
  * The Go runc shim's runtime type.
  *
  * @example Usage
- * ```ts ignore
- * await ctrRun(c, { image: ref, id: "x", runtime: RUNC_RUNTIME });
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { PrivateContainerd } from "./containerd.ts";
+ * import { ctrRunArgs, RUNC_RUNTIME } from "./ctr.ts";
+ * // The fields of a PrivateContainerd that ctrRunArgs reads (startContainerd makes a real one).
+ * const c = {
+ *   fifoDir: "/tmp/c/fifo",
+ *   runcRoot: "/tmp/c/runc",
+ *   cgroupParent: "skiff-c",
+ *   runtimes: { "skiff-runc": { runtimeType: "io.containerd.skiff-runc.v2" } },
+ * } as unknown as PrivateContainerd;
+ * // ctrRun(c, { image: ref, id: "x", runtime: RUNC_RUNTIME }) runs:
+ * const args = ctrRunArgs(c, { image: "localhost/skiff/busybox:latest", id: "x", runtime: RUNC_RUNTIME });
+ * strictEqual(args.includes("--runc-root"), true); // the Go shim gets a private runc root
  * ```
  */
 export const RUNC_RUNTIME: string = "io.containerd.runc.v2";
@@ -33,8 +45,19 @@ export const RUNC_RUNTIME: string = "io.containerd.runc.v2";
  * The namespace {@linkcode ctrRun} uses unless told otherwise.
  *
  * @example Usage
- * ```ts ignore
- * await c.ctr(["tasks", "ls"], { namespace: DEFAULT_NAMESPACE });
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { PrivateContainerd } from "./containerd.ts";
+ * import { ctrRunArgs, DEFAULT_NAMESPACE } from "./ctr.ts";
+ * // The fields of a PrivateContainerd that ctrRunArgs reads (startContainerd makes a real one).
+ * const c = {
+ *   fifoDir: "/tmp/c/fifo",
+ *   runcRoot: "/tmp/c/runc",
+ *   cgroupParent: "skiff-c",
+ *   runtimes: { "skiff-runc": { runtimeType: "io.containerd.skiff-runc.v2" } },
+ * } as unknown as PrivateContainerd;
+ * const args = ctrRunArgs(c, { image: "localhost/skiff/busybox:latest", id: "x" });
+ * strictEqual(args[args.indexOf("--cgroup") + 1], `/skiff-c/${DEFAULT_NAMESPACE}/x`);
  * ```
  */
 export const DEFAULT_NAMESPACE: string = "skiff-test";
@@ -43,8 +66,20 @@ export const DEFAULT_NAMESPACE: string = "skiff-test";
  * Options of {@linkcode ctrRun}.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import type { PrivateContainerd } from "./containerd.ts";
+ * import { ctrRunArgs, type CtrRunOptions } from "./ctr.ts";
+ * // The fields of a PrivateContainerd that ctrRunArgs reads (startContainerd makes a real one).
+ * const c = {
+ *   fifoDir: "/tmp/c/fifo",
+ *   runcRoot: "/tmp/c/runc",
+ *   cgroupParent: "skiff-c",
+ *   runtimes: { "skiff-runc": { runtimeType: "io.containerd.skiff-runc.v2" } },
+ * } as unknown as PrivateContainerd;
+ * const ref = "localhost/skiff/busybox:latest";
  * const o: CtrRunOptions = { image: ref, id: "t", tty: true, args: ["sh", "-c", "tty"] };
+ * deepStrictEqual(ctrRunArgs(c, o).slice(-6), ["-t", ref, "t", "sh", "-c", "tty"]);
  * ```
  */
 export interface CtrRunOptions {
@@ -88,8 +123,9 @@ export interface CtrRunOptions {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { shellQuote } from "./ctr.ts";
- * console.assert(shellQuote("it's") === `'it'\\''s'`);
+ * strictEqual(shellQuote("it's"), `'it'\\''s'`);
  * ```
  */
 export function shellQuote(s: string): string {
@@ -104,8 +140,22 @@ export function shellQuote(s: string): string {
  * @returns arguments for `PrivateContainerd.ctr`
  *
  * @example Usage
- * ```ts ignore
- * const args = ctrRunArgs(c, { image: ref, id: "x", args: ["true"] });
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import type { PrivateContainerd } from "./containerd.ts";
+ * import { ctrRunArgs } from "./ctr.ts";
+ * // The fields of a PrivateContainerd that ctrRunArgs reads (startContainerd makes a real one).
+ * const c = {
+ *   fifoDir: "/tmp/c/fifo",
+ *   runcRoot: "/tmp/c/runc",
+ *   cgroupParent: "skiff-c",
+ *   runtimes: { "skiff-runc": { runtimeType: "io.containerd.skiff-runc.v2" } },
+ * } as unknown as PrivateContainerd;
+ * const args = ctrRunArgs(c, { image: "bb", id: "x", runtime: "skiff-runc", args: ["true"] });
+ * deepStrictEqual(args, [
+ *   "run", "--fifo-dir", "/tmp/c/fifo", "--runtime", "io.containerd.skiff-runc.v2",
+ *   "--cgroup", "/skiff-c/skiff-test/x", "--rm", "bb", "x", "true",
+ * ]);
  * ```
  */
 export function ctrRunArgs(c: PrivateContainerd, o: CtrRunOptions): string[] {

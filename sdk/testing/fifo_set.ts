@@ -25,8 +25,14 @@ export interface FifoSet {
  * @param streams which FIFOs to make
  * @returns the paths, empty for streams not made
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { deepStrictEqual, strictEqual } from "node:assert/strict";
+ * import { createFifoSet } from "./fifo_set.ts";
+ * const tmp = await Deno.makeTempDir();
  * const io = createFifoSet(tmp, "c1", ["stdout", "stderr"]);
+ * deepStrictEqual(io, { stdin: "", stdout: `${tmp}/c1-stdout`, stderr: `${tmp}/c1-stderr` });
+ * strictEqual(Deno.statSync(io.stdout).isFifo, true);
+ * await Deno.remove(tmp, { recursive: true });
  * ```
  */
 export function createFifoSet(
@@ -50,8 +56,18 @@ export function createFifoSet(
  * @param onOpen called with the open file, e.g. to close it from a cleanup if the read hangs
  * @returns what was read, as text
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { createFifoSet, readFifo } from "./fifo_set.ts";
+ * const tmp = await Deno.makeTempDir();
+ * const io = createFifoSet(tmp, "c1", ["stdout"]);
  * const out = readFifo(io.stdout); // start reading before the task is created
+ * // The shim's side: open, write, close (end of file for the reader).
+ * const shim = await Deno.open(io.stdout, { write: true });
+ * await shim.write(new TextEncoder().encode("hello\n"));
+ * shim.close();
+ * strictEqual(await out, "hello\n");
+ * await Deno.remove(tmp, { recursive: true });
  * ```
  */
 export async function readFifo(

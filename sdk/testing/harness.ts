@@ -7,6 +7,8 @@
  *
  * @module
  */
+// long: over 500 lines with its JSDoc; the code (~350 lines) is the ShimHarness class,
+// containerd's side of one shim
 
 import { type DescMessage, fromBinary, type MessageShape } from "@bufbuild/protobuf";
 import { type Any, timestampDate } from "@bufbuild/protobuf/wkt";
@@ -151,8 +153,15 @@ const EVENT_TYPES: Record<string, DescMessage> = Object.fromEntries(
  * Decodes a task event `Any` by its bare type name (`containerd.events.TaskExit`).
  *
  * @example Usage
- * ```ts ignore
- * const exit = decodeTaskEvent(env.event) as TaskExit;
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { packAny, type TaskExit, TaskExitSchema } from "@skiff/shim/proto";
+ * import { decodeTaskEvent } from "./harness.ts";
+ * // An envelope's event as the shim publishes it.
+ * const event = packAny(TaskExitSchema, { containerId: "c1", exitStatus: 3 });
+ * const exit = decodeTaskEvent(event) as TaskExit;
+ * strictEqual(exit.exitStatus, 3);
+ * strictEqual(decodeTaskEvent({ ...event, typeUrl: "x.Unknown" }), undefined);
  * ```
  */
 export function decodeTaskEvent(any: Any): unknown {
@@ -255,6 +264,7 @@ export class ShimHarness {
 
   /** Starts the events server, runs the shim's `start`, and connects. */
   static async start(opts: ShimHarnessOptions): Promise<ShimHarness> {
+    // long: containerd's side of a shim start in order (events server, log FIFO, start, dial)
     const dir = await Deno.makeTempDir({ prefix: "skiff-harness-" });
     const namespace = opts.namespace ?? "skiff-test";
     const events: RecordedEvent[] = [];
@@ -473,9 +483,11 @@ export function eventAs<Desc extends DescMessage>(
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { parseStartOutput } from "./harness.ts";
  * const r = parseStartOutput(new TextEncoder().encode("unix:///run/x\n"));
- * console.assert(r.address === "unix:///run/x" && r.version === 2);
+ * strictEqual(r.address, "unix:///run/x");
+ * strictEqual(r.version, 2);
  * ```
  */
 export function parseStartOutput(

@@ -6,11 +6,16 @@
  * fixed owners and mtimes, so the same busybox always yields the same digests.
  *
  * @example Usage
- * ```ts ignore
- * import { buildBusyboxImage, BUSYBOX_IMAGE_REF } from "@skiff/shim/testing";
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { buildBusyboxImage, BUSYBOX_IMAGE_REF, readOciLayout } from "@skiff/shim/testing";
  *
- * const tar = await buildBusyboxImage();
+ * const dir = await Deno.makeTempDir(); // default: $SKIFF_CACHE/images
+ * const tar = await buildBusyboxImage({ dir });
  * // ctr -n test images import <tar>   → BUSYBOX_IMAGE_REF
+ * const { index } = await readOciLayout(tar);
+ * strictEqual(index.manifests[0].annotations?.["io.containerd.image.name"], BUSYBOX_IMAGE_REF);
+ * await Deno.remove(dir, { recursive: true });
  * ```
  *
  * @module
@@ -22,8 +27,11 @@ import { buildBusyboxRootfs, findBusybox } from "./bundle.ts";
  * The name the image is imported under.
  *
  * @example Usage
- * ```ts ignore
- * await c.ctr(["run", "--rm", BUSYBOX_IMAGE_REF, "x", "true"], { namespace: "test" });
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { BUSYBOX_IMAGE_REF } from "./image.ts";
+ * // With a private containerd c: c.ctr(["run", "--rm", BUSYBOX_IMAGE_REF, "x", "true"], ...)
+ * strictEqual(BUSYBOX_IMAGE_REF, "localhost/skiff/busybox:latest"); // never a registry's name
  * ```
  */
 export const BUSYBOX_IMAGE_REF: string = "localhost/skiff/busybox:latest";
@@ -32,8 +40,18 @@ export const BUSYBOX_IMAGE_REF: string = "localhost/skiff/busybox:latest";
  * Options of {@linkcode buildBusyboxImage}.
  *
  * @example Usage
- * ```ts ignore
- * const tar = await buildBusyboxImage({ dir: "/tmp/images", ref: "localhost/me/bb:1" });
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { buildBusyboxImage, type BusyboxImageOptions } from "./image.ts";
+ * import { readOciLayout } from "./oci_layout.ts";
+ * const dir = await Deno.makeTempDir();
+ * const opts: BusyboxImageOptions = { dir, ref: "localhost/me/bb:1", cmd: ["echo", "hi"] };
+ * const tar = await buildBusyboxImage(opts);
+ * strictEqual(tar.startsWith(`${dir}/`), true);
+ * strictEqual(await buildBusyboxImage(opts), tar); // the same image: the tar is reused
+ * const { index } = await readOciLayout(tar);
+ * strictEqual(index.manifests[0].annotations?.["org.opencontainers.image.ref.name"], "1");
+ * await Deno.remove(dir, { recursive: true });
  * ```
  */
 export interface BusyboxImageOptions {
@@ -53,8 +71,12 @@ export interface BusyboxImageOptions {
  * One archive member.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { type TarEntry, writeTar } from "./image.ts";
  * const e: TarEntry = { path: "bin/sh", type: "symlink", mode: 0o777, linkname: "busybox" };
+ * const tar = writeTar([e]);
+ * strictEqual(String.fromCharCode(tar[156]), "2"); // ustar's typeflag for a symlink
  * ```
  */
 export interface TarEntry {
@@ -134,9 +156,10 @@ function header(e: TarEntry, size: number): Uint8Array {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { writeTar } from "./image.ts";
  * const tar = writeTar([{ path: "hello", type: "file", mode: 0o644, data: new Uint8Array(3) }]);
- * console.assert(tar.length === 512 * 4);
+ * strictEqual(tar.length, 512 * 4);
  * ```
  */
 export function writeTar(entries: TarEntry[]): Uint8Array {
@@ -172,8 +195,20 @@ export function writeTar(entries: TarEntry[]): Uint8Array {
  * @returns entries for every directory, regular file and symlink below `dir`
  *
  * @example Usage
- * ```ts ignore
- * const layer = writeTar(await tarEntriesOf("/tmp/rootfs"));
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import { tarEntriesOf } from "./image.ts";
+ * const dir = await Deno.makeTempDir(); // stands in for a rootfs
+ * await Deno.mkdir(`${dir}/bin`);
+ * await Deno.writeTextFile(`${dir}/bin/busybox`, "");
+ * await Deno.symlink("busybox", `${dir}/bin/sh`);
+ * const entries = await tarEntriesOf(dir); // then writeTar(entries) is the layer
+ * deepStrictEqual(entries.map((e) => `${e.type} ${e.path}`), [
+ *   "dir bin",
+ *   "file bin/busybox",
+ *   "symlink bin/sh",
+ * ]);
+ * await Deno.remove(dir, { recursive: true });
  * ```
  */
 export async function tarEntriesOf(dir: string): Promise<TarEntry[]> {
@@ -209,9 +244,10 @@ export async function tarEntriesOf(dir: string): Promise<TarEntry[]> {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { sha256Digest } from "./image.ts";
  * const d = await sha256Digest(new Uint8Array());
- * console.assert(d.startsWith("sha256:e3b0c442"));
+ * strictEqual(d.startsWith("sha256:e3b0c442"), true);
  * ```
  */
 export async function sha256Digest(data: Uint8Array): Promise<string> {
@@ -247,12 +283,20 @@ function cacheDir(): string {
  * @returns the tar's absolute path
  *
  * @example Usage
- * ```ts ignore
- * const tar = await buildBusyboxImage();
- * // containerd: ctr -n ns images import tar
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { buildBusyboxImage } from "./image.ts";
+ * import { readOciLayout } from "./oci_layout.ts";
+ * const dir = await Deno.makeTempDir();
+ * const tar = await buildBusyboxImage({ dir }); // containerd: ctr -n ns images import <tar>
+ * const { index, blobs } = await readOciLayout(tar);
+ * const manifest = JSON.parse(new TextDecoder().decode(blobs.get(index.manifests[0].digest)));
+ * strictEqual(manifest.layers.length, 1);
+ * await Deno.remove(dir, { recursive: true });
  * ```
  */
 export async function buildBusyboxImage(opts: BusyboxImageOptions = {}): Promise<string> {
+  // long: the image layout written top to bottom (layer, config, manifest, index, tar)
   const ref = opts.ref ?? BUSYBOX_IMAGE_REF;
   const busybox = opts.busybox ?? findBusybox();
   if (!busybox) throw new Error("busybox not found: install the busybox-static package");
@@ -342,8 +386,11 @@ export async function buildBusyboxImage(opts: BusyboxImageOptions = {}): Promise
  * The name the pause (pod sandbox) image is imported under.
  *
  * @example Usage
- * ```ts ignore
- * const cfg = { sandboxImage: PAUSE_IMAGE_REF };
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { PAUSE_IMAGE_REF } from "./image.ts";
+ * const cfg = { sandboxImage: PAUSE_IMAGE_REF }; // CRI's sandbox image: never pulled
+ * strictEqual(cfg.sandboxImage.startsWith("localhost/"), true);
  * ```
  */
 export const PAUSE_IMAGE_REF: string = "localhost/skiff/pause:latest";
@@ -368,9 +415,17 @@ const PAUSE_COMMAND: readonly string[] = [
  * @returns the tar's absolute path
  *
  * @example Usage
- * ```ts ignore
- * const tar = await buildPauseImage();
- * // ctr -n k8s.io images import <tar>   → PAUSE_IMAGE_REF
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import { buildPauseImage } from "./image.ts";
+ * import { readOciLayout } from "./oci_layout.ts";
+ * const dir = await Deno.makeTempDir();
+ * const tar = await buildPauseImage({ dir }); // ctr -n k8s.io images import <tar>
+ * const { index, blobs } = await readOciLayout(tar);
+ * const text = (d: string) => JSON.parse(new TextDecoder().decode(blobs.get(d)));
+ * const config = text(text(index.manifests[0].digest).config.digest);
+ * deepStrictEqual(config.config.Entrypoint.slice(0, 2), ["/bin/sh", "-c"]); // the waiting shell
+ * await Deno.remove(dir, { recursive: true });
  * ```
  */
 export function buildPauseImage(

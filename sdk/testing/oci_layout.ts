@@ -10,9 +10,16 @@
  * An OCI image layout held in memory.
  *
  * @example Usage
- * ```ts ignore
- * const layout: OciLayout = await readOciLayout(await buildBusyboxImage());
- * console.log(layout.index.manifests.length);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { buildBusyboxImage } from "./image.ts";
+ * import { type OciLayout, readOciLayout } from "./oci_layout.ts";
+ * const dir = await Deno.makeTempDir();
+ * const tar = await buildBusyboxImage({ dir });
+ * const layout: OciLayout = await readOciLayout(tar);
+ * strictEqual(layout.index.manifests.length, 1);
+ * strictEqual(layout.blobs.size, 3); // manifest, config, layer
+ * await Deno.remove(dir, { recursive: true });
  * ```
  */
 export interface OciLayout {
@@ -26,8 +33,17 @@ export interface OciLayout {
  * A content descriptor (OCI image spec).
  *
  * @example Usage
- * ```ts ignore
- * const d: OciDescriptor = { mediaType: "application/vnd.oci.image.manifest.v1+json", digest, size };
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { sha256Digest } from "./image.ts";
+ * import type { OciDescriptor } from "./oci_layout.ts";
+ * const body = new TextEncoder().encode("{}");
+ * const d: OciDescriptor = {
+ *   mediaType: "application/vnd.oci.image.manifest.v1+json",
+ *   digest: await sha256Digest(body),
+ *   size: body.length,
+ * };
+ * strictEqual(d.digest, "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a");
  * ```
  */
 export interface OciDescriptor {
@@ -47,8 +63,11 @@ export interface OciDescriptor {
  * An image index (`index.json`, or an index blob).
  *
  * @example Usage
- * ```ts ignore
- * const first = (layout.index as OciIndex).manifests[0];
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { OciIndex } from "./oci_layout.ts";
+ * const index: OciIndex = { schemaVersion: 2, manifests: [] };
+ * strictEqual(index.manifests[0], undefined); // an empty layout names no image
  * ```
  */
 export interface OciIndex {
@@ -93,8 +112,15 @@ function untar(tar: Uint8Array): Map<string, Uint8Array> {
  * @returns the index and every blob under `blobs/sha256`
  *
  * @example Usage
- * ```ts ignore
- * const { index, blobs } = await readOciLayout("/tmp/busybox.tar");
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { buildBusyboxImage } from "./image.ts";
+ * import { readOciLayout } from "./oci_layout.ts";
+ * const dir = await Deno.makeTempDir();
+ * const tar = await buildBusyboxImage({ dir });
+ * const { index, blobs } = await readOciLayout(tar);
+ * strictEqual(blobs.has(index.manifests[0].digest), true);
+ * await Deno.remove(dir, { recursive: true });
  * ```
  */
 export async function readOciLayout(path: string): Promise<OciLayout> {

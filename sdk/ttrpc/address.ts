@@ -18,10 +18,11 @@ import { Code, ConnectError } from "@connectrpc/connect";
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { socketPathOf } from "./address.ts";
- * console.assert(socketPathOf("unix:///run/containerd/s/abc") === "/run/containerd/s/abc");
- * console.assert(socketPathOf("ttrpc+unix:///run/x.sock?streaming_id=1") === "/run/x.sock");
- * console.assert(socketPathOf("/run/containerd/containerd.sock.ttrpc") === "/run/containerd/containerd.sock.ttrpc");
+ * strictEqual(socketPathOf("unix:///run/containerd/s/abc"), "/run/containerd/s/abc");
+ * strictEqual(socketPathOf("ttrpc+unix:///run/x.sock?streaming_id=1"), "/run/x.sock");
+ * strictEqual(socketPathOf("/run/containerd/containerd.sock.ttrpc"), "/run/containerd/containerd.sock.ttrpc");
  * ```
  */
 export function socketPathOf(address: string): string {

@@ -19,8 +19,9 @@ const INITIAL_PAYLOAD_BUFFER = 64 * 1024;
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { FrameType } from "./frame.ts";
- * console.assert(FrameType.Request === 1);
+ * strictEqual(FrameType.Request, 1);
  * ```
  */
 export const FrameType: {
@@ -37,9 +38,10 @@ export const FrameType: {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { FrameFlags } from "./frame.ts";
  * const closeMarker = FrameFlags.RemoteClosed | FrameFlags.NoData;
- * console.assert(closeMarker === 5);
+ * strictEqual(closeMarker, 5);
  * ```
  */
 export const FrameFlags: {
@@ -56,9 +58,10 @@ export const FrameFlags: {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { FrameHeader } from "./frame.ts";
  * const h: FrameHeader = { length: 0, streamId: 1, type: 1, flags: 0 };
- * console.assert(h.streamId === 1);
+ * strictEqual(h.streamId, 1);
  * ```
  */
 export interface FrameHeader {
@@ -78,11 +81,12 @@ export interface FrameHeader {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { DecodedFrame } from "./frame.ts";
  * function describe(f: DecodedFrame): string {
  *   return f.oversized ? `too long on ${f.header.streamId}` : `${f.payload.length} bytes`;
  * }
- * console.assert(describe({ header: { length: 0, streamId: 1, type: 1, flags: 0 }, oversized: false, payload: new Uint8Array() }) === "0 bytes");
+ * strictEqual(describe({ header: { length: 0, streamId: 1, type: 1, flags: 0 }, oversized: false, payload: new Uint8Array() }), "0 bytes");
  * ```
  */
 export type DecodedFrame =
@@ -113,9 +117,13 @@ export type DecodedFrame =
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { encodeFrame, FrameType } from "./frame.ts";
  * const bytes = encodeFrame(1, FrameType.Request, 0, new Uint8Array([7]));
- * console.assert(bytes.length === 11 && bytes[3] === 1 && bytes[7] === 1 && bytes[8] === 1);
+ * strictEqual(bytes.length, 11);
+ * strictEqual(bytes[3], 1);
+ * strictEqual(bytes[7], 1);
+ * strictEqual(bytes[8], 1);
  * ```
  */
 export function encodeFrame(
@@ -157,12 +165,15 @@ export function encodeFrame(
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { encodeFrame, FrameDecoder, FrameType } from "./frame.ts";
  * const bytes = encodeFrame(3, FrameType.Response, 0, new Uint8Array([1, 2]));
  * const decoder = new FrameDecoder();
- * console.assert(decoder.push(bytes.subarray(0, 4)).length === 0);
+ * strictEqual(decoder.push(bytes.subarray(0, 4)).length, 0);
  * const [frame] = decoder.push(bytes.subarray(4));
- * console.assert(frame.header.streamId === 3 && !frame.oversized && frame.payload.length === 2);
+ * strictEqual(frame.header.streamId, 3);
+ * strictEqual(frame.oversized, false);
+ * strictEqual(frame.payload.length, 2);
  * ```
  */
 export class FrameDecoder {

@@ -4,6 +4,8 @@
  *
  * @module
  */
+// long: over 500 lines with its runnable JSDoc examples; the code (~300 lines) is the TtrpcServer
+// class (connections live in _server_connection.ts)
 
 import { Code, ConnectError, type Interceptor, type ServiceImplSpec } from "@connectrpc/connect";
 import {
@@ -19,9 +21,10 @@ import { effectiveIds, PeerCredentialResolver } from "./_peer_cred.ts";
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { TtrpcServerOptions } from "./server.ts";
  * const options: TtrpcServerOptions = { requireSameUser: true, onError: console.error };
- * console.assert(options.requireSameUser);
+ * strictEqual(options.requireSameUser, true);
  * ```
  */
 export interface TtrpcServerOptions {
@@ -72,13 +75,35 @@ export interface TtrpcServerOptions {
  * What {@linkcode TtrpcServer.serveConn} serves: the `read`, `write` and `close` of a
  * `Deno.Conn`, so that any ordered, reliable byte stream can carry ttrpc.
  *
- * @example A stream over two file descriptors
- * ```ts ignore
+ * @example A stream that is not a Deno.Conn
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { createClient, createServiceImplSpec } from "@connectrpc/connect";
+ * import { createTtrpcTransport, type TtrpcByteStream, TtrpcServer } from "@skiff/shim/ttrpc";
+ * import { TaskService as Task } from "@skiff/shim/proto";
+ *
+ * const server = new TtrpcServer().register(
+ *   createServiceImplSpec<typeof Task>(Task, { connect: () => ({ shimPid: 7 }) }),
+ *   "containerd.task.v2.Task",
+ * );
+ * // A unix socket stands in for a VM's virtio-serial port: the server sees only the three calls.
+ * const dir = await Deno.makeTempDir();
+ * const listener = Deno.listen({ transport: "unix", path: `${dir}/port.sock` });
+ * const transport = createTtrpcTransport({ path: `${dir}/port.sock` });
+ * const answer = createClient(Task, transport).connect({ id: "c1" });
+ * const conn = await listener.accept();
  * const port: TtrpcByteStream = {
- *   read: (p) => Deno.stdin.read(p),
- *   write: (p) => Deno.stdout.write(p),
- *   close: () => {},
+ *   read: (p) => conn.read(p),
+ *   write: (p) => conn.write(p),
+ *   close: () => conn.close(),
  * };
+ * const served = server.serveConn(port);
+ * strictEqual((await answer).shimPid, 7);
+ * await transport.close();
+ * await server.close();
+ * await served;
+ * listener.close();
+ * await Deno.remove(dir, { recursive: true });
  * ```
  */
 export type TtrpcByteStream = ByteStream;
@@ -97,9 +122,10 @@ export const DEFAULT_WRITE_TIMEOUT_MS = 30_000;
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { TtrpcListenOptions } from "./server.ts";
  * const options: TtrpcListenOptions = { mode: 0o600 };
- * console.assert(options.mode === 0o600);
+ * strictEqual(options.mode, 0o600);
  * ```
  */
 export interface TtrpcListenOptions {
@@ -112,9 +138,10 @@ export interface TtrpcListenOptions {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { TtrpcCloseOptions } from "./server.ts";
  * const options: TtrpcCloseOptions = { timeoutMs: 5000 };
- * console.assert(options.timeoutMs === 5000);
+ * strictEqual(options.timeoutMs, 5000);
  * ```
  */
 export interface TtrpcCloseOptions {
@@ -238,11 +265,32 @@ export class TtrpcServer {
    * @returns this server, for chaining
    * @throws {ConnectError} `AlreadyExists` when a name is taken
    * @example Usage
-   * ```ts ignore
-   * server.registerLazy(async () => {
-   *   const { Sandbox } = await import("./sandbox_pb.ts");
-   *   return createServiceImplSpec(Sandbox, impl);
+   * ```ts
+   * import { strictEqual } from "node:assert/strict";
+   * import { createClient, createServiceImplSpec } from "@connectrpc/connect";
+   * import { createTtrpcTransport, TtrpcServer } from "@skiff/shim/ttrpc";
+   * import { SandboxService as Sandbox } from "@skiff/shim/proto";
+   *
+   * let loads = 0;
+   * const server = new TtrpcServer().registerLazy(async () => {
+   *   loads++; // a real shim imports the service's module here
+   *   const { SandboxService } = await import("@skiff/shim/proto");
+   *   return createServiceImplSpec<typeof SandboxService>(SandboxService, {
+   *     pingSandbox: () => ({}),
+   *   });
    * }, "containerd.runtime.sandbox.v1.Sandbox");
+   * const dir = await Deno.makeTempDir();
+   * await server.listen(`${dir}/shim.sock`);
+   * strictEqual(loads, 0); // nothing loaded until the first request
+   *
+   * const transport = createTtrpcTransport({ path: `${dir}/shim.sock` });
+   * const sandbox = createClient(Sandbox, transport);
+   * await sandbox.pingSandbox({ sandboxId: "p1" });
+   * await sandbox.pingSandbox({ sandboxId: "p1" });
+   * strictEqual(loads, 1);
+   * await transport.close();
+   * await server.close();
+   * await Deno.remove(dir, { recursive: true });
    * ```
    */
   registerLazy(load: () => Promise<ServiceImplSpec>, ...names: string[]): this {

@@ -21,11 +21,13 @@ import { type Status, StatusSchema } from "../../proto/gen/google/rpc/status_pb.
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { Code, ConnectError } from "@connectrpc/connect";
  * import { statusFromError } from "./status.ts";
  * const s = statusFromError(new ConnectError("task x not found", Code.NotFound));
- * console.assert(s.code === 5 && s.message === "task x not found");
- * console.assert(statusFromError(new Error("boom")).code === 2);
+ * strictEqual(s.code, 5);
+ * strictEqual(s.message, "task x not found");
+ * strictEqual(statusFromError(new Error("boom")).code, 2);
  * ```
  */
 export function statusFromError(reason: unknown): Status {
@@ -58,12 +60,14 @@ export function statusFromError(reason: unknown): Status {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { create } from "@bufbuild/protobuf";
  * import { Code } from "@connectrpc/connect";
  * import { StatusSchema } from "../../proto/gen/google/rpc/status_pb.ts";
  * import { errorFromStatus } from "./status.ts";
  * const err = errorFromStatus(create(StatusSchema, { code: 12, message: "service x" }));
- * console.assert(err.code === Code.Unimplemented && err.rawMessage === "service x");
+ * strictEqual(err.code, Code.Unimplemented);
+ * strictEqual(err.rawMessage, "service x");
  * ```
  */
 export function errorFromStatus(status: Status): ConnectError {

@@ -33,9 +33,10 @@ import { errorFromStatus } from "./status.ts";
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { TtrpcTransportOptions } from "./transport.ts";
  * const options: TtrpcTransportOptions = { path: "/run/containerd/containerd.sock.ttrpc", dialTimeoutMs: 2000 };
- * console.assert(options.dialTimeoutMs === 2000);
+ * strictEqual(options.dialTimeoutMs, 2000);
  * ```
  */
 export interface TtrpcTransportOptions {
@@ -53,13 +54,25 @@ export interface TtrpcTransportOptions {
  * A Connect `Transport` over one multiplexed ttrpc connection, plus `close()`.
  *
  * @example Usage
- * ```ts ignore
- * import { createClient } from "@connectrpc/connect";
- * import { createTtrpcTransport, type TtrpcTransport } from "@skiff/shim/ttrpc";
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { createClient, createServiceImplSpec } from "@connectrpc/connect";
+ * import { createTtrpcTransport, type TtrpcTransport, TtrpcServer } from "@skiff/shim/ttrpc";
  * import { TaskService as Task } from "@skiff/shim/proto";
- * const transport: TtrpcTransport = createTtrpcTransport({ path: "unix:///run/containerd/s/abc" });
+ * // A shim that answers Connect, on a temporary socket.
+ * const dir = await Deno.makeTempDir();
+ * const server = new TtrpcServer().register(
+ *   createServiceImplSpec<typeof Task>(Task, { connect: () => ({ shimPid: Deno.pid }) }),
+ *   "containerd.task.v2.Task",
+ * );
+ * await server.listen(`${dir}/shim.sock`);
+ *
+ * const transport: TtrpcTransport = createTtrpcTransport({ path: `unix://${dir}/shim.sock` });
  * const pid = (await createClient(Task, transport).connect({ id: "c1" })).shimPid;
+ * strictEqual(pid, Deno.pid);
  * await transport.close();
+ * await server.close();
+ * await Deno.remove(dir, { recursive: true });
  * ```
  */
 export interface TtrpcTransport extends Transport {
@@ -83,18 +96,33 @@ export interface TtrpcTransport extends Transport {
  * @returns the transport
  *
  * @example Publish an event to containerd
- * ```ts ignore
- * import { createClient } from "@connectrpc/connect";
- * import { createTtrpcTransport } from "@skiff/shim/ttrpc";
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { createClient, createServiceImplSpec } from "@connectrpc/connect";
+ * import { createTtrpcTransport, TtrpcServer } from "@skiff/shim/ttrpc";
  * import { EventsService as Events } from "@skiff/shim/proto";
  *
- * const transport = createTtrpcTransport({ path: Deno.env.get("TTRPC_ADDRESS")! });
+ * // containerd's events socket (TTRPC_ADDRESS), played by a server that keeps the topics.
+ * const topics: string[] = [];
+ * const containerd = new TtrpcServer().register(
+ *   createServiceImplSpec<typeof Events>(Events, {
+ *     forward: (req) => (topics.push(req.envelope?.topic ?? ""), {}),
+ *   }),
+ *   "containerd.services.events.ttrpc.v1.Events",
+ * );
+ * const dir = await Deno.makeTempDir();
+ * await containerd.listen(`${dir}/containerd.sock.ttrpc`);
+ *
+ * const transport = createTtrpcTransport({ path: `${dir}/containerd.sock.ttrpc` });
  * const events = createClient(Events, transport);
  * await events.forward(
  *   { envelope: { topic: "/tasks/oom", namespace: "default" } },
  *   { headers: { "containerd-namespace-ttrpc": "default" }, timeoutMs: 5000 },
  * );
+ * strictEqual(topics[0], "/tasks/oom");
  * await transport.close();
+ * await containerd.close();
+ * await Deno.remove(dir, { recursive: true });
  * ```
  */
 export function createTtrpcTransport(options: TtrpcTransportOptions): TtrpcTransport {

@@ -17,10 +17,11 @@
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { RUNTIME_DELETED_FILE } from "./bundle_files.ts";
  * const bundle = await Deno.makeTempDir();
  * await Deno.writeFile(`${bundle}/${RUNTIME_DELETED_FILE}`, new Uint8Array([0x10, 0x89, 0x01]));
- * console.assert((await Deno.readFile(`${bundle}/${RUNTIME_DELETED_FILE}`)).length === 3);
+ * strictEqual((await Deno.readFile(`${bundle}/${RUNTIME_DELETED_FILE}`)).length, 3);
  * await Deno.remove(bundle, { recursive: true });
  * ```
  */

@@ -11,8 +11,9 @@
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { containerdVersion } from "./containerd_version.ts";
- * console.assert(await containerdVersion("") === undefined);
+ * strictEqual(await containerdVersion(""), undefined);
  * ```
  */
 export async function containerdVersion(binary: string): Promise<[number, number] | undefined> {

@@ -48,9 +48,12 @@ const boolFlags = ["debug", "v", "info", "spare"] as const;
  * @returns the parsed flags; throws a TypeError naming an unknown flag or a missing value
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { parseShimFlags } from "./flags.ts";
  * const f = parseShimFlags(["-namespace", "k8s.io", "-id", "abc", "-debug", "start"]);
- * console.assert(f.namespace === "k8s.io" && f.debug && f.action === "start");
+ * strictEqual(f.namespace, "k8s.io");
+ * strictEqual(f.debug, true);
+ * strictEqual(f.action, "start");
  * ```
  */
 export function parseShimFlags(argv: readonly string[]): ShimFlags {

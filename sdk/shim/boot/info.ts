@@ -22,8 +22,25 @@ import type { Shim } from "../shim.ts";
  * @returns the marshalled `RuntimeInfo`; throws when the options do not decode or are of a type
  *   the shim does not accept
  * @example Usage
- * ```ts ignore
- * await Deno.stdout.write(await runInfo(shim, stdinBytes));
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { fromBinary } from "@bufbuild/protobuf";
+ * import { RuntimeInfoSchema } from "@skiff/shim/proto";
+ * import type { ContainerRuntime } from "../runtime.ts";
+ * import { Shim } from "../shim.ts";
+ * import { runInfo } from "./info.ts";
+ *
+ * class MyShim extends Shim<{ binary: string }> {
+ *   readonly runtimeName = "io.containerd.my.v1";
+ *   readonly options = { defaults: () => ({ binary: "my-runtime" }) };
+ *   runtime(): ContainerRuntime {
+ *     throw new Error("-info runs no container");
+ *   }
+ * }
+ * // containerd wrote no options on stdin; the shim prints these bytes on stdout.
+ * const info = fromBinary(RuntimeInfoSchema, await runInfo(new MyShim(), new Uint8Array()));
+ * strictEqual(info.name, "io.containerd.my.v1");
+ * strictEqual(info.features, undefined); // the base Shim reports no features
  * ```
  */
 export async function runInfo<T extends object>(

@@ -80,9 +80,11 @@ const rotr = (x: number, n: number) => (x >>> n) | (x << (32 - n));
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { sha256Hex } from "./sha256.ts";
- * console.assert(
- *   sha256Hex("abc") === "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+ * strictEqual(
+ *   sha256Hex("abc"),
+ *   "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
  * );
  * ```
  */

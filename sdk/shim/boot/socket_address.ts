@@ -17,8 +17,9 @@ import { cleanPath } from "../../linux/clean_path.ts";
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { ADDRESS_FILE } from "./socket_address.ts";
- * console.assert(ADDRESS_FILE === "address");
+ * strictEqual(ADDRESS_FILE, "address");
  * ```
  */
 export const ADDRESS_FILE = "address";
@@ -39,9 +40,10 @@ export const SOCKET_PATH_LIMIT = 106;
  * @returns a `unix://` address
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { shimSocketAddress } from "./socket_address.ts";
  * const addr = shimSocketAddress("/run/containerd/containerd.sock", "default", "c1");
- * console.assert(addr.startsWith("unix:///run/containerd/s/"));
+ * strictEqual(addr.startsWith("unix:///run/containerd/s/"), true);
  * ```
  */
 export function shimSocketAddress(
@@ -66,8 +68,9 @@ export function shimSocketAddress(
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { socketPath } from "./socket_address.ts";
- * console.assert(socketPath("unix:///run/x") === "/run/x");
+ * strictEqual(socketPath("unix:///run/x"), "/run/x");
  * ```
  */
 export function socketPath(address: string): string {
@@ -81,8 +84,9 @@ export function socketPath(address: string): string {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { OPS_SOCKET_SUFFIX } from "./socket_address.ts";
- * console.assert(OPS_SOCKET_SUFFIX === ".ops");
+ * strictEqual(OPS_SOCKET_SUFFIX, ".ops");
  * ```
  */
 export const OPS_SOCKET_SUFFIX = ".ops";
@@ -94,8 +98,9 @@ export const OPS_SOCKET_SUFFIX = ".ops";
  * @returns `<path>.ops`
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { opsSocketPath } from "./socket_address.ts";
- * console.assert(opsSocketPath("unix:///run/containerd/s/ab") === "/run/containerd/s/ab.ops");
+ * strictEqual(opsSocketPath("unix:///run/containerd/s/ab"), "/run/containerd/s/ab.ops");
  * ```
  */
 export function opsSocketPath(ttrpcSocket: string): string {

@@ -49,9 +49,11 @@ export interface StartInput {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { parseStartInput } from "./start.ts";
  * const none = parseStartInput(new Uint8Array(), "c1", "default");
- * console.assert(none.dialect === "legacy" && none.carriers.length === 0);
+ * strictEqual(none.dialect, "legacy");
+ * strictEqual(none.carriers.length, 0);
  * ```
  */
 export function parseStartInput(stdin: Uint8Array, id: string, namespace: string): StartInput {
@@ -83,9 +85,10 @@ export function parseStartInput(stdin: Uint8Array, id: string, namespace: string
  * @param daemon containerd's version as `[major, minor]`, when known
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { formatStartAnswer } from "./start.ts";
  * const ep = { address: "unix:///run/containerd/s/x", version: 3, protocol: "ttrpc" } as const;
- * console.assert(formatStartAnswer("legacy", ep, [1, 6]) === "unix:///run/containerd/s/x");
+ * strictEqual(formatStartAnswer("legacy", ep, [1, 6]), "unix:///run/containerd/s/x");
  * ```
  */
 export function formatStartAnswer(
@@ -108,8 +111,9 @@ export function formatStartAnswer(
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { shimCgroupOf } from "./start.ts";
- * console.assert(shimCgroupOf([]) === undefined);
+ * strictEqual(shimCgroupOf([]), undefined);
  * ```
  */
 export function shimCgroupOf(carriers: readonly Any[]): string | undefined {

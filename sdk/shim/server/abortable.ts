@@ -12,11 +12,13 @@ import { Code, ConnectError } from "@connectrpc/connect";
  *
  * @example Usage
  * ```ts
+ * import { rejects } from "node:assert/strict";
+ * import { Code } from "@connectrpc/connect";
  * import { abortable } from "./abortable.ts";
  * const ac = new AbortController();
  * const waiting = abortable(new Promise(() => {}), ac.signal);
  * ac.abort();
- * await waiting.catch((e) => console.assert(e.code === 1));
+ * await rejects(waiting, { code: Code.Canceled });
  * ```
  */
 export function abortable<V>(p: Promise<V>, signal: AbortSignal | undefined): Promise<V> {

@@ -12,8 +12,16 @@
  *
  * @param bundle the bundle directory
  * @example Usage
- * ```ts ignore
- * if (await sharesPidNamespace(bundle)) await runtime.kill(id, 9, { all: true });
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { sharesPidNamespace } from "./bundle_spec.ts";
+ * const bundle = Deno.makeTempDirSync();
+ * const spec = (namespaces: object[]) => JSON.stringify({ linux: { namespaces } });
+ * Deno.writeTextFileSync(`${bundle}/config.json`, spec([{ type: "pid" }]));
+ * strictEqual(await sharesPidNamespace(bundle), false); // its own: the init's exit ends them all
+ * Deno.writeTextFileSync(`${bundle}/config.json`, spec([{ type: "pid", path: "/proc/1/ns/pid" }]));
+ * strictEqual(await sharesPidNamespace(bundle), true); // then: runtime.kill(id, 9, { all: true })
+ * Deno.removeSync(bundle, { recursive: true });
  * ```
  */
 export async function sharesPidNamespace(bundle: string): Promise<boolean> {

@@ -64,10 +64,31 @@ export interface EventPublisherOptions {
  * Queues events and forwards them to containerd in order.
  *
  * @example Usage
- * ```ts ignore
- * const pub = new EventPublisher({ address: Deno.env.get("TTRPC_ADDRESS")!, namespace: "default" });
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import { createServiceImplSpec } from "@connectrpc/connect";
+ * import { EventsService as Events, TaskOOMSchema } from "@skiff/shim/proto";
+ * import { TtrpcServer } from "@skiff/shim/ttrpc";
+ * import { EventPublisher } from "./events.ts";
+ *
+ * // containerd's TTRPC_ADDRESS, played by a server that keeps what it is sent.
+ * const got: string[] = [];
+ * const containerd = new TtrpcServer().register(
+ *   createServiceImplSpec<typeof Events>(Events, {
+ *     forward: (req) => (got.push(`${req.envelope?.namespace} ${req.envelope?.topic}`), {}),
+ *   }),
+ *   "containerd.services.events.ttrpc.v1.Events",
+ * );
+ * const dir = await Deno.makeTempDir();
+ * await containerd.listen(`${dir}/containerd.sock.ttrpc`);
+ *
+ * const pub = new EventPublisher({ address: `${dir}/containerd.sock.ttrpc`, namespace: "default" });
  * pub.publish("/tasks/oom", TaskOOMSchema, { containerId: "c1" });
- * await pub.close();
+ * await pub.close(); // after the queue is delivered
+ * deepStrictEqual(got, ["default /tasks/oom"]);
+ * deepStrictEqual(pub.stats, { published: 1, failed: 0, queued: 0 });
+ * await containerd.close();
+ * await Deno.remove(dir, { recursive: true });
  * ```
  */
 export class EventPublisher {

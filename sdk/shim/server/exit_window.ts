@@ -36,9 +36,12 @@ export interface ObservedExit {
  * @param startTime the process's start time, in clock ticks since boot
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { isExitOf } from "./exit_window.ts";
  * const exit = { pid: 7, startTime: 100, status: 0, exitedAt: new Date() };
- * console.assert(isExitOf(exit, 7, 100) && !isExitOf(exit, 7, 250) && !isExitOf(exit, 8));
+ * strictEqual(isExitOf(exit, 7, 100), true);
+ * strictEqual(isExitOf(exit, 7, 250), false);
+ * strictEqual(isExitOf(exit, 8), false);
  * ```
  */
 export function isExitOf(exit: ObservedExit, pid: number, startTime?: number): boolean {
@@ -52,11 +55,12 @@ export function isExitOf(exit: ObservedExit, pid: number, startTime?: number): b
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { ExitWindow } from "./exit_window.ts";
  * const window = new ExitWindow(1000); // clock ticks since boot when the window opened
  * window.add({ pid: 42, startTime: 400, status: 1, exitedAt: new Date() }); // an older pid 42
  * window.add({ pid: 42, startTime: 1003, status: 7, exitedAt: new Date() }); // ours
- * console.assert(window.take(42)?.status === 7);
+ * strictEqual(window.take(42)?.status, 7);
  * ```
  */
 export class ExitWindow {

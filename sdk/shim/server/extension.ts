@@ -77,12 +77,13 @@ export interface ServerHooks {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import type { ServerExtension } from "./extension.ts";
  * const hello: ServerExtension = {
  *   name: "hello",
  *   setup: ({ logger }) => ({ onServing: () => logger.info("hello") }),
  * };
- * console.assert(hello.name === "hello");
+ * strictEqual(hello.name, "hello");
  * ```
  */
 export interface ServerExtension {

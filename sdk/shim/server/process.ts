@@ -48,11 +48,13 @@ export interface ProcessIoHandle {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { ShimProcess } from "./process.ts";
  * const p = new ShimProcess("c1", "", { stdin: "", stdout: "", stderr: "", terminal: false });
  * p.markStarted(42);
  * p.markExited({ status: 3, exitedAt: new Date() });
- * console.assert(p.state === "stopped" && p.exit?.status === 3);
+ * strictEqual(p.state, "stopped");
+ * strictEqual(p.exit?.status, 3);
  * ```
  */
 export class ShimProcess {

@@ -40,8 +40,9 @@ const OFF = /^(0|off|false|no)$/i;
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { spareIdleSeconds } from "./config.ts";
- * console.assert(spareIdleSeconds(new Map([["SKIFF_SPARE_IDLE_SECONDS", "-1"]])) === 600);
+ * strictEqual(spareIdleSeconds(new Map([["SKIFF_SPARE_IDLE_SECONDS", "-1"]])), 600);
  * ```
  */
 export function spareIdleSeconds(
@@ -61,9 +62,10 @@ const CODE_LINE = /^SKIFF_SHIM_CODE=([0-9a-f]{64})$/m;
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { launcherCodeId } from "./config.ts";
  * const id = "ab".repeat(32);
- * console.assert(launcherCodeId(new TextEncoder().encode(`#!/bin/sh\nSKIFF_SHIM_CODE=${id}\n`)) === id);
+ * strictEqual(launcherCodeId(new TextEncoder().encode(`#!/bin/sh\nSKIFF_SHIM_CODE=${id}\n`)), id);
  * ```
  */
 export function launcherCodeId(text: Uint8Array): string {
@@ -75,8 +77,15 @@ export function launcherCodeId(text: Uint8Array): string {
  * The code identity of an installed launcher file ({@linkcode launcherCodeId}).
  *
  * @example Usage
- * ```ts ignore
- * const id = spareCodeId(Deno.env.get("SKIFF_SHIM_LAUNCHER")!);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { spareCodeId } from "./config.ts";
+ * // A bundle launcher states its code identity in a SKIFF_SHIM_CODE= line.
+ * const dir = Deno.makeTempDirSync();
+ * const launcher = `${dir}/containerd-shim-skiff-runc-v2`;
+ * Deno.writeTextFileSync(launcher, "#!/bin/sh\nSKIFF_SHIM_CODE=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n");
+ * strictEqual(spareCodeId(launcher), "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export function spareCodeId(launcher: string): string {
@@ -92,8 +101,9 @@ export function spareCodeId(launcher: string): string {
  * @param env the environment to read the settings from
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { spareConfig } from "./config.ts";
- * console.assert(spareConfig("/run/containerd/containerd.sock", "/run/containerd/s", new Map()) === undefined);
+ * strictEqual(spareConfig("/run/containerd/containerd.sock", "/run/containerd/s", new Map()), undefined);
  * ```
  */
 export function spareConfig(
@@ -130,8 +140,9 @@ export function spareConfig(
  * @param socketDir the directory of shim sockets
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { spareDir } from "./config.ts";
- * console.assert(spareDir("/run/containerd/containerd.sock").startsWith("/run/containerd/s/skiff-"));
+ * strictEqual(spareDir("/run/containerd/containerd.sock").startsWith("/run/containerd/s/skiff-"), true);
  * ```
  */
 export function spareDir(address: string, socketDir: string = DEFAULT_SOCKET_DIR): string {
@@ -153,8 +164,23 @@ function spareLauncher(env: { get(key: string): string | undefined }): string | 
  * TypeScript SHA-256 of a launcher in V8's lite mode).
  *
  * @example Usage
- * ```ts ignore
- * const spare = await loadSpareConfig(flags.address, socketDir);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { loadSpareConfig } from "./config.ts";
+ * // A bundle launcher states its code identity in a SKIFF_SHIM_CODE= line.
+ * const dir = Deno.makeTempDirSync();
+ * const launcher = `${dir}/containerd-shim-skiff-runc-v2`;
+ * Deno.writeTextFileSync(launcher, "#!/bin/sh\nSKIFF_SHIM_CODE=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n");
+ * // The environment a bundle launcher exports to the shim (its code identity included).
+ * const env = new Map([
+ *   ["SKIFF_SHIM_LAUNCHER", launcher],
+ *   ["SKIFF_SHIM_BUNDLE", "1"],
+ *   ["SKIFF_SHIM_CODE", "a".repeat(64)],
+ * ]);
+ * const spare = await loadSpareConfig("/run/containerd/containerd.sock", dir, env);
+ * strictEqual(spare?.socket.endsWith("/spare-aaaaaaaaaaaaaaaa.sock"), true);
+ * strictEqual(await loadSpareConfig("/run/containerd/containerd.sock", dir, new Map()), undefined);
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export async function loadSpareConfig(

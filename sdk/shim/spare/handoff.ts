@@ -65,8 +65,9 @@ export interface Adopted {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { validHandoff } from "./handoff.ts";
- * console.assert(!validHandoff({ codeId: "x" }));
+ * strictEqual(validHandoff({ codeId: "x" }), false);
  * ```
  */
 export function validHandoff(v: unknown): v is SpareHandoff {

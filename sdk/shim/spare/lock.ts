@@ -22,9 +22,21 @@ export interface SpareLock {
  * holds it or the launcher no longer hashes to the socket's name (it was reinstalled).
  *
  * @example Usage
- * ```ts ignore
- * const lock = await takeSpareLock(flags.socket, launcher);
- * if (!lock) Deno.exit(0);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { takeSpareLock } from "./lock.ts";
+ * // A bundle launcher states its code identity in a SKIFF_SHIM_CODE= line.
+ * const dir = Deno.makeTempDirSync();
+ * const launcher = `${dir}/containerd-shim-skiff-runc-v2`;
+ * Deno.writeTextFileSync(launcher, "#!/bin/sh\nSKIFF_SHIM_CODE=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n");
+ * const socket = `${dir}/spare-aaaaaaaaaaaaaaaa.sock`; // named after the launcher's code
+ * const lock = await takeSpareLock(socket, launcher);
+ * strictEqual(lock?.codeId, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+ * strictEqual(Deno.readTextFileSync(`${dir}/spare-aaaaaaaaaaaaaaaa.lock`), `${Deno.pid}\n`);
+ * // A socket named after other code: the launcher was reinstalled, this spare is stale.
+ * strictEqual(await takeSpareLock(`${dir}/spare-bbbbbbbbbbbbbbbb.sock`, launcher), undefined);
+ * lock!.file.close();
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export async function takeSpareLock(

@@ -68,6 +68,8 @@ export async function runSpare<T extends object>(
   flags: ShimFlags,
   loadExtensions: () => Promise<readonly ServerExtension[]> = () => Promise.resolve([]),
 ): Promise<void> {
+  // long: the spare's life in order (lock, preload, listen, rehearse, watch, vet handoffs);
+  // the accept loop shares ten of these locals, so splitting it out would only pass them on
   const launcher = Deno.env.get("SKIFF_SHIM_LAUNCHER");
   if (!launcher || !flags.socket.endsWith(".sock")) {
     throw new Error("-spare needs -socket <dir>/spare-<code>.sock and SKIFF_SHIM_LAUNCHER");

@@ -20,8 +20,13 @@ export interface SpareStats {
  * Counts one start (under the file's lock: parallel starts lose no count).
  *
  * @example Usage
- * ```ts ignore
- * await recordStart(cfg.stats, "spare");
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import { readSpareStatsSync, recordStart } from "./stats.ts";
+ * const path = Deno.makeTempFileSync({ suffix: ".json" });
+ * await Promise.all([recordStart(path, "spare"), recordStart(path, "spare"), recordStart(path, "cold")]);
+ * deepStrictEqual(readSpareStatsSync(path), { adopted: 2, cold: 1 });
+ * Deno.removeSync(path);
  * ```
  */
 export async function recordStart(path: string, origin: "spare" | "cold"): Promise<void> {
@@ -50,8 +55,9 @@ export async function recordStart(path: string, origin: "spare" | "cold"): Promi
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { readSpareStatsSync } from "./stats.ts";
- * console.assert(readSpareStatsSync("/nonexistent/stats.json").adopted === 0);
+ * strictEqual(readSpareStatsSync("/nonexistent/stats.json").adopted, 0);
  * ```
  */
 export function readSpareStatsSync(path: string): SpareStats {
@@ -80,9 +86,10 @@ function parseSpareStats(text: string): SpareStats {
  * @param socket the socket the server serves (its directory holds the spares' directory)
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { spareStatsPath } from "./stats.ts";
  * // A shim run by hand (no launcher in its environment) keeps no counters.
- * console.assert(spareStatsPath("/run/containerd/containerd.sock", "/run/containerd/s/x", new Map()) === undefined);
+ * strictEqual(spareStatsPath("/run/containerd/containerd.sock", "/run/containerd/s/x", new Map()), undefined);
  * ```
  */
 export function spareStatsPath(
@@ -100,9 +107,14 @@ export function spareStatsPath(
  * @param stats the counters file ({@linkcode spareStatsPath})
  * @param origin how the server came to run
  * @example Usage
- * ```ts ignore
- * const stats = spareStatsPath(flags.address, path);
- * if (stats) await countServerStart(stats, "cold");
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import { countServerStart, readSpareStatsSync } from "./stats.ts";
+ * const dir = Deno.makeTempDirSync();
+ * const stats = `${dir}/skiff-0123456789ab/stats.json`; // its directory is made when missing
+ * await countServerStart(stats, "cold");
+ * deepStrictEqual(readSpareStatsSync(stats), { adopted: 0, cold: 1 });
+ * Deno.removeSync(dir, { recursive: true });
  * ```
  */
 export async function countServerStart(stats: string, origin: "spare" | "cold"): Promise<void> {
@@ -118,8 +130,11 @@ export async function countServerStart(stats: string, origin: "spare" | "cold"):
  * @param address containerd's address
  * @param socket the socket the server serves (its directory holds the spares' directory)
  * @example Usage
- * ```ts ignore
- * const stats = await serverSpareStats(flags.address, socket);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { serverSpareStats } from "./stats.ts";
+ * // No containerd listens at this address: a server run by hand counts nothing.
+ * strictEqual(await serverSpareStats("/nonexistent/containerd.sock", "/run/containerd/s/x"), undefined);
  * ```
  */
 export async function serverSpareStats(

@@ -348,8 +348,9 @@ function tryClose(f: Deno.FsFile): void {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { shimBinaryName } from "./kit.ts";
- * console.assert(shimBinaryName("io.containerd.skiff-runc.v2") === "containerd-shim-skiff-runc-v2");
+ * strictEqual(shimBinaryName("io.containerd.skiff-runc.v2"), "containerd-shim-skiff-runc-v2");
  * ```
  */
 export function shimBinaryName(runtime: string): string {

@@ -31,8 +31,20 @@ export interface ScenarioResult {
  * A whole run, as `--json` writes it.
  *
  * @example Usage
- * ```ts ignore
- * const report: ConformanceReport = JSON.parse(await Deno.readTextFile("matrix.json"));
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import type { ConformanceReport } from "./report.ts";
+ * const report: ConformanceReport = {
+ *   runtime: "io.containerd.skiff-runc.v2",
+ *   shim: "/usr/local/bin/containerd-shim-skiff-runc-v2",
+ *   date: "2026-01-01T00:00:00Z",
+ *   containerd: ["2.1.9"],
+ *   scenarios: [{ id: "oom", title: "OOM", standsFor: "/tasks/oom" }],
+ *   results: [{ scenario: "oom", containerd: "2.1.9", status: "fail", reason: "no /tasks/oom" }],
+ *   notCovered: [],
+ * };
+ * // What --json writes and a later run reads back as its baseline:
+ * deepStrictEqual(JSON.parse(JSON.stringify(report)) as ConformanceReport, report);
  * ```
  */
 export interface ConformanceReport {
@@ -67,13 +79,14 @@ function cell(r: ScenarioResult | undefined): string {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { markdownReport } from "./report.ts";
  * const md = markdownReport({
  *   runtime: "io.containerd.runc.v2", shim: "/usr/bin/containerd-shim-runc-v2", date: "",
  *   containerd: ["2.1.9"], scenarios: [{ id: "oom", title: "OOM", standsFor: "" }],
  *   results: [{ scenario: "oom", containerd: "2.1.9", status: "pass" }], notCovered: [],
  * });
- * console.assert(md.includes("| `oom` OOM | pass |"));
+ * strictEqual(md.includes("| `oom` OOM | pass |"), true);
  * ```
  */
 export function markdownReport(r: ConformanceReport): string {
@@ -102,8 +115,21 @@ export function markdownReport(r: ConformanceReport): string {
  * @returns whether the run should exit non-zero
  *
  * @example Usage
- * ```ts ignore
- * if (hasFailures(report)) Deno.exit(1);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { type ConformanceReport, hasFailures } from "./report.ts";
+ * const report: ConformanceReport = {
+ *   runtime: "io.containerd.skiff-runc.v2",
+ *   shim: "/usr/local/bin/containerd-shim-skiff-runc-v2",
+ *   date: "2026-01-01T00:00:00Z",
+ *   containerd: ["2.1.9"],
+ *   scenarios: [{ id: "oom", title: "OOM", standsFor: "/tasks/oom" }],
+ *   results: [{ scenario: "oom", containerd: "2.1.9", status: "fail", reason: "no /tasks/oom" }],
+ *   notCovered: [],
+ * };
+ * strictEqual(hasFailures(report), true); // the CLI then exits 1
+ * report.results[0] = { scenario: "oom", containerd: "2.1.9", status: "skip", reason: "no cgroup" };
+ * strictEqual(hasFailures(report), false); // a skip is no failure
  * ```
  */
 export function hasFailures(r: ConformanceReport): boolean {
@@ -142,12 +168,13 @@ export interface Regression {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { compareReports, type ConformanceReport } from "./report.ts";
  * const base = (status: "pass" | "fail"): ConformanceReport => ({
  *   runtime: "r", shim: "s", date: "", containerd: ["2.1.9"], scenarios: [], notCovered: [],
  *   results: [{ scenario: "oom", containerd: "2.1.9", status }],
  * });
- * console.assert(compareReports(base("pass"), base("fail")).length === 1);
+ * strictEqual(compareReports(base("pass"), base("fail")).length, 1);
  * ```
  */
 export function compareReports(

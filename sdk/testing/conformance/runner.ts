@@ -33,8 +33,11 @@ import type { ConformanceReport, ScenarioResult } from "./report.ts";
  * Options of {@linkcode runConformance}.
  *
  * @example Usage
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { ConformanceOptions } from "./runner.ts";
  * const o: ConformanceOptions = { runtime: "io.containerd.runc.v2", shimDir: "/usr/bin" };
+ * strictEqual(o.runcOptions ?? true, true); // each task gets a private runc root
  * ```
  */
 export interface ConformanceOptions {
@@ -82,8 +85,12 @@ export const NOT_COVERED: readonly string[] = [
  * @returns version and bin dir, oldest first
  *
  * @example Usage
- * ```ts ignore
- * selectVersions({ runtime: "x", shimDir: "/d", containerd: ["2.1"] });
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { selectVersions } from "./runner.ts";
+ * // Every 2.1.x build prepare.sh cached (none on a machine without the cache).
+ * const builds = selectVersions({ runtime: "x", shimDir: "/d", containerd: ["2.1"] });
+ * strictEqual(builds.every((b) => b.version.startsWith("2.1.")), true);
  * ```
  */
 export function selectVersions(o: ConformanceOptions): ContainerdVersion[] {

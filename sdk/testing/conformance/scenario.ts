@@ -41,13 +41,20 @@ export interface RuntimeTraits {
  * One entry of the catalogue.
  *
  * @example A scenario
- * ```ts ignore
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { Scenario } from "./scenario.ts";
  * const s: Scenario = {
  *   id: "run-exit-code",
  *   title: "run, exit code",
  *   standsFor: "Wait and Delete return the init's exit status",
- *   check: async (ctx) => { ... },
+ *   check: async (ctx) => {
+ *     const id = await ctx.run(["sh", "-c", "exit 3"]);
+ *     const { exitStatus } = await ctx.within(ctx.client.tasks.wait({ containerId: id }), "wait");
+ *     strictEqual(exitStatus, 3);
+ *   },
  * };
+ * strictEqual(s.requires, undefined); // runs everywhere
  * ```
  */
 export interface Scenario {
@@ -69,9 +76,10 @@ export interface Scenario {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { ScenarioSkip } from "./scenario.ts";
  * const e = new ScenarioSkip("the shim serves no Sandbox API");
- * console.assert(e.name === "ScenarioSkip");
+ * strictEqual(e.name, "ScenarioSkip");
  * ```
  */
 export class ScenarioSkip extends Error {
@@ -95,8 +103,9 @@ export class ScenarioSkip extends Error {
  *
  * @example Usage
  * ```ts
+ * import { strictEqual } from "node:assert/strict";
  * import { compareVersions } from "./scenario.ts";
- * console.assert(compareVersions("1.7.24", "2.0") < 0);
+ * strictEqual(compareVersions("1.7.24", "2.0") < 0, true);
  * ```
  */
 export function compareVersions(a: string, b: string): number {
@@ -123,8 +132,12 @@ export interface HostFeatures {
  * @returns which features are present
  *
  * @example Usage
- * ```ts ignore
- * console.log(probeHost().cgroup);
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { probeHost } from "./scenario.ts";
+ * const host = probeHost();
+ * strictEqual(typeof host.cgroup, "boolean");
+ * strictEqual(host.cgroup || !host["cgroup-freezer"], true); // v2 gives both, v1 each on its own
  * ```
  */
 export function probeHost(): HostFeatures {
@@ -151,8 +164,23 @@ export function probeHost(): HostFeatures {
  * @returns a one-line reason, or undefined
  *
  * @example Usage
- * ```ts ignore
- * unmet(scenario, { containerd: "1.6.20", host: probeHost(), traits: {} });
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { type Scenario, unmet } from "./scenario.ts";
+ * const scenario: Scenario = {
+ *   id: "sandbox-api",
+ *   title: "Sandbox API",
+ *   standsFor: "the shim sandboxer",
+ *   requires: { containerd: "2.0", runtime: ["sandboxApi"] },
+ *   check: () => Promise.resolve(),
+ * };
+ * const host = { cgroup: true, "cgroup-freezer": true };
+ * strictEqual(unmet(scenario, { containerd: "1.6.20", host, traits: {} }), "needs containerd >= 2.0");
+ * strictEqual(
+ *   unmet(scenario, { containerd: "2.1.9", host, traits: { sandboxApi: false } }),
+ *   "runtime declared without sandboxApi",
+ * );
+ * strictEqual(unmet(scenario, { containerd: "2.1.9", host, traits: {} }), undefined);
  * ```
  */
 export function unmet(
