@@ -24,6 +24,7 @@
  *   `${prefix}/bin/containerd-shim-skiff-runc-v2`,
  *   `${prefix}/bin/containerd-shim-skiff-runsc-v2`,
  *   `${prefix}/bin/containerd-shim-skiff-crun-v2`,
+ *   `${prefix}/bin/containerd-shim-skiff-vm-v2`,
  * ]);
  * // then: startContainerd({ binDir, extraPath: [`${prefix}/bin`] })
  * await Deno.remove(prefix, { recursive: true });
