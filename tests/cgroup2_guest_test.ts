@@ -15,6 +15,7 @@ import { installShims } from "../sdk/install/install.ts";
 /** Files run in the guest: its own checks and host tests whose v2 branches only a v2 host runs. */
 const IN_GUEST = [
   "tests/guest/cgroup2_checks.ts",
+  "tests/guest/cri_checkpoint_checks.ts",
   "tests/shim_cgroup_join_test.ts",
   "tests/linux_cgroups_test.ts",
 ];
@@ -97,8 +98,11 @@ integrationTest(
       "guest: conformance on cgroup v2, containerd's Go runc shim",
       "guest: conformance on cgroup v2, skiff's runc example",
       "guest: conformance on cgroup v2, skiff's runsc example",
+      "guest: conformance on cgroup v2, skiff's crun example (trixie's crun)",
       "guest: checkpoint and restore a counter, containerd's Go runc shim",
       "guest: checkpoint and restore a counter, skiff's runc example",
+      "guest: CRI CheckpointContainer and restore, containerd's Go runc shim",
+      "guest: CRI CheckpointContainer and restore, skiff's runc example",
     ], "shell"),
 );
 

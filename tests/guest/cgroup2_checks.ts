@@ -5,12 +5,17 @@
 //
 // - the hierarchy is pure cgroup2;
 // - the conformance catalogue (OOM through memory.events, v2 metrics, the freezer, a CRI pod)
-//   for containerd's Go runc shim and skiff's runc and runsc examples on containerd 2.1;
+//   for containerd's Go runc shim and skiff's runc, runsc and crun examples on containerd 2.1
+//   (crun: trixie's 1.21, tests/setup/fetch_crun.sh);
 // - checkpoint and restore for real: `ctr task checkpoint` of a counter, then `ctr containers
 //   restore --live` into a new container whose counter goes on from where it was, for the Go
 //   shim and skiff's runc shim side by side.
 import assert from "node:assert/strict";
-import { containerdVersions, startContainerd } from "../../sdk/testing/containerd.ts";
+import {
+  containerdVersions,
+  skiffCacheDir,
+  startContainerd,
+} from "../../sdk/testing/containerd.ts";
 import { installShims } from "../../sdk/install/install.ts";
 import { runConformance } from "../../sdk/testing/conformance/runner.ts";
 import { markdownReport } from "../../sdk/testing/conformance/report.ts";
@@ -40,6 +45,26 @@ function shims(): Promise<string> {
     return `${dir}/bin`;
   })();
   return prefix;
+}
+
+/**
+ * A shim dir for skiff's crun example with trixie's crun (1.21; bookworm's 1.8 refuses the specs
+ * containerd 2.x writes) beside it: the conformance runner puts the dir first on containerd's
+ * PATH, which the shim inherits, so the example's default binary name `crun` resolves to it.
+ */
+async function crunShimDir(): Promise<string> {
+  const crun = `${skiffCacheDir()}/crun-trixie/bin/crun`;
+  assert.ok(
+    (await Deno.stat(crun).catch(() => null))?.isFile,
+    `${crun} (tests/setup/fetch_crun.sh, step 9 of tests/setup/prepare.sh)`,
+  );
+  const dir = await Deno.makeTempDir({ prefix: "skiff-guest-crun-" });
+  await Deno.symlink(
+    `${await shims()}/containerd-shim-skiff-crun-v2`,
+    `${dir}/containerd-shim-skiff-crun-v2`,
+  );
+  await Deno.symlink(crun, `${dir}/crun`);
+  return dir;
 }
 
 Deno.test("guest: the hierarchy is pure cgroup2, every controller delegated", () => {
@@ -72,13 +97,16 @@ for (
       RUNSC_V2_SCENARIOS,
       { runcOptions: false },
     ],
+    ["skiff's crun example (trixie's crun)", "io.containerd.skiff-crun.v2", V2_SCENARIOS, {}],
   ] as const
 ) {
   Deno.test(`guest: conformance on cgroup v2, ${name}`, async () => {
     guard();
     const report = await runConformance({
       runtime,
-      ...(runtime === RUNC_RUNTIME ? {} : { shimDir: await shims() }),
+      ...(runtime === RUNC_RUNTIME
+        ? {}
+        : { shimDir: runtime.includes("crun") ? await crunShimDir() : await shims() }),
       containerd: [v21!.version],
       only,
       ...opts,

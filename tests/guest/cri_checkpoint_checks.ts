@@ -23,7 +23,8 @@ import {
 } from "../../proto/gen/runtime/v1/api_pb.ts";
 import { containerdVersions, startContainerd } from "../../sdk/testing/containerd.ts";
 import { CRI_NAMESPACE, criClient } from "../../sdk/testing/cri_client.ts";
-import { BUSYBOX_IMAGE_REF } from "../../sdk/testing/image.ts";
+import { buildBusyboxImage } from "../../sdk/testing/image.ts";
+import { startRegistry } from "../../sdk/testing/registry.ts";
 import { RUNC_RUNTIME } from "../../sdk/testing/ctr.ts";
 
 const v21 = containerdVersions().find((v) => v.version.startsWith("2.1."));
@@ -57,17 +58,16 @@ async function criCheckpoint(runtime: string, shimDir?: string): Promise<void> {
     runtimes: { [HANDLER]: { runtimeType: runtime } },
     cri: { defaultHandler: HANDLER },
   });
+  // The image comes from a registry, as on a node: the archive's config.dump records the
+  // container's image as NAME@DIGEST, and the restore pulls that (containerd 2.1 pulls it even
+  // when the image is present). An imported image has no repo digest, so CRI would record its
+  // bare image id, which containerd cannot pull ("invalid port" parsing "dummy://sha256:...").
+  // containerd reaches a registry on 127.0.0.1 over plain HTTP without a hosts config.
+  const registry = await startRegistry();
   try {
     const cri = criClient(c.address);
-    await c.importBusyboxImage(CRI_NAMESPACE);
-    for (
-      let i = 0;
-      !(await cri.images.imageStatus({ image: { image: BUSYBOX_IMAGE_REF } }, CALL)).image;
-      i++
-    ) {
-      assert.ok(i < 600, "CRI never listed the busybox image");
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    const image = await registry.push("skiff/busybox:ckpt", await buildBusyboxImage());
+    await cri.images.pullImage({ image: { image } }, CALL);
     const uid = crypto.randomUUID();
     const sandboxConfig = create(PodSandboxConfigSchema, {
       metadata: { name: "ckpt", uid, namespace: "skiff", attempt: 0 },
@@ -125,7 +125,7 @@ async function criCheckpoint(runtime: string, shimDir?: string): Promise<void> {
     const { containerId } = await cri.runtime.createContainer({
       podSandboxId,
       sandboxConfig,
-      config: config("counter", BUSYBOX_IMAGE_REF),
+      config: config("counter", image),
     }, CALL);
     await cri.runtime.startContainer({ containerId }, CALL);
     await until(containerId, 5);
@@ -176,6 +176,7 @@ async function criCheckpoint(runtime: string, shimDir?: string): Promise<void> {
     await cri.runtime.removePodSandbox({ podSandboxId }, CALL);
   } finally {
     await c.stop();
+    await registry.stop();
   }
 }
 
