@@ -218,3 +218,35 @@ Deno.test("regression: no runtime hook ever sees an endpoint field", () => {
     assert.doesNotMatch(keys, /task_?[aA]pi/);
   }
 });
+
+Deno.test("a TOML hook that refuses a value gives InvalidArgument naming it, not Unknown", async () => {
+  const hook: RuntimeOptions<{ n: number }> = {
+    defaults: () => ({ n: 1 }),
+    fromToml: (t) => {
+      if (typeof t.N !== "number") {
+        throw new Error(`N must be a number, got ${JSON.stringify(t.N)}`);
+      }
+      return { n: t.N };
+    },
+  };
+  assert.equal(resolveOptions(hook, criAny("N = 3"), undefined, "rt").options.n, 3);
+  assert.throws(
+    () => resolveOptions(hook, criAny('N = "three"'), undefined, "rt"),
+    (e: unknown) =>
+      e instanceof ConnectError && e.code === Code.InvalidArgument &&
+      /runtime options config_body for rt: N must be a number, got "three"/.test(e.message),
+  );
+  // The VM example's hook is one such: its sizes must be positive integers.
+  const { VmShim } = await import("../examples/vm/main.ts");
+  const vm = new VmShim();
+  const base = vm.options.defaults();
+  assert.deepEqual(vm.options.fromToml({ MemoryMiB: 512, Cpus: 2 }, base), {
+    memoryMiB: 512,
+    cpus: 2,
+  });
+  assert.throws(
+    () => vm.options.fromToml({ Cpus: 0 }, base),
+    /Cpus must be a positive integer, got 0/,
+  );
+  assert.throws(() => vm.options.fromToml({ MemoryMiB: "1G" }, base), /MemoryMiB .* got "1G"/);
+});

@@ -23,14 +23,20 @@ export interface VmShimOptions {
   cpus: number;
 }
 
+/** A TOML value that must be a positive integer; anything else is refused, naming it. */
+function positive(key: string, v: unknown): number {
+  if (Number.isSafeInteger(v) && (v as number) > 0) return v as number;
+  throw new Error(`${key} must be a positive integer, got ${JSON.stringify(v)}`);
+}
+
 /** The VM shim: one pod, one VM, every container through the guest's agent. */
 export class VmShim extends Shim<VmShimOptions> {
   readonly runtimeName = "io.containerd.skiff-vm.v2";
   readonly options = {
     defaults: (): VmShimOptions => ({ memoryMiB: 1024, cpus: 1 }),
     fromToml: (t: Record<string, unknown>, base: VmShimOptions): VmShimOptions => ({
-      memoryMiB: Number(t.MemoryMiB ?? base.memoryMiB),
-      cpus: Number(t.Cpus ?? base.cpus),
+      memoryMiB: positive("MemoryMiB", t.MemoryMiB ?? base.memoryMiB),
+      cpus: positive("Cpus", t.Cpus ?? base.cpus),
     }),
   };
   #pod: Pod | undefined;

@@ -251,7 +251,15 @@ function fromCriToml<T extends object>(
       Code.InvalidArgument,
     );
   }
-  return { options: fromToml(table, base), fromCarrier: true, warnings: [] };
+  try {
+    return { options: fromToml(table, base), fromCarrier: true, warnings: [] };
+  } catch (e) {
+    // A hook that refuses a value (a wrong type, out of range) says which; the client gets it.
+    throw statusError(
+      `runtime options ${where} for ${runtimeName}: ${(e as Error).message}`,
+      Code.InvalidArgument,
+    );
+  }
 }
 
 /** The bare type names a hook accepts. */
