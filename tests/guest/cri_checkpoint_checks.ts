@@ -22,7 +22,7 @@ import {
   PodSandboxConfigSchema,
 } from "../../proto/gen/runtime/v1/api_pb.ts";
 import { containerdVersions, startContainerd } from "../../sdk/testing/containerd.ts";
-import { CRI_NAMESPACE, criClient } from "../../sdk/testing/cri_client.ts";
+import { criClient } from "../../sdk/testing/cri_client.ts";
 import { buildBusyboxImage } from "../../sdk/testing/image.ts";
 import { startRegistry } from "../../sdk/testing/registry.ts";
 import { RUNC_RUNTIME } from "../../sdk/testing/ctr.ts";
