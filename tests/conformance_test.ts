@@ -91,6 +91,15 @@ Deno.test("conformance: requirements skip with a reason", () => {
     unmet(pause, { containerd: "2.1.9", host: noFreezer, traits: {} }),
     "host lacks cgroup-freezer",
   );
+  // A trait declared not applicable skips every scenario needing it, naming the reason.
+  const tty = CATALOGUE.find((s) => s.id === "exec-tty")!;
+  const vm = { terminals: { notApplicable: "no terminals in the guest" } };
+  assert.equal(
+    unmet(tty, { containerd: "2.4.2", host, traits: vm }),
+    "not applicable: no terminals in the guest",
+  );
+  assert.equal(unmet(tty, { containerd: "2.4.2", host, traits: {} }), undefined);
+  assert.equal(unmet(info, { containerd: "2.4.2", host, traits: vm }), undefined);
   assert.equal(typeof probeHost().cgroup, "boolean");
   assert.equal(shimBinaryName("io.containerd.runc.v2"), "containerd-shim-runc-v2");
   assert.throws(() => shimBinaryName("runc"), /not like io\.containerd\.X\.v2/);
@@ -126,6 +135,8 @@ Deno.test("conformance: the Markdown matrix and the baseline comparison", () => 
   assert.match(md, /\| `a` A \| pass \| \*\*FAIL\*\*: why\\\|not \|/);
   assert.match(md, /\| `b` B \| skip: why\\\|not \| skip: why\\\|not \|/);
   assert.match(md, /1 passed, 1 failed, 2 skipped/);
+  const na = { ...now, results: [{ ...now.results[3]!, reason: "not applicable: a VM" }] };
+  assert.match(markdownReport(na), /\| `b` B \| – \| not applicable: a VM \|/);
   assert.ok(hasFailures(now) && !hasFailures(base));
   assert.deepEqual(compareReports(base, now), [
     { scenario: "a", containerd: "2.1.9", was: "pass", now: "fail", reason: "why|not" },
@@ -147,6 +158,9 @@ Deno.test("conformance CLI: --help, and bad usage exits 2", async () => {
   assert.match(new TextDecoder().decode(help.stdout), /--runtime TYPE/);
   assert.equal((await run()).code, 2);
   assert.equal((await run("--bogus")).code, 2);
+  const na = ["--runtime", "io.containerd.x.v2"];
+  assert.equal((await run(...na, "--not-applicable", "bogus=why")).code, 2);
+  assert.equal((await run(...na, "--not-applicable", "terminals")).code, 2);
 });
 
 integrationTest(

@@ -112,9 +112,11 @@ export {
 export { CATALOGUE } from "./conformance/catalogue.ts";
 export {
   type Requirements,
+  RUNTIME_TRAITS,
   type RuntimeTraits,
   type Scenario,
   ScenarioSkip,
+  type Trait,
 } from "./conformance/scenario.ts";
 export { ScenarioContext, type ScenarioContextInit, type Stdio } from "./conformance/kit.ts";
 export { EventRecorder, type TaskEvent } from "./conformance/events.ts";

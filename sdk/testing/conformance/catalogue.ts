@@ -118,6 +118,7 @@ export const CATALOGUE: readonly Scenario[] = [
     title: "exec with a TTY, ResizePty",
     standsFor: "a terminal exec (`ctr task exec -t`, `kubectl exec -it`): output to EOF, " +
       "Tasks.ResizePty reaches the terminal, exit status",
+    requires: { runtime: ["terminals"] },
     async check(ctx) {
       const id = await ctx.run(SLEEP);
       const io = { ...ctx.fifos("t", ["stdin", "stdout"]), terminal: true };
@@ -156,7 +157,7 @@ export const CATALOGUE: readonly Scenario[] = [
     title: "pause / resume",
     standsFor: "Tasks.Pause stops the container's processes (PAUSED; runc freezes the cgroup), " +
       "Tasks.Resume lets them run again (RUNNING)",
-    requires: { host: ["cgroup-freezer"] },
+    requires: { host: ["cgroup-freezer"], runtime: ["pause"] },
     async check(ctx) {
       // A container that prints a line every 20 ms; we count what arrives on its stdout.
       const id = await ctx.container({
@@ -211,7 +212,7 @@ export const CATALOGUE: readonly Scenario[] = [
     id: "metrics",
     title: "metrics (cgroup stats)",
     standsFor: "Tasks.Metrics (`ctr task metrics`, CRI stats): cgroup memory and pids",
-    requires: { host: ["cgroup"] },
+    requires: { host: ["cgroup"], runtime: ["cgroupMetrics"] },
     async check(ctx) {
       const id = await ctx.run(SLEEP);
       const r = await ctx.within(
@@ -237,7 +238,7 @@ export const CATALOGUE: readonly Scenario[] = [
     title: "OOM: /tasks/oom, exit 137",
     standsFor: "a memory-limited container killed by the kernel: at least one /tasks/oom " +
       "between start and delete (CRI's OOMKilled), exit status 137",
-    requires: { host: ["cgroup"] },
+    requires: { host: ["cgroup"], runtime: ["oomEvents"] },
     async check(ctx) {
       const ev = await ctx.events();
       const id = await ctx.run(["sh", "-c", "tail /dev/zero"], { memoryLimit: 32 << 20 });

@@ -11,6 +11,7 @@
 
 import { parseArgs } from "node:util";
 import { runConformance } from "./runner.ts";
+import { RUNTIME_TRAITS, type RuntimeTraits } from "./scenario.ts";
 import { compareReports, type ConformanceReport, hasFailures, markdownReport } from "./report.ts";
 
 const USAGE = `usage: deno task conformance --runtime io.containerd.X.v2 [--shim DIR] [options]
@@ -31,6 +32,10 @@ options:
   --no-runc-options     send no containerd.runc.v1.Options with tasks (for non-runc shims)
   --no-grouping         the shim does not honour io.containerd.runc.v2.group (skip grouping)
   --no-sandbox-api      the shim serves no Sandbox API (skip sandbox-api; the Go runc shim)
+  --not-applicable TRAIT=REASON
+                        the scenarios needing TRAIT do not apply to this runtime, reported as
+                        "not applicable: REASON" (repeatable); TRAIT is one of
+                        ${RUNTIME_TRAITS.join(", ")}
   --help                this text
 `;
 
@@ -61,6 +66,7 @@ export async function main(args: string[]): Promise<number> {
         "no-runc-options": { type: "boolean" },
         "no-grouping": { type: "boolean" },
         "no-sandbox-api": { type: "boolean" },
+        "not-applicable": { type: "string", multiple: true },
         help: { type: "boolean", short: "h" },
       },
     }).values;
@@ -76,6 +82,19 @@ export async function main(args: string[]): Promise<number> {
     console.error(`--runtime is required\n\n${USAGE}`);
     return 2;
   }
+  const traits: RuntimeTraits = {
+    grouping: !v["no-grouping"],
+    sandboxApi: !v["no-sandbox-api"],
+  };
+  for (const na of v["not-applicable"] ?? []) {
+    const eq = na.indexOf("=");
+    const name = na.slice(0, eq) as keyof RuntimeTraits;
+    if (eq < 1 || !RUNTIME_TRAITS.includes(name) || na.slice(eq + 1).trim() === "") {
+      console.error(`--not-applicable ${na}: not TRAIT=REASON with a known TRAIT\n\n${USAGE}`);
+      return 2;
+    }
+    traits[name] = { notApplicable: na.slice(eq + 1).trim() };
+  }
   const baseline: ConformanceReport | undefined = v.baseline
     ? JSON.parse(await Deno.readTextFile(v.baseline))
     : undefined;
@@ -86,7 +105,7 @@ export async function main(args: string[]): Promise<number> {
     ...(v["containerd-dir"] ? { containerdDirs: v["containerd-dir"] } : {}),
     ...(v.only ? { only: v.only } : {}),
     runcOptions: !v["no-runc-options"],
-    traits: { grouping: !v["no-grouping"], sandboxApi: !v["no-sandbox-api"] },
+    traits,
     onResult: (r) =>
       console.error(
         `containerd ${r.containerd} ${r.scenario}: ${r.status}${r.reason ? ` (${r.reason})` : ""}`,

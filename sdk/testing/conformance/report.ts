@@ -68,7 +68,9 @@ function cell(r: ScenarioResult | undefined): string {
   if (!r) return "–";
   const reason = (r.reason ?? "").replaceAll("|", "\\|").replaceAll("\n", " ");
   if (r.status === "pass") return "pass";
-  return r.status === "fail" ? `**FAIL**: ${reason}` : `skip: ${reason}`;
+  if (r.status === "fail") return `**FAIL**: ${reason}`;
+  // A trait declared not applicable already says so (see `Trait`); no "skip:" in front.
+  return reason.startsWith("not applicable: ") ? reason : `skip: ${reason}`;
 }
 
 /**

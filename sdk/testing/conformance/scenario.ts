@@ -18,24 +18,64 @@ export interface Requirements {
 }
 
 /**
+ * One trait's value: `true` (offered), `false` (not offered: the scenario is a `skip`), or
+ * `{ notApplicable }`: the behaviour does not apply to this kind of runtime (a VM has no host
+ * cgroup to freeze); reported as a `skip` whose reason reads `not applicable: <why>`.
+ *
+ * @example Usage
+ * ```ts
+ * import type { Trait } from "./scenario.ts";
+ * const t: Trait = { notApplicable: "the guest's processes are not host processes" };
+ * ```
+ */
+export type Trait = boolean | { notApplicable: string };
+
+/**
  * Conventions a runtime may or may not follow; the runner takes them from its options and
- * reports scenarios that need an absent one as skipped.
+ * reports scenarios that need an absent one as skipped (or not applicable, with the reason).
  *
  * @example Usage
  * ```ts
  * import type { RuntimeTraits } from "./scenario.ts";
- * const traits: RuntimeTraits = { grouping: false };
+ * const traits: RuntimeTraits = { grouping: false, terminals: { notApplicable: "not served" } };
  * ```
  */
 export interface RuntimeTraits {
   /** Honours the runc shim's `io.containerd.runc.v2.group` annotation (one shim per group). */
-  grouping?: boolean;
+  grouping?: Trait;
   /**
    * Serves the Sandbox API (`containerd.runtime.sandbox.v1.Sandbox`) for containerd 2.x's
    * `shim` sandboxer. containerd's Go runc shim does not.
    */
-  sandboxApi?: boolean;
+  sandboxApi?: Trait;
+  /** Serves terminals: a `terminal: true` process and Tasks.ResizePty. */
+  terminals?: Trait;
+  /** Tasks.Pause / Resume freeze and thaw the container's processes. */
+  pause?: Trait;
+  /** Tasks.Metrics answers cgroup stats (`io.containerd.cgroups.v1/v2.Metrics`). */
+  cgroupMetrics?: Trait;
+  /** A memory limit makes the kernel kill the container and the shim publish /tasks/oom. */
+  oomEvents?: Trait;
 }
+
+/**
+ * The names of {@linkcode RuntimeTraits}, for command lines that take them as text.
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { RUNTIME_TRAITS } from "./scenario.ts";
+ * strictEqual(RUNTIME_TRAITS.includes("terminals"), true);
+ * ```
+ */
+export const RUNTIME_TRAITS: readonly (keyof RuntimeTraits)[] = [
+  "grouping",
+  "sandboxApi",
+  "terminals",
+  "pause",
+  "cgroupMetrics",
+  "oomEvents",
+];
 
 /**
  * One entry of the catalogue.
@@ -180,6 +220,14 @@ export function probeHost(): HostFeatures {
  *   unmet(scenario, { containerd: "2.1.9", host, traits: { sandboxApi: false } }),
  *   "runtime declared without sandboxApi",
  * );
+ * strictEqual(
+ *   unmet(scenario, {
+ *     containerd: "2.1.9",
+ *     host,
+ *     traits: { sandboxApi: { notApplicable: "one VM per pod" } },
+ *   }),
+ *   "not applicable: one VM per pod",
+ * );
  * strictEqual(unmet(scenario, { containerd: "2.1.9", host, traits: {} }), undefined);
  * ```
  */
@@ -193,7 +241,9 @@ export function unmet(
   }
   for (const h of r.host ?? []) if (!env.host[h]) return `host lacks ${h}`;
   for (const t of r.runtime ?? []) {
-    if (env.traits[t] === false) return `runtime declared without ${t}`;
+    const v = env.traits[t];
+    if (v === false) return `runtime declared without ${t}`;
+    if (typeof v === "object") return `not applicable: ${v.notApplicable}`;
   }
   return undefined;
 }

@@ -1,0 +1,48 @@
+/**
+ * The conformance catalogue against skiff's VM example (a QEMU microVM per pod) on
+ * containerd 2.4: every scenario passes except those its traits declare not applicable.
+ * Skips where containerd 2.4, qemu or the VM image is missing (fails under
+ * SKIFF_REQUIRE_INTEGRATION=1); the whole run takes ~3-4 min on a 2-core machine under TCG.
+ */
+
+import assert from "node:assert/strict";
+import { integrationTest } from "./_integration.ts";
+import { installShims } from "../sdk/install/install.ts";
+import { buildVmImage, vmUnavailable } from "../examples/vm/image.ts";
+import { runConformance } from "../sdk/testing/conformance/runner.ts";
+import { markdownReport } from "../sdk/testing/conformance/report.ts";
+import { containerdVersions } from "../sdk/testing/containerd.ts";
+
+const v24 = containerdVersions().find((v) => v.version.startsWith("2.4."));
+const NO_TTY = "the guest agent serves no terminals yet (Unimplemented)";
+
+integrationTest(
+  `conformance: the VM example passes the catalogue on containerd ${v24?.version ?? "2.4"}`,
+  {
+    root: true,
+    check: () =>
+      v24 ? vmUnavailable() : "containerd 2.4 in the skiff cache (tests/setup/prepare.sh)",
+  },
+  async () => {
+    const prefix = await Deno.makeTempDir({ prefix: "skiff-vm-conformance-" });
+    try {
+      await buildVmImage();
+      await installShims({ prefix });
+      const report = await runConformance({
+        runtime: "io.containerd.skiff-vm.v2",
+        shimDir: `${prefix}/bin`,
+        containerd: [v24!.version],
+        runcOptions: false,
+        traits: { terminals: { notApplicable: NO_TTY } },
+      });
+      const md = markdownReport(report);
+      assert.deepEqual(report.results.filter((r) => r.status === "fail"), [], md);
+      const skipped = report.results.filter((r) => r.status === "skip");
+      assert.deepEqual(skipped.map((r) => [r.scenario, r.reason]), [
+        ["exec-tty", `not applicable: ${NO_TTY}`],
+      ], md);
+    } finally {
+      await Deno.remove(prefix, { recursive: true });
+    }
+  },
+);
