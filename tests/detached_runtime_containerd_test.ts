@@ -7,7 +7,7 @@
  *
  * Driven by real containerd 1.6 and 2.4 through its gRPC API (the testing kit's client, as CRI
  * and containerd's own client drive it) and through `ctr run`: exit status and TaskExit, init
- * and exec stdio, exec exit codes, SIGTERM of an exec and SIGKILL of the init, pids, delete;
+ * and exec stdio, exec exit codes, SIGTERM of an exec, SIGKILL of the init (and of an exec it leaves), pids, delete;
  * the container processes are checked to descend from the agent and not from the shim, and
  * nothing is left afterwards (the agent's processes, connections and socket, the shim and its
  * socket).
@@ -249,7 +249,7 @@ for (const v of containerdVersions().filter((v) => /^(1\.6|2\.4)\./.test(v.versi
         );
 
         await t.step(
-          "a running container: exec stdio round trip, exit codes, pids, SIGTERM of an exec, SIGKILL of the init",
+          "a running container: exec stdio round trip, exit codes, pids, SIGTERM of an exec, SIGKILL of the init and its exec",
           async () => {
             const id = await newContainer(["sleep", "600"]);
             const created = await cl.tasks.create({ containerId: id });
@@ -346,11 +346,28 @@ for (const v of containerdVersions().filter((v) => /^(1\.6|2\.4)\./.test(v.versi
             const signalled = (await agentStatus(agent.socket)).signalled;
             assert.ok(signalled.includes(`${id}/sleeper 15`), `the agent's signals: ${signalled}`);
 
+            // An exec still running when the init dies is killed with it (kill all, through
+            // the agent), and its exit comes first.
+            await cl.tasks.exec({
+              containerId: id,
+              execId: "survivor",
+              spec: execSpec(["sleep", "602"]),
+            });
+            const survivor = await cl.tasks.start({ containerId: id, execId: "survivor" });
+            assertDetached(survivor.pid, shim.pid, "the survivor exec");
             await cl.tasks.kill({ containerId: id, signal: 9 });
             const killed = await deadline(cl.tasks.wait({ containerId: id }), MS, "wait init");
             assert.equal(killed.exitStatus, 137);
+            const gone = await deadline(
+              cl.tasks.wait({ containerId: id, execId: "survivor" }),
+              MS,
+              "wait survivor",
+            );
+            assert.equal(gone.exitStatus, 137);
+            assert.equal(processAlive(survivor.pid), false, "the survivor is gone");
             const all = (await agentStatus(agent.socket)).signalled;
             assert.ok(all.includes(`${id}/ 9`), `the agent's signals: ${all}`);
+            assert.ok(all.includes(`${id}/* 9`), `the agent's signals: ${all}`);
             const killEv = await events.until(
               (e) => e.topic === "/tasks/exit" && e.id === id,
               "the init's TaskExit",
@@ -373,6 +390,9 @@ for (const v of containerdVersions().filter((v) => /^(1\.6|2\.4)\./.test(v.versi
               "/tasks/exec-added sleeper",
               "/tasks/exec-started sleeper",
               "/tasks/exit sleeper",
+              "/tasks/exec-added survivor",
+              "/tasks/exec-started survivor",
+              "/tasks/exit survivor",
               `/tasks/exit ${id}`,
               `/tasks/delete ${id}`,
             ]);
@@ -418,8 +438,8 @@ for (const v of containerdVersions().filter((v) => /^(1\.6|2\.4)\./.test(v.versi
               { ...held, signalled: [] },
               { containers: [], live: [], connections: 0, signalled: [] },
             );
-            // The two inits and two execs whose ancestry the steps above checked.
-            assert.equal(seen.length, 4, `container processes checked: ${seen}`);
+            // The two inits and three execs whose ancestry the steps above checked.
+            assert.equal(seen.length, 5, `container processes checked: ${seen}`);
             for (const pid of seen) {
               assert.equal(processAlive(pid), false, `container process ${pid} is gone`);
             }
