@@ -7,10 +7,11 @@
  *
  * Driven by real containerd 1.6 and 2.4 through its gRPC API (the testing kit's client, as CRI
  * and containerd's own client drive it) and through `ctr run`: exit status and TaskExit, init
- * and exec stdio, exec exit codes, SIGTERM of an exec, SIGKILL of the init (and of an exec it leaves), pids, delete;
- * the container processes are checked to descend from the agent and not from the shim, and
- * nothing is left afterwards (the agent's processes, connections and socket, the shim and its
- * socket).
+ * and exec stdio, exec exit codes, SIGTERM of an exec, SIGKILL of the init (and of an exec it
+ * leaves running), pids, delete, a SIGKILLed shim server (containerd's `delete` action cleans
+ * up at the agent). Each container process is checked to descend from the agent and not from
+ * the shim, and nothing is left afterwards (the agent's processes, connections and socket, the
+ * shims and their sockets).
  */
 import assert from "node:assert/strict";
 import { fromBinary } from "@bufbuild/protobuf";
@@ -399,6 +400,38 @@ for (const v of VERSIONS) {
         );
 
         await t.step(
+          "the shim server SIGKILLed: containerd's `delete` action deletes the container at the agent",
+          async () => {
+            const id = await newContainer(["sleep", "603"]);
+            const created = await cl.tasks.create({ containerId: id });
+            await cl.tasks.start({ containerId: id });
+            const shim = await shimOf(id);
+            await runs(created.pid, "sleep 603");
+            assertDetached(created.pid, shim.pid, "the init");
+            // The agent's process outlives the shim: only the runtime's delete, which
+            // containerd runs through `<shim> delete`, can end it.
+            Deno.kill(shim.pid, "SIGKILL");
+            const ev = await events.until(
+              (e) => e.topic === "/tasks/exit" && e.containerId === id,
+              "the TaskExit containerd publishes for a dead shim",
+            );
+            assert.equal(ev.exitStatus, 137);
+            await eventually(
+              `the init ${created.pid} to be killed at the agent`,
+              () => Promise.resolve(processAlive(created.pid) ? undefined : true),
+            );
+            assert.ok(
+              !(await agentStatus(agent.socket)).containers.includes(id),
+              "the agent forgot the container",
+            );
+            await cl.tasks.delete({ containerId: id }).catch((e) => {
+              if (!/not found/i.test(String(e))) throw e;
+            });
+            await cl.containers.delete({ id });
+          },
+        );
+
+        await t.step(
           "nothing is left: the agent's processes and connections, the shims and their sockets",
           async () => {
             const held = await eventually("the agent to let go", async () => {
@@ -415,8 +448,8 @@ for (const v of VERSIONS) {
               { ...held, signalled: [] },
               { containers: [], live: [], connections: 0, signalled: [] },
             );
-            // The two inits and three execs whose ancestry the steps above checked.
-            assert.equal(seen.length, 5, `container processes checked: ${seen}`);
+            // The three inits and three execs whose ancestry the steps above checked.
+            assert.equal(seen.length, 6, `container processes checked: ${seen}`);
             for (const pid of seen) {
               assert.equal(processAlive(pid), false, `container process ${pid} is gone`);
             }
