@@ -30,6 +30,7 @@
  * @module
  */
 import ts from "typescript";
+import { stronglyConnected } from "../tests/setup/scc.ts";
 
 const LONG_FILE = 500;
 const LONG_FUNCTION = 80;
@@ -276,38 +277,6 @@ function place(file: string): { row: number; part: number } {
   );
   if (!best) throw new Error(`${file}: in no row of the layer rule`);
   return best;
-}
-
-function stronglyConnected(graph: Map<string, Set<string>>): string[][] {
-  const index = new Map<string, number>();
-  const low = new Map<string, number>();
-  const stack: string[] = [];
-  const on = new Set<string>();
-  const out: string[][] = [];
-  const visit = (v: string) => {
-    index.set(v, index.size);
-    low.set(v, index.get(v)!);
-    stack.push(v);
-    on.add(v);
-    for (const w of graph.get(v) ?? []) {
-      if (!index.has(w)) {
-        visit(w);
-        low.set(v, Math.min(low.get(v)!, low.get(w)!));
-      } else if (on.has(w)) low.set(v, Math.min(low.get(v)!, index.get(w)!));
-    }
-    if (low.get(v) === index.get(v)) {
-      const c: string[] = [];
-      let w: string;
-      do {
-        w = stack.pop()!;
-        on.delete(w);
-        c.push(w);
-      } while (w !== v);
-      if (c.length > 1 || graph.get(v)?.has(v)) out.push(c.sort());
-    }
-  };
-  for (const v of [...graph.keys()].sort()) if (!index.has(v)) visit(v);
-  return out.sort((a, b) => a[0].localeCompare(b[0]));
 }
 
 /** mod.ts's exported names, split by the checker into values and types. */

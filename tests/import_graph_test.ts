@@ -8,6 +8,7 @@
 // A failure names the importing file, the imported file and the rule. tests/ and bench/ are
 // not checked: they stand above everything.
 import assert from "node:assert/strict";
+import { stronglyConnected } from "./setup/scc.ts";
 
 const ROOT = new URL("..", import.meta.url);
 const DOC = "docs/architecture.md";
@@ -95,34 +96,7 @@ function layerViolations(rows: Row[], graph: Map<string, Set<string>>): Violatio
 
 /** Every import that closes a cycle, with the cycle it closes (Tarjan's SCCs, then a path). */
 function cycleViolations(graph: Map<string, Set<string>>): Violation[] {
-  const index = new Map<string, number>();
-  const low = new Map<string, number>();
-  const stack: string[] = [];
-  const onStack = new Set<string>();
-  const components: string[][] = [];
-  const visit = (v: string) => {
-    index.set(v, index.size);
-    low.set(v, index.get(v)!);
-    stack.push(v);
-    onStack.add(v);
-    for (const w of graph.get(v) ?? []) {
-      if (!index.has(w)) {
-        visit(w);
-        low.set(v, Math.min(low.get(v)!, low.get(w)!));
-      } else if (onStack.has(w)) low.set(v, Math.min(low.get(v)!, index.get(w)!));
-    }
-    if (low.get(v) === index.get(v)) {
-      const c: string[] = [];
-      let w: string;
-      do {
-        w = stack.pop()!;
-        onStack.delete(w);
-        c.push(w);
-      } while (w !== v);
-      if (c.length > 1 || graph.get(v)?.has(v)) components.push(c.sort());
-    }
-  };
-  for (const v of [...graph.keys()].sort()) if (!index.has(v)) visit(v);
+  const components = stronglyConnected(graph);
   const out: Violation[] = [];
   for (const c of components) {
     const inside = new Set(c);
