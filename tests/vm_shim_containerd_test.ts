@@ -158,18 +158,22 @@ integrationTest(
       });
       const image = await c.importBusyboxImage(NS);
       const ctr = (args: string[]) => c!.ctr(args, { namespace: NS, timeoutMs: CALL_MS });
+      /** `ctr run` of one container of the VM runtime (its own VM: no pod groups them). */
+      const run = (id: string, args: string[], detach = false) =>
+        ctrRun(c!, {
+          image,
+          id,
+          namespace: NS,
+          runtime: RUNTIME,
+          cgroup: "",
+          ...(detach ? { detach } : {}),
+          args,
+          timeoutMs: CALL_MS,
+        });
 
       // One container, one VM: its output and exit code 7 come back from the guest.
       let t0 = performance.now();
-      const once = await ctrRun(c, {
-        image,
-        id: "once",
-        namespace: NS,
-        runtime: RUNTIME,
-        cgroup: "",
-        args: ["sh", "-c", "echo hello from $(uname -n); exit 7"],
-        timeoutMs: CALL_MS,
-      });
+      const once = await run("once", ["sh", "-c", "echo hello from $(uname -n); exit 7"]);
       const onceMs = performance.now() - t0;
       assert.equal(once.code, 7, describe(once));
       assert.equal(once.stdout, "hello from skiff-vm\n", describe(once));
@@ -180,17 +184,12 @@ integrationTest(
 
       // A long-running container: an exec's output and exit code, then SIGTERM.
       t0 = performance.now();
-      const run = await ctrRun(c, {
-        image,
-        id: "long",
-        namespace: NS,
-        runtime: RUNTIME,
-        cgroup: "",
-        detach: true,
-        args: ["sh", "-c", "trap 'exit 42' TERM; while true; do sleep 1; done"],
-        timeoutMs: CALL_MS,
-      });
-      assert.equal(run.code, 0, describe(run));
+      const long = await run("long", [
+        "sh",
+        "-c",
+        "trap 'exit 42' TERM; while true; do sleep 1; done",
+      ], true);
+      assert.equal(long.code, 0, describe(long));
       console.log(
         `ctr run -d (VM boot to running): ${((performance.now() - t0) / 1000).toFixed(1)} s`,
       );
@@ -247,16 +246,7 @@ integrationTest(
 
       // A VM that dies ends its containers (status 255: the guest's exit is lost with it), and
       // deleting them leaves nothing.
-      const doomed = await ctrRun(c, {
-        image,
-        id: "doomed",
-        namespace: NS,
-        runtime: RUNTIME,
-        cgroup: "",
-        detach: true,
-        args: ["sleep", "600"],
-        timeoutMs: CALL_MS,
-      });
+      const doomed = await run("doomed", ["sleep", "600"], true);
       assert.equal(doomed.code, 0, describe(doomed));
       const [qemu] = vmQemus();
       assert.ok(qemu, "the container's VM");
@@ -272,16 +262,7 @@ integrationTest(
       await until("the dead VM's state to be gone", async () => (await vmLeftovers()).length === 0);
 
       // A shim that dies (SIGKILL) takes its VM with it: QEMU, share and mounts go.
-      const orphan = await ctrRun(c, {
-        image,
-        id: "orphan",
-        namespace: NS,
-        runtime: RUNTIME,
-        cgroup: "",
-        detach: true,
-        args: ["sleep", "600"],
-        timeoutMs: CALL_MS,
-      });
+      const orphan = await run("orphan", ["sleep", "600"], true);
       assert.equal(orphan.code, 0, describe(orphan));
       assert.equal(vmQemus().length, 1, "the orphan's VM");
       for (const s of c.shims()) Deno.kill(s.pid, "SIGKILL");
