@@ -118,9 +118,16 @@ for (const v of VERSIONS) {
         });
         const agent = await startAgent(tmp, MS);
         undo.push(async () => {
-          try {
-            Deno.kill(agent.pid, "SIGKILL");
-          } catch { /* stopped already */ }
+          // SIGTERM first: the agent then kills what it still runs; SIGKILL would orphan it.
+          const signal = (name: Deno.Signal) => {
+            try {
+              Deno.kill(agent.pid, name);
+            } catch { /* stopped already */ }
+          };
+          signal("SIGTERM");
+          await deadline(agent.child.status, 10_000, "the agent's exit").catch(() => {
+            signal("SIGKILL");
+          });
           await agent.child.status;
         });
         const c = await startContainerd({
