@@ -592,3 +592,20 @@ Deno.test("TaskService Pids lists running execs the runtime's ps does not see (g
     assert.deepEqual(after.map((p) => (p as { pid: number }).pid), [pid]);
   });
 });
+
+Deno.test("TaskService passes a runtime's own stats status through; a failed read is NotFound", async () => {
+  await withBundle(async (bundle) => {
+    const { svc, runtime } = setup();
+    await svc.create(create(CreateTaskRequestSchema, { id: "c1", bundle }));
+    await svc.start({ id: "c1", execId: "" } as never);
+    const r = runtime as unknown as { stats?: (id: string) => Promise<never> };
+    r.stats = (id) => Promise.reject(new ConnectError(`no stats for ${id}`, Code.Unimplemented));
+    await assert.rejects(svc.stats({ id: "c1" } as never), code(Code.Unimplemented));
+    r.stats = () => Promise.reject(new Error("memory.stat: ENOENT"));
+    await assert.rejects(
+      svc.stats({ id: "c1" } as never),
+      (e: unknown) =>
+        code(Code.NotFound)(e) && /stats of container "c1": memory.stat: ENOENT/.test(String(e)),
+    );
+  });
+});

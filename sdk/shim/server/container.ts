@@ -361,6 +361,9 @@ export class Container<T = unknown> {
         ? await this.runtime.stats(this.id)
         : await this.#d.platform.stats(this.init.pid);
     } catch (e) {
+      // A runtime's own status (Unimplemented, Unavailable, ...) reaches the client as it is;
+      // anything else means the cgroup could not be read: gone, as containerd's shim says.
+      if (e instanceof ConnectError) throw e;
       throw new ConnectError(
         `stats of container "${this.id}": ${(e as Error).message}`,
         Code.NotFound,
