@@ -51,6 +51,7 @@ options:
  * ```
  */
 export async function main(args: string[]): Promise<number> {
+  // long: one flag table and its checks, then the run; each check reads best beside its flag
   let v;
   try {
     v = parseArgs({
