@@ -10,6 +10,7 @@
  *   platform = "ptrace"
  */
 import { type OciRuntimeCliOptions, OciShim, runShim, type RuntimeContext } from "../../mod.ts";
+import { makeCgroupParent } from "./cgroup_parent.ts";
 
 /** The runsc settings this shim honours. */
 export interface RunscOptions {
@@ -46,6 +47,8 @@ export class RunscShim extends OciShim<RunscOptions> {
   protected override cliOptions(ctx: RuntimeContext<RunscOptions>): OciRuntimeCliOptions {
     const o = ctx.options;
     const spec = readSpec(ctx.bundle);
+    // On cgroup v2 runsc deletes the parents it made, even one another container still uses.
+    makeCgroupParent(spec?.linux?.cgroupsPath);
     const network = o.runscConfig.network ?? networkMode(spec);
     return {
       globalArgs: Object.entries({ ...o.runscConfig, network }).map(([k, v]) => `--${k}=${v}`),
@@ -64,7 +67,7 @@ export class RunscShim extends OciShim<RunscOptions> {
 
 interface Spec {
   annotations?: Record<string, string>;
-  linux?: { namespaces?: { type: string; path?: string }[] };
+  linux?: { cgroupsPath?: string; namespaces?: { type: string; path?: string }[] };
 }
 
 function readSpec(bundle: string): Spec | undefined {

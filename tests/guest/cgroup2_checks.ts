@@ -80,13 +80,6 @@ Deno.test("guest: the hierarchy is pure cgroup2, every controller delegated", ()
 const V2_SCENARIOS =
   "^(run-exit-code|kill-signals|pause-resume|pids|metrics|oom|events-order|grouping|cri-pod)$";
 
-/**
- * Known failure, left out for runsc only and listed in docs/conformance.md: in the guest,
- * `runsc delete` of a grouped container fails "removing cgroup path" on cgroup v2 (seen in every
- * guest run so far; not yet understood, and no Go runsc shim here to compare with).
- */
-const RUNSC_V2_SCENARIOS = V2_SCENARIOS.replace("|grouping", "");
-
 for (
   const [name, runtime, only, opts] of [
     ["containerd's Go runc shim", RUNC_RUNTIME, V2_SCENARIOS, { traits: { sandboxApi: false } }],
@@ -94,7 +87,7 @@ for (
     [
       "skiff's runsc example",
       "io.containerd.skiff-runsc.v2",
-      RUNSC_V2_SCENARIOS,
+      V2_SCENARIOS,
       { runcOptions: false },
     ],
     ["skiff's crun example (trixie's crun)", "io.containerd.skiff-crun.v2", V2_SCENARIOS, {}],
