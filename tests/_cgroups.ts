@@ -21,6 +21,8 @@ export function cgroupDirs(path: string): string[] {
 /** Creates a cgroup in every hierarchy; a new v1 cpuset level gets its parent's cpus and mems. */
 export async function makeCgroup(path: string): Promise<string[]> {
   const dirs = cgroupDirs(path);
+  // On v2 an empty cpuset.cpus means "the parent's" (and the root has none to copy).
+  const v1 = cgroupVersion() === 1;
   for (const dir of dirs) {
     const levels = path.split("/").filter(Boolean);
     let at = dir.slice(0, dir.length - path.length);
@@ -30,7 +32,7 @@ export async function makeCgroup(path: string): Promise<string[]> {
       await Deno.mkdir(at).catch((e) => {
         if (!(e instanceof Deno.errors.AlreadyExists)) throw e;
       });
-      for (const file of ["cpuset.cpus", "cpuset.mems"]) {
+      for (const file of v1 ? ["cpuset.cpus", "cpuset.mems"] : []) {
         const own = await Deno.readTextFile(`${at}/${file}`).catch(() => undefined);
         if (own === undefined || own.trim() !== "") continue;
         await Deno.writeTextFile(`${at}/${file}`, await Deno.readTextFile(`${parent}/${file}`));
