@@ -1,9 +1,10 @@
 // cgroup v2 for real: this machine (and CI's) is cgroup v1 hybrid, so the v2 paths run in the
 // QEMU test guest (sdk/testing/guest.ts), which boots a pure cgroup2 hierarchy over the host's
 // own root. One boot runs tests/guest/cgroup2_checks.ts there (conformance on v2 for the Go runc
-// shim and skiff's runc and runsc examples, checkpoint/restore of a counter for the Go shim and
-// skiff side by side) plus the existing v2-sensitive integration tests, and reports a JUnit
-// file back over the guest's writable share. A second boot, with the host's systemd as the
+// shim and skiff's runc, runsc and crun examples, checkpoint/restore of a counter for the Go shim
+// and skiff side by side), the CRI checkpoint checks, the warm spare's cgroup checks
+// (tests/guest/spare_cgroup_checks.ts) and the existing v2-sensitive integration tests, and
+// reports a JUnit file back over the guest's writable share. A second boot, with the host's systemd as the
 // guest's PID 1, runs tests/guest/systemd_checks.ts (runc's systemd cgroup driver). Skipped only
 // where QEMU cannot run (and under SKIFF_REQUIRE_INTEGRATION=1 that fails instead).
 import assert from "node:assert/strict";
@@ -16,6 +17,7 @@ import { installShims } from "../sdk/install/install.ts";
 const IN_GUEST = [
   "tests/guest/cgroup2_checks.ts",
   "tests/guest/cri_checkpoint_checks.ts",
+  "tests/guest/spare_cgroup_checks.ts",
   "tests/shim_cgroup_join_test.ts",
   "tests/linux_cgroups_test.ts",
 ];
@@ -103,6 +105,8 @@ integrationTest(
       "guest: checkpoint and restore a counter, skiff's runc example",
       "guest: CRI CheckpointContainer and restore, containerd's Go runc shim",
       "guest: CRI CheckpointContainer and restore, skiff's runc example",
+      "guest: warm spare on cgroup v2: an adopted spare is indistinguishable from a cold server",
+      "guest: warm spare on cgroup v2: runc options' shim_cgroup is honoured by an adopted spare",
     ], "shell"),
 );
 
