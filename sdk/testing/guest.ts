@@ -65,7 +65,12 @@ export interface GuestOptions {
   timeoutMs?: number;
   /** Guest memory in MiB (the tmpfs overlay lives in it). Default 3072. */
   memoryMiB?: number;
-  /** Virtual CPUs. Default 2. */
+  /**
+   * Virtual CPUs. Default 1: with 2, a loaded host wedged the guest now and then, both vCPUs
+   * spinning in the kernel under runc for minutes ("soft lockup ... stuck for 160s! [runc]" and
+   * "[exe]", seen under load ~20), the signature of a cross-CPU call that never completes under
+   * TCG; one vCPU has no cross-CPU calls to lose.
+   */
   cpus?: number;
   /** Called with the command's console output as it arrives (e.g. to show progress). */
   onOutput?: (text: string) => void;
@@ -294,7 +299,7 @@ export async function runInGuest(opts: GuestOptions): Promise<GuestResult> {
       `virtio-9p-pci,fsdev=${id},mount_tag=${tag}`,
     ];
     const args = [
-      ...["-accel", "tcg", "-cpu", "max", "-smp", String(opts.cpus ?? 2)],
+      ...["-accel", "tcg", "-cpu", "max", "-smp", String(opts.cpus ?? 1)],
       ...["-m", String(opts.memoryMiB ?? 3072), "-nodefaults", "-no-reboot", "-display", "none"],
       ...["-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con"],
       ...["-kernel", img.kernel, "-initrd", img.initrd],

@@ -25,7 +25,7 @@ are copied to --out DIR.
 options:
   --timeout SECONDS  bound on the whole run, boot included (default 1800)
   --memory MIB       guest memory (default 3072)
-  --cpus N           virtual CPUs (default 2)
+  --cpus N           virtual CPUs (default 1)
   --out DIR          copy the files the command wrote to $SKIFF_GUEST_OUT here
   --init shell|systemd  the guest's PID 1: a shell script (default) or the host's systemd,
                      running COMMAND as a unit (for runc's --systemd-cgroup)
