@@ -27,7 +27,6 @@ const HANDLER = "conformance";
  * @param ctx the scenario context (its containerd names the version and binaries)
  */
 export async function criPodScenario(ctx: ScenarioContext): Promise<void> {
-  // long: a pod's life through CRI as one scenario, step by step (config, pod, container, stop)
   const version = ctx.containerd.version;
   const runcRoot = ctx.taskOptions !== undefined;
   // 1.6's CRI sends a non-runc runtime only a config path; 1.7+ the table as TOML.
