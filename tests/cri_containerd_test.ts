@@ -24,11 +24,10 @@ import { CRI_NAMESPACE, type CriClient, criClient } from "../sdk/testing/cri_cli
 import { type CriHandler, criPlugins, criRuntimePlugin } from "../sdk/testing/cri_config.ts";
 import { installShims } from "../sdk/install/install.ts";
 import { BUSYBOX_IMAGE_REF, PAUSE_IMAGE_REF } from "../sdk/testing/image.ts";
+import { criContainerConfig } from "../sdk/testing/cri_container.ts";
 import { parse as parseToml } from "smol-toml";
 import { create } from "@bufbuild/protobuf";
 import {
-  type ContainerConfig,
-  ContainerConfigSchema,
   ContainerState,
   type ContainerStatus,
   NamespaceMode,
@@ -171,25 +170,6 @@ function podConfig(c: PrivateContainerd, handler: string, uid: string): PodSandb
   });
 }
 
-function containerConfig(name: string, script: string): ContainerConfig {
-  return create(ContainerConfigSchema, {
-    metadata: { name, attempt: 0 },
-    image: { image: BUSYBOX_IMAGE_REF },
-    command: ["sh", "-c", script],
-    logPath: `${name}/0.log`,
-    linux: {
-      securityContext: {
-        // kubelet's namespaces for a host-network pod without shareProcessNamespace.
-        namespaceOptions: {
-          network: NamespaceMode.NODE,
-          pid: NamespaceMode.CONTAINER,
-          ipc: NamespaceMode.POD,
-        },
-      },
-    },
-  });
-}
-
 /** CRI log lines (`<time> <stream> <P|F> <text>`) of a file, as [stream, text]. */
 async function criLogLines(path: string): Promise<[string, string][]> {
   const text = await Deno.readTextFile(path).catch(() => "");
@@ -259,7 +239,7 @@ async function podScenario(
       const id = (await call(`CreateContainer(${name})`, (o) =>
         cri.runtime.createContainer({
           podSandboxId: podId,
-          config: containerConfig(name, script),
+          config: criContainerConfig(name, ["sh", "-c", script]),
           sandboxConfig: config,
         }, o))).containerId;
       ids.push(id);

@@ -27,9 +27,9 @@ import { installShims } from "../sdk/install/install.ts";
 import { buildVmImage, skiffCache, vmUnavailable } from "../examples/vm/image.ts";
 import { CRI_NAMESPACE, type CriClient, criClient } from "../sdk/testing/cri_client.ts";
 import { BUSYBOX_IMAGE_REF } from "../sdk/testing/image.ts";
+import { criContainerConfig } from "../sdk/testing/cri_container.ts";
 import { create } from "@bufbuild/protobuf";
 import {
-  ContainerConfigSchema,
   ContainerState,
   type ContainerStatus,
   NamespaceMode,
@@ -405,21 +405,7 @@ for (const cv of criVersions.length > 0 ? criVersions : [undefined]) {
           const id = (await call(`CreateContainer(${name})`, (o) =>
             rt.createContainer({
               podSandboxId: podId,
-              config: create(ContainerConfigSchema, {
-                metadata: { name, attempt: 0 },
-                image: { image: BUSYBOX_IMAGE_REF },
-                command: ["sh", "-c", script],
-                logPath: `${name}/0.log`,
-                linux: {
-                  securityContext: {
-                    namespaceOptions: {
-                      network: NamespaceMode.NODE,
-                      pid: NamespaceMode.CONTAINER,
-                      ipc: NamespaceMode.POD,
-                    },
-                  },
-                },
-              }),
+              config: criContainerConfig(name, ["sh", "-c", script]),
               sandboxConfig: config,
             }, o))).containerId;
           await call(`StartContainer(${name})`, (o) =>

@@ -36,7 +36,7 @@ export interface ContainerdVersion {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { skiffCacheDir } from "./containerd.ts";
+ * import { skiffCacheDir } from "./containerd_versions.ts";
  * strictEqual(skiffCacheDir().startsWith("/"), true);
  * ```
  */

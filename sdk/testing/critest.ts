@@ -23,7 +23,9 @@
 // long: over 500 lines with its runnable JSDoc examples; the code (~400 lines) is one concept,
 // critest's runs and their report
 
-import { type PrivateContainerd, skiffCacheDir, startContainerd } from "./containerd.ts";
+import { startContainerd } from "./containerd.ts";
+import { skiffCacheDir } from "./containerd_versions.ts";
+import type { PrivateContainerd } from "./private_containerd.ts";
 import { installShims } from "../install/install.ts";
 import { buildBusyboxImage, buildPauseImage } from "./image.ts";
 import { type LocalRegistry, startRegistry } from "./registry.ts";

@@ -16,7 +16,7 @@
  */
 
 import { parseArgs } from "node:util";
-import { containerdVersions } from "./containerd.ts";
+import { containerdVersions } from "./containerd_versions.ts";
 import {
   CRITEST_SKIPS,
   critestMatrix,

@@ -17,7 +17,8 @@
  * @module
  */
 
-import type { CtrResult, PrivateContainerd } from "./containerd.ts";
+import type { CtrResult } from "./ctr_command.ts";
+import type { PrivateContainerd } from "./private_containerd.ts";
 
 /**
  * The Go runc shim's runtime type.
@@ -25,7 +26,7 @@ import type { CtrResult, PrivateContainerd } from "./containerd.ts";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { PrivateContainerd } from "./containerd.ts";
+ * import type { PrivateContainerd } from "./private_containerd.ts";
  * import { ctrRunArgs, RUNC_RUNTIME } from "./ctr.ts";
  * // The fields of a PrivateContainerd that ctrRunArgs reads (startContainerd makes a real one).
  * const c = {
@@ -47,7 +48,7 @@ export const RUNC_RUNTIME: string = "io.containerd.runc.v2";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { PrivateContainerd } from "./containerd.ts";
+ * import type { PrivateContainerd } from "./private_containerd.ts";
  * import { ctrRunArgs, DEFAULT_NAMESPACE } from "./ctr.ts";
  * // The fields of a PrivateContainerd that ctrRunArgs reads (startContainerd makes a real one).
  * const c = {
@@ -68,7 +69,7 @@ export const DEFAULT_NAMESPACE: string = "skiff-test";
  * @example Usage
  * ```ts
  * import { deepStrictEqual } from "node:assert/strict";
- * import type { PrivateContainerd } from "./containerd.ts";
+ * import type { PrivateContainerd } from "./private_containerd.ts";
  * import { ctrRunArgs, type CtrRunOptions } from "./ctr.ts";
  * // The fields of a PrivateContainerd that ctrRunArgs reads (startContainerd makes a real one).
  * const c = {
@@ -142,7 +143,7 @@ export function shellQuote(s: string): string {
  * @example Usage
  * ```ts
  * import { deepStrictEqual } from "node:assert/strict";
- * import type { PrivateContainerd } from "./containerd.ts";
+ * import type { PrivateContainerd } from "./private_containerd.ts";
  * import { ctrRunArgs } from "./ctr.ts";
  * // The fields of a PrivateContainerd that ctrRunArgs reads (startContainerd makes a real one).
  * const c = {

@@ -22,7 +22,7 @@
  * @module
  */
 
-import { skiffCacheDir } from "./containerd.ts";
+import { skiffCacheDir } from "./containerd_versions.ts";
 
 /**
  * The cached guest image ({@linkcode guestImage}).

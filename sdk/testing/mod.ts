@@ -65,19 +65,14 @@ export {
 } from "./registry.ts";
 export { type OciDescriptor, type OciIndex, type OciLayout, readOciLayout } from "./oci_layout.ts";
 export { createFifoSet, type FifoSet, readFifo } from "./fifo_set.ts";
-export {
-  type ContainerdVersion,
-  containerdVersions,
-  type CriSetup,
-  type CtrOptions,
-  type CtrResult,
-  PrivateContainerd,
-  type RuntimeConfig,
-  startContainerd,
-  type StartContainerdOptions,
-} from "./containerd.ts";
+export { type ContainerdVersion, containerdVersions } from "./containerd_versions.ts";
+export { startContainerd, type StartContainerdOptions } from "./containerd.ts";
+export { PrivateContainerd, type RuntimeConfig } from "./private_containerd.ts";
+export type { CtrOptions, CtrResult } from "./ctr_command.ts";
+export type { CriSetup } from "./containerd_config.ts";
 export { type ContainerdClient, containerdClient } from "./containerd_client.ts";
 export { CRI_NAMESPACE, type CriClient, criClient } from "./cri_client.ts";
+export { criContainerConfig, type CriContainerOptions } from "./cri_container.ts";
 export {
   type CriConfigOptions,
   type CriHandler,

@@ -21,7 +21,7 @@
  * @module
  */
 
-import { skiffCacheDir } from "./containerd.ts";
+import { skiffCacheDir } from "./containerd_versions.ts";
 import { type OciDescriptor, type OciIndex, type OciLayout, readOciLayout } from "./oci_layout.ts";
 
 /**

@@ -16,13 +16,13 @@ import assert from "node:assert/strict";
 import { create } from "@bufbuild/protobuf";
 import {
   type ContainerConfig,
-  ContainerConfigSchema,
   ContainerState,
   NamespaceMode,
   PodSandboxConfigSchema,
 } from "../../proto/gen/runtime/v1/api_pb.ts";
 import { containerdVersions, startContainerd } from "../../sdk/testing/containerd.ts";
 import { criClient } from "../../sdk/testing/cri_client.ts";
+import { criContainerConfig } from "../../sdk/testing/cri_container.ts";
 import { buildBusyboxImage } from "../../sdk/testing/image.ts";
 import { startRegistry } from "../../sdk/testing/registry.ts";
 import { RUNC_RUNTIME } from "../../sdk/testing/ctr.ts";
@@ -89,17 +89,7 @@ async function criCheckpoint(runtime: string, shimDir?: string): Promise<void> {
     const script = "t=$(cat /proc/sys/kernel/random/uuid); i=0; " +
       'while :; do i=$((i+1)); echo "$t $i" > /count; sleep 0.2; done';
     const config = (name: string, image: string): ContainerConfig =>
-      create(ContainerConfigSchema, {
-        metadata: { name, attempt: 0 },
-        image: { image },
-        command: ["sh", "-c", script],
-        logPath: `${name}.log`,
-        linux: {
-          securityContext: {
-            namespaceOptions: { network: NamespaceMode.NODE, pid: NamespaceMode.CONTAINER },
-          },
-        },
-      });
+      criContainerConfig(name, ["sh", "-c", script], { image, logPath: `${name}.log` });
     const read = async (containerId: string): Promise<{ token: string; n: number }> => {
       const r = await cri.runtime.execSync(
         { containerId, cmd: ["cat", "/count"], timeout: 120n },

@@ -9,7 +9,6 @@
 import assert from "node:assert/strict";
 import { create } from "@bufbuild/protobuf";
 import {
-  ContainerConfigSchema,
   ContainerState,
   NamespaceMode,
   PodSandboxConfigSchema,
@@ -17,6 +16,7 @@ import {
 import { startContainerd } from "../containerd.ts";
 import { CRI_NAMESPACE, criClient } from "../cri_client.ts";
 import { BUSYBOX_IMAGE_REF } from "../image.ts";
+import { criContainerConfig } from "../cri_container.ts";
 import type { ScenarioContext } from "./kit.ts";
 
 const HANDLER = "conformance";
@@ -27,7 +27,6 @@ const HANDLER = "conformance";
  * @param ctx the scenario context (its containerd names the version and binaries)
  */
 export async function criPodScenario(ctx: ScenarioContext): Promise<void> {
-  // long: a pod's life through CRI as one scenario, step by step (config, pod, container, stop)
   const version = ctx.containerd.version;
   const runcRoot = ctx.taskOptions !== undefined;
   // 1.6's CRI sends a non-runc runtime only a config path; 1.7+ the table as TOML.
@@ -72,17 +71,7 @@ export async function criPodScenario(ctx: ScenarioContext): Promise<void> {
   const { containerId } = await cri.runtime.createContainer({
     podSandboxId,
     sandboxConfig: config,
-    config: create(ContainerConfigSchema, {
-      metadata: { name: "main", attempt: 0 },
-      image: { image: BUSYBOX_IMAGE_REF },
-      command: ["sleep", "600"],
-      logPath: "main.log",
-      linux: {
-        securityContext: {
-          namespaceOptions: { network: NamespaceMode.NODE, pid: NamespaceMode.CONTAINER },
-        },
-      },
-    }),
+    config: criContainerConfig("main", ["sleep", "600"], { logPath: "main.log" }),
   }, o);
   await cri.runtime.startContainer({ containerId }, o);
   const ex = await cri.runtime.execSync({

@@ -8,7 +8,7 @@
  */
 
 import type { Any } from "@bufbuild/protobuf/wkt";
-import type { PrivateContainerd } from "../containerd.ts";
+import type { PrivateContainerd } from "../private_containerd.ts";
 import { type ContainerdClient, containerdClient } from "../containerd_client.ts";
 import { createOciSpec, type OciSpecOptions } from "../bundle.ts";
 import { createFifoSet, type FifoSet, readFifo } from "../fifo_set.ts";

@@ -13,9 +13,9 @@ import {
   type ContainerdVersion,
   containerdVersionOf,
   containerdVersions,
-  type PrivateContainerd,
-  startContainerd,
-} from "../containerd.ts";
+} from "../containerd_versions.ts";
+import { startContainerd } from "../containerd.ts";
+import type { PrivateContainerd } from "../private_containerd.ts";
 import { createBusyboxBundle } from "../bundle.ts";
 import { CATALOGUE } from "./catalogue.ts";
 import { ScenarioContext, shimBinaryName } from "./kit.ts";
