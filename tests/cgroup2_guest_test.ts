@@ -73,6 +73,7 @@ async function testInGuest(
     await Deno.remove(prefix, { recursive: true });
   }
   console.log(`cgroup v2 guest (${init}): exit ${r.code} after ${r.seconds.toFixed(0)} s`);
+  assert.equal(r.wedged, undefined, `the guest's kernel wedged:\n${r.console.slice(-4000)}`);
   assert.ok(
     !r.timedOut,
     `the guest hung past ${BOUND_MS / 60_000} min:\n${r.console.slice(-4000)}`,

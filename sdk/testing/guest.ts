@@ -104,8 +104,44 @@ export interface GuestResult {
   files: Record<string, string>;
   /** True when the time bound killed QEMU. */
   timedOut: boolean;
+  /**
+   * The console's soft-lockup line when the guest's kernel was stuck for
+   * {@linkcode WEDGED_SECONDS} or more and QEMU was killed then, rather than at the time bound.
+   */
+  wedged?: string;
   /** Wall-clock seconds from QEMU's start to its end. */
   seconds: number;
+}
+
+/**
+ * A soft lockup this long is a wedged guest, not a slow one: a vCPU starved by a busy host
+ * recovers within a minute or two, while a wedge (seen under TCG with 2 vCPUs) goes on until the
+ * time bound, which the run need not wait for.
+ */
+export const WEDGED_SECONDS = 300;
+
+/**
+ * The first soft-lockup line of a guest's console stuck for {@linkcode WEDGED_SECONDS} or more.
+ *
+ * @param console the console text so far
+ * @returns that line, or undefined
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { wedgedLine } from "./guest.ts";
+ *
+ * const slow = "[ 124.8] watchdog: BUG: soft lockup - CPU#1 stuck for 23s! [runc:246]";
+ * const stuck = "[ 640.5] watchdog: BUG: soft lockup - CPU#0 stuck for 301s! [exe:247]";
+ * strictEqual(wedgedLine(`${slow}\n`), undefined);
+ * strictEqual(wedgedLine(`boot\n${slow}\n${stuck}\n`), stuck);
+ * ```
+ */
+export function wedgedLine(console: string): string | undefined {
+  for (const m of console.matchAll(/^.*soft lockup - CPU#\d+ stuck for (\d+)s!.*$/gm)) {
+    if (Number(m[1]) >= WEDGED_SECONDS) return m[0].trim();
+  }
+  return undefined;
 }
 
 const START = "skiff-guest: command starts";
@@ -324,8 +360,15 @@ export async function runInGuest(opts: GuestOptions): Promise<GuestResult> {
     let forwarded = 0;
     const decoder = new TextDecoder();
     const stderr = new Response(proc.stderr).text();
+    let wedged: string | undefined;
     for await (const chunk of proc.stdout) {
-      all += decoder.decode(chunk, { stream: true }).replaceAll("\r", "");
+      const text = decoder.decode(chunk, { stream: true }).replaceAll("\r", "");
+      all += text;
+      if (!wedged && text.includes("soft lockup") && (wedged = wedgedLine(all))) {
+        try {
+          proc.kill("SIGKILL");
+        } catch { /* already gone */ }
+      }
       if (opts.onOutput) {
         const from = all.indexOf(START);
         if (from >= 0) {
@@ -356,7 +399,7 @@ export async function runInGuest(opts: GuestOptions): Promise<GuestResult> {
     for await (const e of Deno.readDir(`${share}/out`)) {
       if (e.isFile) files[e.name] = await Deno.readTextFile(`${share}/out/${e.name}`);
     }
-    return { code, output, console: all, files, timedOut, seconds };
+    return { code, output, console: all, files, timedOut, seconds, ...(wedged ? { wedged } : {}) };
   } finally {
     clearTimeout(timer);
     if (child) {

@@ -100,6 +100,10 @@ export async function main(args: string[]): Promise<number> {
     console.error(`guest: killed after the ${v.timeout ?? 1800} s bound`);
     return 124;
   }
+  if (r.wedged) {
+    console.error(`guest: killed, its kernel wedged: ${r.wedged}`);
+    return 1;
+  }
   if (r.code < 0) {
     console.error(`guest: ended without an exit status; its console:\n${r.console}`);
     return 1;
