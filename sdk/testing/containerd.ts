@@ -65,6 +65,8 @@ export interface RuntimeConfig {
    * the instance, so options can name its private dirs (e.g. `Root: c.runcRoot`).
    */
   options?: Record<string, unknown> | ((c: PrivateContainerd) => Record<string, unknown>);
+  /** CRI's `sandboxer` for this handler (2.x; `"shim"`: the Sandbox API). Default `podsandbox`. */
+  sandboxer?: string;
 }
 
 /**
@@ -162,6 +164,8 @@ export interface CtrResult {
 }
 
 const dec = new TextDecoder();
+/** How long a killed shim's processes may take to end on their own (a VM watchdog polls 2 s). */
+const ORPHAN_GRACE_MS = 6_000;
 
 async function sha256Hex(text: string): Promise<string> {
   const h = new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text)));
@@ -665,9 +669,16 @@ export class PrivateContainerd {
       if (ns && id) this.#seen.add(`${ns}/${id}`);
     }
     const shims = [...shimProcs, ...this.spares()].map((s) => s.pid);
-    const victims = [...descendantsOf(shims), ...shims];
-    for (const pid of victims) kill(pid, "SIGKILL");
-    await waitGone(victims, 10_000);
+    const descendants = descendantsOf(shims);
+    // The shims first, their processes after a grace: a shim's watchdog (the VM example's)
+    // then ends what the shim left and removes its mounts and state, which a SIGKILL of the
+    // whole tree at once would leave behind.
+    for (const pid of shims) kill(pid, "SIGKILL");
+    await waitGone(shims, 10_000);
+    if (!(await waitGone(descendants, ORPHAN_GRACE_MS))) {
+      for (const pid of descendants) kill(pid, "SIGKILL");
+      await waitGone(descendants, 10_000);
+    }
     await this.#deleteRuncContainers();
     // The Go shims listen on /run/containerd/s/<sha256(address/ns/id)>; a killed one leaves it.
     for (const key of this.#seen) {
@@ -861,7 +872,11 @@ export function containerdConfig(
     const handlers: Record<string, CriHandler> = {};
     for (const [name, r] of runtimes) {
       const options = typeof r.options === "function" ? r.options(c) : r.options;
-      handlers[name] = { runtimeType: r.runtimeType, ...(options ? { options } : {}) };
+      handlers[name] = {
+        runtimeType: r.runtimeType,
+        ...(r.sandboxer ? { sandboxer: r.sandboxer } : {}),
+        ...(options ? { options } : {}),
+      };
     }
     Object.assign(
       plugins,

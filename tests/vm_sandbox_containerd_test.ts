@@ -1,0 +1,189 @@
+/**
+ * The VM example (`io.containerd.skiff-vm.v2`) on containerd's `shim` sandboxer, where the pod's
+ * sandbox is the VM itself (the Sandbox API: CreateSandbox/StartSandbox boot it, StopSandbox
+ * ends it, Wait/Status report it; no pause container), and the pod's containers reach the
+ * sandbox's shim at its task-API endpoint and run in its VM.
+ *
+ * - CRI on containerd 2.3 and 2.4 with `sandboxer = "shim"`: a pod (one VM), two containers and
+ *   more in it, ExecSync's exit code, CRI's container logs, exit code 7, StopContainer's SIGTERM,
+ *   stop and remove the pod, nothing left (2.1.9's CRI panics on that configuration for every
+ *   runtime: docs/containerd-config.md).
+ * - containerd 2.1.9 through its gRPC sandbox store and controller as CRI drives them, with the
+ *   endpoint in the legacy runc-options carrier for one container and found by the sandbox id
+ *   for the other; then the VM dies (QEMU SIGKILLed): Wait returns, Status says not ready, the
+ *   container still running ends (255), and nothing of the VM is left.
+ *
+ * The podsandbox path (CRI's pause container boots the VM): tests/vm_shim_containerd_test.ts.
+ */
+import assert from "node:assert/strict";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { AnySchema } from "@bufbuild/protobuf/wkt";
+import { integrationTest } from "./_integration.ts";
+import {
+  containerdVersions,
+  type PrivateContainerd,
+  startContainerd,
+} from "../sdk/testing/containerd.ts";
+import { containerdClient } from "../sdk/testing/containerd_client.ts";
+import { createBusyboxBundle, createOciSpec } from "../sdk/testing/bundle.ts";
+import { skiffCache, vmUnavailable } from "../examples/vm/image.ts";
+import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc/v1/oci_pb.ts";
+import {
+  criVmPod,
+  installVmShim,
+  killVmsAfter,
+  until,
+  VM_CALL_MS,
+  VM_RUNTIME,
+  vmLeftovers,
+  vmQemus,
+} from "./_vm.ts";
+
+const NEEDS = { root: true, binaries: ["qemu-system-x86_64", "runc", "mount"] };
+
+// CRI with `sandboxer = "shim"`: 2.3 and 2.4 (2.1.9's CRI panics on it).
+const criVersions = containerdVersions().filter((x) => /^2\.(3|4)\./.test(x.version));
+for (const cv of criVersions.length > 0 ? criVersions : [undefined]) {
+  integrationTest(
+    `CRI on containerd ${cv?.version ?? "2.3, 2.4"}: a pod is one VM on the shim sandboxer`,
+    {
+      ...NEEDS,
+      check: () =>
+        cv ? vmUnavailable() : "containerd 2.3/2.4 in the skiff cache (tests/setup/prepare.sh)",
+    },
+    () => criVmPod(cv!, "shim"),
+  );
+}
+
+const NS = "skiff-vm-sbx";
+const SPEC_TYPE = "types.containerd.io/opencontainers/runtime-spec/1/Spec";
+const enc = new TextEncoder();
+const v21 = containerdVersions().find((v) => v.version.startsWith("2.1."));
+const bounded = { timeoutMs: VM_CALL_MS };
+
+integrationTest(
+  `containerd ${v21?.version ?? "2.1"} shim sandboxer (gRPC): the sandbox is the VM; ` +
+    "both carriers of the endpoint; a VM that dies is an exited sandbox",
+  {
+    ...NEEDS,
+    check: () => v21 ? vmUnavailable() : "containerd 2.1 in the skiff cache (prepare.sh)",
+  },
+  async () => {
+    const tmp = await Deno.makeTempDir({ prefix: "skiff-vm-sbx-" });
+    const launcherDir = await installVmShim(tmp);
+    const rootfs = await createBusyboxBundle({ args: ["true"] });
+    let c: PrivateContainerd | undefined;
+    using _bound = killVmsAfter("vm sandbox test");
+    try {
+      c = await startContainerd({
+        binDir: v21!.binDir,
+        extraPath: [launcherDir],
+        env: { SKIFF_CACHE: skiffCache() },
+      });
+      const cl = containerdClient(c.address, NS);
+      const sandboxId = "vm-pod";
+      const shim = { sandboxId, sandboxer: "shim" };
+
+      // The sandbox: the store's record, then the controller's Create and Start, as CRI does.
+      const sandbox = {
+        sandboxId,
+        runtime: { name: VM_RUNTIME },
+        sandboxer: "shim",
+        labels: {},
+        extensions: {},
+      };
+      await cl.sandboxStore.create({ sandbox });
+      const t0 = performance.now();
+      await cl.sandboxController.create({ ...shim, sandbox }, bounded);
+      const started = await cl.sandboxController.start(shim, bounded);
+      console.log(
+        `Sandbox API create+start (VM boot): ${((performance.now() - t0) / 1000).toFixed(1)} s`,
+      );
+      const [qemu] = vmQemus();
+      assert.ok(qemu, "StartSandbox booted the VM");
+      assert.equal(started.pid, qemu, "the sandbox's pid is its VM's");
+      assert.equal((await cl.sandboxController.status(shim)).state, "SANDBOX_READY");
+
+      // Two containers: one names the sandbox's endpoint in runc options (the legacy carrier,
+      // containerd 2.0-2.3's client), the other carries nothing and is found by its sandbox id.
+      const bootstrap = JSON.parse(
+        await Deno.readTextFile(
+          `${c.state}/io.containerd.sandbox.controller.v1.shim/${NS}/${sandboxId}/bootstrap.json`,
+        ),
+      );
+      const carrier = create(AnySchema, {
+        typeUrl: "containerd.runc.v1.Options",
+        value: toBinary(
+          RuncOptionsSchema,
+          create(RuncOptionsSchema, {
+            taskApiAddress: `${bootstrap.protocol}+${bootstrap.address}`,
+            taskApiVersion: bootstrap.version,
+          }),
+        ),
+      });
+      const run = async (id: string, script: string, legacy: boolean) => {
+        const spec = createOciSpec({ args: ["sh", "-c", script] });
+        (spec as { root: unknown }).root = { path: `${rootfs.bundle}/rootfs`, readonly: false };
+        await cl.containers.create({
+          container: {
+            id,
+            runtime: { name: VM_RUNTIME },
+            spec: { typeUrl: SPEC_TYPE, value: enc.encode(JSON.stringify(spec)) },
+            sandbox: sandboxId,
+            labels: {},
+            extensions: {},
+          },
+        });
+        const out = `${tmp}/${id}.out`;
+        await cl.tasks.create({
+          containerId: id,
+          stdout: `file://${out}`,
+          stderr: `file://${out}`,
+          ...(legacy ? { options: carrier } : {}),
+        }, bounded);
+        await cl.tasks.start({ containerId: id }, bounded);
+        return out;
+      };
+      const jobOut = await run("job", "echo job-in-$(uname -n); exit 4", true);
+      const daemonOut = await run("daemon", "echo daemon-in-$(uname -n); exec sleep 600", false);
+      assert.equal(vmQemus().length, 1, "both containers run in the sandbox's VM");
+      assert.equal(c.shims().length, 1, "one shim: the sandbox's");
+      assert.equal((await cl.tasks.wait({ containerId: "job" }, bounded)).exitStatus, 4);
+      assert.equal(await Deno.readTextFile(jobOut), "job-in-skiff-vm\n");
+      await until(
+        "the daemon's output",
+        async () => (await Deno.readTextFile(daemonOut).catch(() => "")) === "daemon-in-skiff-vm\n",
+      );
+      await cl.tasks.delete({ containerId: "job" }, bounded);
+      await cl.containers.delete({ id: "job" });
+
+      // The VM dies: the sandbox has exited (QEMU's 137), its container ended with it.
+      const waited = cl.sandboxController.wait(shim, bounded);
+      Deno.kill(qemu, "SIGKILL");
+      const exit = await waited;
+      assert.equal(exit.exitStatus, 137, "WaitSandbox: QEMU's exit (SIGKILL)");
+      const status = await cl.sandboxController.status(shim);
+      assert.equal(status.state, "SANDBOX_NOTREADY");
+      assert.ok(status.exitedAt, "Status: the exit time");
+      assert.equal((await cl.tasks.wait({ containerId: "daemon" }, bounded)).exitStatus, 255);
+      await until("the dead VM's state to be gone", async () => (await vmLeftovers()).length === 0);
+
+      // Stop, delete, shut down: the shim exits, nothing is left.
+      await cl.tasks.delete({ containerId: "daemon" }, bounded);
+      await cl.containers.delete({ id: "daemon" });
+      await cl.sandboxController.stop({ ...shim, timeoutSecs: 5 }, bounded);
+      await cl.sandboxController.shutdown(shim, bounded);
+      await cl.sandboxStore.delete({ sandboxId });
+      await until("the sandbox's shim to exit", () => Promise.resolve(c!.shims().length === 0));
+    } catch (e) {
+      if (c) console.error(`containerd log tail:\n${(await c.logs()).slice(-8000)}`);
+      throw e;
+    } finally {
+      await c?.stop();
+      for (const p of vmQemus()) Deno.kill(p, "SIGKILL");
+      await rootfs.cleanup();
+      await Deno.remove(tmp, { recursive: true }).catch(() => {});
+    }
+    assert.deepEqual(await vmLeftovers(), [], "nothing of the VM is left");
+  },
+);
