@@ -30,21 +30,30 @@ import {
 /** The VM example's runtime type and launcher. */
 export const VM_RUNTIME = "io.containerd.skiff-vm.v2";
 export const VM_LAUNCHER = "containerd-shim-skiff-vm-v2";
-/** Where the shim keeps its VMs' state (examples/vm/main.ts). */
+/** Where the shim keeps its VMs' state by default (examples/vm/main.ts). */
 export const VM_STATE = "/run/skiff-vm";
 /** Bound on one call that may boot a VM: generous, only there so that a hang fails. */
 export const VM_CALL_MS = 240_000;
 /** Bound on one test. */
 export const VM_TEST_MS = 9 * 60_000;
 
-/** QEMU processes of this shim's VMs (their state is under VM_STATE). */
-export function vmQemus(): number[] {
+/**
+ * A state directory of this test's own (`SKIFF_VM_STATE_DIR` in containerd's environment), so
+ * that VMs of tests that run beside it are neither counted nor killed. Not under
+ * {@linkcode VM_STATE}: nothing of it even contains that path.
+ */
+export function privateVmState(): string {
+  return `/run/skiff-test-vm-${crypto.randomUUID().slice(0, 8)}`;
+}
+
+/** QEMU processes of this shim's VMs (their state is under `parent`). */
+export function vmQemus(parent = VM_STATE): number[] {
   const out: number[] = [];
   for (const e of Deno.readDirSync("/proc")) {
     if (!/^\d+$/.test(e.name)) continue;
     try {
       const argv = Deno.readTextFileSync(`/proc/${e.name}/cmdline`).split("\0");
-      if (argv[0]?.endsWith("qemu-system-x86_64") && argv.some((a) => a.includes(VM_STATE))) {
+      if (argv[0]?.endsWith("qemu-system-x86_64") && argv.some((a) => a.includes(`${parent}/`))) {
         out.push(Number(e.name));
       }
     } catch { /* exited */ }
@@ -52,29 +61,30 @@ export function vmQemus(): number[] {
   return out;
 }
 
-/** What is left of the shim's VMs: QEMUs, state dirs, mounts. */
-export async function vmLeftovers(): Promise<string[]> {
-  const left: string[] = vmQemus().map((p) => `qemu pid ${p}`);
+/** What is left of the shim's VMs under `parent`: QEMUs, state dirs, mounts. */
+export async function vmLeftovers(parent = VM_STATE): Promise<string[]> {
+  const left: string[] = vmQemus(parent).map((p) => `qemu pid ${p}`);
   try {
-    for (const e of Deno.readDirSync(VM_STATE)) left.push(`${VM_STATE}/${e.name}`);
+    for (const e of Deno.readDirSync(parent)) left.push(`${parent}/${e.name}`);
   } catch { /* no state dir */ }
   const mounts = await Deno.readTextFile("/proc/self/mountinfo");
   for (const line of mounts.split("\n")) {
-    if (line.includes(`${VM_STATE}/`)) left.push(`mount ${line.split(" ")[4]}`);
+    if (line.includes(`${parent}/`)) left.push(`mount ${line.split(" ")[4]}`);
   }
   return left;
 }
 
-/** Polls until `probe` is true; fails after `ms`. */
+/** Polls until `probe` is true; fails after `ms`, naming the VMs left under `parent`. */
 export async function until(
   what: string,
   probe: () => Promise<boolean>,
   ms = 60_000,
+  parent = VM_STATE,
 ): Promise<void> {
   const end = Date.now() + ms;
   while (!(await probe())) {
     if (Date.now() > end) {
-      throw new Error(`gave up waiting for ${what} (VM leftovers: ${await vmLeftovers()})`);
+      throw new Error(`gave up waiting for ${what} (VM leftovers: ${await vmLeftovers(parent)})`);
     }
     await new Promise((r) => setTimeout(r, 200));
   }
@@ -95,11 +105,15 @@ export async function installVmShim(prefix: string): Promise<string> {
   return launcher!.slice(0, launcher!.lastIndexOf("/"));
 }
 
-/** Kills this shim's QEMUs once `ms` have passed (a wedged test then fails, not hangs). */
-export function killVmsAfter(what: string, ms = VM_TEST_MS): { [Symbol.dispose](): void } {
+/** Kills the QEMUs under `parent` once `ms` have passed (a wedged test then fails, not hangs). */
+export function killVmsAfter(
+  what: string,
+  ms = VM_TEST_MS,
+  parent = VM_STATE,
+): { [Symbol.dispose](): void } {
   const timer = setTimeout(() => {
     console.error(`${what}: over ${ms} ms, killing its VMs`);
-    for (const p of vmQemus()) Deno.kill(p, "SIGKILL");
+    for (const p of vmQemus(parent)) Deno.kill(p, "SIGKILL");
   }, ms);
   return { [Symbol.dispose]: () => clearTimeout(timer) };
 }
@@ -155,15 +169,16 @@ const seconds = (t0: number) => `${((performance.now() - t0) / 1000).toFixed(1)}
 export async function criVmPod(cv: ContainerdVersion, sandboxer: "podsandbox" | "shim") {
   const prefix = await Deno.makeTempDir({ prefix: "skiff-vm-cri-" });
   const launcherDir = await installVmShim(prefix);
+  const state = privateVmState();
   let c: PrivateContainerd | undefined;
   let podId = "";
   let cri: CriClient | undefined;
-  using _bound = killVmsAfter(`vm CRI test (${sandboxer})`);
+  using _bound = killVmsAfter(`vm CRI test (${sandboxer})`, VM_TEST_MS, state);
   try {
     c = await startContainerd({
       binDir: cv.binDir,
       extraPath: [launcherDir],
-      env: { SKIFF_CACHE: skiffCache() },
+      env: { SKIFF_CACHE: skiffCache(), SKIFF_VM_STATE_DIR: state },
       runtimes: {
         "skiff-vm": { runtimeType: VM_RUNTIME, ...(sandboxer === "shim" ? { sandboxer } : {}) },
       },
@@ -201,7 +216,7 @@ export async function criVmPod(cv: ContainerdVersion, sandboxer: "podsandbox" | 
     podId = (await call("RunPodSandbox", (o) =>
       rt.runPodSandbox({ config, runtimeHandler: "skiff-vm" }, o))).podSandboxId;
     console.log(`${sandboxer}: RunPodSandbox (VM boot to pod ready): ${seconds(t0)}`);
-    const qemus = vmQemus();
+    const qemus = vmQemus(state);
     assert.equal(qemus.length, 1, "the pod's VM");
     await checkSandbox(c, podId, sandboxer, qemus[0]!);
 
@@ -259,7 +274,7 @@ export async function criVmPod(cv: ContainerdVersion, sandboxer: "podsandbox" | 
 
     // A container that exits 7 on its own, a second VM container next to svc.
     const seven = await start("seven", "echo bye; exit 7");
-    assert.equal(vmQemus().length, 1, "the pod's containers share its VM");
+    assert.equal(vmQemus(state).length, 1, "the pod's containers share its VM");
     const s7 = await exitedStatus(rt, seven);
     assert.equal(s7.exitCode, 7, describeStatus(s7));
     assert.deepEqual(await criLog(s7.logPath), [["stdout", "bye"]]);
@@ -293,8 +308,13 @@ export async function criVmPod(cv: ContainerdVersion, sandboxer: "podsandbox" | 
     await call("RemovePodSandbox", (o) =>
       rt.removePodSandbox({ podSandboxId: podId }, o));
     podId = "";
-    await until("the VM to be gone", async () =>
-      (await vmLeftovers()).length === 0);
+    await until(
+      "the VM to be gone",
+      async () =>
+        (await vmLeftovers(state)).length === 0,
+      60_000,
+      state,
+    );
     await until("the pod's shim to exit", () =>
       Promise.resolve(c!.shims().length === 0));
   } catch (e) {
@@ -307,10 +327,12 @@ export async function criVmPod(cv: ContainerdVersion, sandboxer: "podsandbox" | 
       await cri?.runtime.removePodSandbox({ podSandboxId: podId }, quick).catch(() => {});
     }
     await c?.stop();
-    for (const p of vmQemus()) Deno.kill(p, "SIGKILL");
+    for (const p of vmQemus(state)) Deno.kill(p, "SIGKILL");
     await Deno.remove(prefix, { recursive: true }).catch(() => {});
   }
-  assert.deepEqual(await vmLeftovers(), [], "nothing of the VM is left");
+  const left = await vmLeftovers(state);
+  await Deno.remove(state).catch(() => {}); // only when empty: a leftover stays to be seen
+  assert.deepEqual(left, [], "nothing of the VM is left");
 }
 
 /**

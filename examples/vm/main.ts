@@ -8,7 +8,8 @@
  * grouping and run in the same VM; the VM stops when the last container is deleted. With
  * containerd's `shim` sandboxer (the Sandbox API) the sandbox is the VM: StartSandbox boots it,
  * StopSandbox ends it, and the pod's containers arrive at its task-API endpoint. Options (CRI
- * TOML): `MemoryMiB`, `Cpus`.
+ * TOML): `MemoryMiB`, `Cpus`; the VMs' state lives under `$SKIFF_VM_STATE_DIR` (default
+ * `/run/skiff-vm`).
  *
  * Needs qemu-system-x86_64 (TCG is enough), an unpacked Debian kernel (tests/setup/guest.sh),
  * busybox-static, and runc on the host (the guest runs the host's runc and deno from the host's
@@ -65,7 +66,7 @@ export class VmShim extends Shim<VmShimOptions> {
     const { logger, options } = ctx;
     this.#pod ??= new Pod({
       ...options,
-      stateParent: "/run/skiff-vm",
+      stateParent: Deno.env.get("SKIFF_VM_STATE_DIR") || "/run/skiff-vm",
       logger,
       image: currentVmImage,
     });
