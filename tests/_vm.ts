@@ -164,9 +164,14 @@ const seconds = (t0: number) => `${((performance.now() - t0) / 1000).toFixed(1)}
 /**
  * One pod of the VM runtime through CRI, from RunPodSandbox to RemovePodSandbox, and nothing of
  * it left. `sandboxer` is the CRI handler's: `podsandbox` (CRI's pause container boots the VM)
- * or `shim` (the Sandbox API: the sandbox is the VM, no pause container).
+ * or `shim` (the Sandbox API: the sandbox is the VM, no pause container). `options` is the
+ * handler's TOML options table; its `MemoryMiB` must size the VM.
  */
-export async function criVmPod(cv: ContainerdVersion, sandboxer: "podsandbox" | "shim") {
+export async function criVmPod(
+  cv: ContainerdVersion,
+  sandboxer: "podsandbox" | "shim",
+  options?: { MemoryMiB?: number; Cpus?: number },
+): Promise<void> {
   const prefix = await Deno.makeTempDir({ prefix: "skiff-vm-cri-" });
   const launcherDir = await installVmShim(prefix);
   const state = privateVmState();
@@ -180,7 +185,11 @@ export async function criVmPod(cv: ContainerdVersion, sandboxer: "podsandbox" | 
       extraPath: [launcherDir],
       env: { SKIFF_CACHE: skiffCache(), SKIFF_VM_STATE_DIR: state },
       runtimes: {
-        "skiff-vm": { runtimeType: VM_RUNTIME, ...(sandboxer === "shim" ? { sandboxer } : {}) },
+        "skiff-vm": {
+          runtimeType: VM_RUNTIME,
+          ...(sandboxer === "shim" ? { sandboxer } : {}),
+          ...(options ? { options } : {}),
+        },
       },
       cri: { defaultHandler: "skiff-vm" },
     });
@@ -219,6 +228,10 @@ export async function criVmPod(cv: ContainerdVersion, sandboxer: "podsandbox" | 
     const qemus = vmQemus(state);
     assert.equal(qemus.length, 1, "the pod's VM");
     await checkSandbox(c, podId, sandboxer, qemus[0]!);
+    if (options?.MemoryMiB) {
+      const argv = (await Deno.readTextFile(`/proc/${qemus[0]}/cmdline`)).split("\0");
+      assert.equal(argv[argv.indexOf("-m") + 1], String(options.MemoryMiB), "the VM's size");
+    }
 
     const start = async (name: string, script: string): Promise<string> => {
       const id = (await call(`CreateContainer(${name})`, (o) =>

@@ -18,6 +18,7 @@
 import assert from "node:assert/strict";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { AnySchema } from "@bufbuild/protobuf/wkt";
+import { parse as parseToml } from "smol-toml";
 import { integrationTest } from "./_integration.ts";
 import {
   containerdVersions,
@@ -43,7 +44,25 @@ import {
 
 const NEEDS = { root: true, binaries: ["qemu-system-x86_64", "runc", "mount"] };
 
-// CRI with `sandboxer = "shim"`: 2.3 and 2.4 (2.1.9's CRI panics on it).
+/** The VM runtime's CRI handler as docs/containerd-config.md shows it, which the CRI test runs. */
+async function documentedHandler(): Promise<Record<string, unknown>> {
+  const doc = await Deno.readTextFile(new URL("../docs/containerd-config.md", import.meta.url));
+  const first = "# containerd 2.3+, the VM runtime on the shim sandboxer\n";
+  const block = [...doc.matchAll(/```toml\n([\s\S]*?)```/g)].find((m) => m[1]!.startsWith(first));
+  assert.ok(block, `docs/containerd-config.md has a toml block starting with ${first}`);
+  const cfg = JSON.parse(JSON.stringify(parseToml(block[1]!)));
+  return cfg.plugins["io.containerd.cri.v1.runtime"].containerd.runtimes["skiff-vm"];
+}
+
+Deno.test("docs/containerd-config.md: the VM runtime's shim sandboxer handler", async () => {
+  assert.deepEqual(await documentedHandler(), {
+    runtime_type: VM_RUNTIME,
+    sandboxer: "shim",
+    options: { MemoryMiB: 768, Cpus: 1 },
+  });
+});
+
+// CRI with `sandboxer = "shim"`: 2.3 and 2.4 (2.1.9's CRI panics on it), the documented handler.
 const criVersions = containerdVersions().filter((x) => /^2\.(3|4)\./.test(x.version));
 for (const cv of criVersions.length > 0 ? criVersions : [undefined]) {
   integrationTest(
@@ -53,7 +72,11 @@ for (const cv of criVersions.length > 0 ? criVersions : [undefined]) {
       check: () =>
         cv ? vmUnavailable() : "containerd 2.3/2.4 in the skiff cache (tests/setup/prepare.sh)",
     },
-    () => criVmPod(cv!, "shim"),
+    async () => {
+      const handler = await documentedHandler();
+      assert.equal(handler.sandboxer, "shim");
+      await criVmPod(cv!, "shim", handler.options as { MemoryMiB: number; Cpus: number });
+    },
   );
 }
 
