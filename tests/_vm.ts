@@ -30,24 +30,37 @@ import {
 /** The VM example's runtime type and launcher. */
 export const VM_RUNTIME = "io.containerd.skiff-vm.v2";
 export const VM_LAUNCHER = "containerd-shim-skiff-vm-v2";
-/** Where the shim keeps its VMs' state by default (examples/vm/main.ts). */
-export const VM_STATE = "/run/skiff-vm";
 /** Bound on one call that may boot a VM: generous, only there so that a hang fails. */
 export const VM_CALL_MS = 240_000;
 /** Bound on one test. */
 export const VM_TEST_MS = 9 * 60_000;
 
 /**
- * A state directory of this test's own (`SKIFF_VM_STATE_DIR` in containerd's environment), so
- * that VMs of tests that run beside it are neither counted nor killed. Not under
- * {@linkcode VM_STATE}: nothing of it even contains that path.
+ * This test process's own parent of VM state dirs (`SKIFF_VM_STATE_DIR` in containerd's
+ * environment, {@linkcode vmEnv}), so that the VMs of tests running beside it are neither
+ * counted nor killed. Not under the shim's default `/run/skiff-vm`: nothing of it even contains
+ * that path.
  */
-export function privateVmState(): string {
-  return `/run/skiff-test-vm-${crypto.randomUUID().slice(0, 8)}`;
+export const VM_TEST_STATE = `/run/skiff-test-vm-${crypto.randomUUID().slice(0, 8)}`;
+
+/** containerd's environment for the VM shim: the image cache and {@linkcode VM_TEST_STATE}. */
+export function vmEnv(): Record<string, string> {
+  return { SKIFF_CACHE: skiffCache(), SKIFF_VM_STATE_DIR: VM_TEST_STATE };
 }
 
-/** QEMU processes of this shim's VMs (their state is under `parent`). */
-export function vmQemus(parent = VM_STATE): number[] {
+/**
+ * After a test: kills its QEMUs still running, and returns what was left of its VMs (the
+ * parent dir goes when empty; a leftover stays to be seen).
+ */
+export async function vmFinish(): Promise<string[]> {
+  for (const p of vmQemus()) Deno.kill(p, "SIGKILL");
+  const left = await vmLeftovers();
+  await Deno.remove(VM_TEST_STATE).catch(() => {});
+  return left;
+}
+
+/** QEMU processes of the VM shim whose state is under `parent` (default: this test's). */
+export function vmQemus(parent = VM_TEST_STATE): number[] {
   const out: number[] = [];
   for (const e of Deno.readDirSync("/proc")) {
     if (!/^\d+$/.test(e.name)) continue;
@@ -61,8 +74,8 @@ export function vmQemus(parent = VM_STATE): number[] {
   return out;
 }
 
-/** What is left of the shim's VMs under `parent`: QEMUs, state dirs, mounts. */
-export async function vmLeftovers(parent = VM_STATE): Promise<string[]> {
+/** What is left of the VMs under `parent` (default: this test's): QEMUs, state dirs, mounts. */
+export async function vmLeftovers(parent = VM_TEST_STATE): Promise<string[]> {
   const left: string[] = vmQemus(parent).map((p) => `qemu pid ${p}`);
   try {
     for (const e of Deno.readDirSync(parent)) left.push(`${parent}/${e.name}`);
@@ -74,17 +87,16 @@ export async function vmLeftovers(parent = VM_STATE): Promise<string[]> {
   return left;
 }
 
-/** Polls until `probe` is true; fails after `ms`, naming the VMs left under `parent`. */
+/** Polls until `probe` is true; fails after `ms`, naming what is left of the VMs. */
 export async function until(
   what: string,
   probe: () => Promise<boolean>,
   ms = 60_000,
-  parent = VM_STATE,
 ): Promise<void> {
   const end = Date.now() + ms;
   while (!(await probe())) {
     if (Date.now() > end) {
-      throw new Error(`gave up waiting for ${what} (VM leftovers: ${await vmLeftovers(parent)})`);
+      throw new Error(`gave up waiting for ${what} (VM leftovers: ${await vmLeftovers()})`);
     }
     await new Promise((r) => setTimeout(r, 200));
   }
@@ -105,15 +117,11 @@ export async function installVmShim(prefix: string): Promise<string> {
   return launcher!.slice(0, launcher!.lastIndexOf("/"));
 }
 
-/** Kills the QEMUs under `parent` once `ms` have passed (a wedged test then fails, not hangs). */
-export function killVmsAfter(
-  what: string,
-  ms = VM_TEST_MS,
-  parent = VM_STATE,
-): { [Symbol.dispose](): void } {
+/** Kills the test's QEMUs once `ms` have passed (a wedged test then fails, not hangs). */
+export function killVmsAfter(what: string, ms = VM_TEST_MS): { [Symbol.dispose](): void } {
   const timer = setTimeout(() => {
     console.error(`${what}: over ${ms} ms, killing its VMs`);
-    for (const p of vmQemus(parent)) Deno.kill(p, "SIGKILL");
+    for (const p of vmQemus()) Deno.kill(p, "SIGKILL");
   }, ms);
   return { [Symbol.dispose]: () => clearTimeout(timer) };
 }
@@ -174,16 +182,15 @@ export async function criVmPod(
 ): Promise<void> {
   const prefix = await Deno.makeTempDir({ prefix: "skiff-vm-cri-" });
   const launcherDir = await installVmShim(prefix);
-  const state = privateVmState();
   let c: PrivateContainerd | undefined;
   let podId = "";
   let cri: CriClient | undefined;
-  using _bound = killVmsAfter(`vm CRI test (${sandboxer})`, VM_TEST_MS, state);
+  using _bound = killVmsAfter(`vm CRI test (${sandboxer})`);
   try {
     c = await startContainerd({
       binDir: cv.binDir,
       extraPath: [launcherDir],
-      env: { SKIFF_CACHE: skiffCache(), SKIFF_VM_STATE_DIR: state },
+      env: vmEnv(),
       runtimes: {
         "skiff-vm": {
           runtimeType: VM_RUNTIME,
@@ -225,7 +232,7 @@ export async function criVmPod(
     podId = (await call("RunPodSandbox", (o) =>
       rt.runPodSandbox({ config, runtimeHandler: "skiff-vm" }, o))).podSandboxId;
     console.log(`${sandboxer}: RunPodSandbox (VM boot to pod ready): ${seconds(t0)}`);
-    const qemus = vmQemus(state);
+    const qemus = vmQemus();
     assert.equal(qemus.length, 1, "the pod's VM");
     await checkSandbox(c, podId, sandboxer, qemus[0]!);
     if (options?.MemoryMiB) {
@@ -287,7 +294,7 @@ export async function criVmPod(
 
     // A container that exits 7 on its own, a second VM container next to svc.
     const seven = await start("seven", "echo bye; exit 7");
-    assert.equal(vmQemus(state).length, 1, "the pod's containers share its VM");
+    assert.equal(vmQemus().length, 1, "the pod's containers share its VM");
     const s7 = await exitedStatus(rt, seven);
     assert.equal(s7.exitCode, 7, describeStatus(s7));
     assert.deepEqual(await criLog(s7.logPath), [["stdout", "bye"]]);
@@ -321,13 +328,8 @@ export async function criVmPod(
     await call("RemovePodSandbox", (o) =>
       rt.removePodSandbox({ podSandboxId: podId }, o));
     podId = "";
-    await until(
-      "the VM to be gone",
-      async () =>
-        (await vmLeftovers(state)).length === 0,
-      60_000,
-      state,
-    );
+    await until("the VM to be gone", async () =>
+      (await vmLeftovers()).length === 0);
     await until("the pod's shim to exit", () =>
       Promise.resolve(c!.shims().length === 0));
   } catch (e) {
@@ -340,12 +342,9 @@ export async function criVmPod(
       await cri?.runtime.removePodSandbox({ podSandboxId: podId }, quick).catch(() => {});
     }
     await c?.stop();
-    for (const p of vmQemus(state)) Deno.kill(p, "SIGKILL");
     await Deno.remove(prefix, { recursive: true }).catch(() => {});
   }
-  const left = await vmLeftovers(state);
-  await Deno.remove(state).catch(() => {}); // only when empty: a leftover stays to be seen
-  assert.deepEqual(left, [], "nothing of the VM is left");
+  assert.deepEqual(await vmFinish(), [], "nothing of the VM is left");
 }
 
 /**

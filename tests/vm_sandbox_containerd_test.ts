@@ -27,17 +27,17 @@ import {
 } from "../sdk/testing/containerd.ts";
 import { containerdClient } from "../sdk/testing/containerd_client.ts";
 import { createBusyboxBundle, createOciSpec } from "../sdk/testing/bundle.ts";
-import { skiffCache, vmUnavailable } from "../examples/vm/image.ts";
+import { vmUnavailable } from "../examples/vm/image.ts";
 import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc/v1/oci_pb.ts";
 import {
   criVmPod,
   installVmShim,
   killVmsAfter,
-  privateVmState,
   until,
   VM_CALL_MS,
   VM_RUNTIME,
-  VM_TEST_MS,
+  vmEnv,
+  vmFinish,
   vmLeftovers,
   vmQemus,
 } from "./_vm.ts";
@@ -97,14 +97,13 @@ integrationTest(
     const tmp = await Deno.makeTempDir({ prefix: "skiff-vm-sbx-" });
     const launcherDir = await installVmShim(tmp);
     const rootfs = await createBusyboxBundle({ args: ["true"] });
-    const state = privateVmState();
     let c: PrivateContainerd | undefined;
-    using _bound = killVmsAfter("vm sandbox test", VM_TEST_MS, state);
+    using _bound = killVmsAfter("vm sandbox test");
     try {
       c = await startContainerd({
         binDir: v21!.binDir,
         extraPath: [launcherDir],
-        env: { SKIFF_CACHE: skiffCache(), SKIFF_VM_STATE_DIR: state },
+        env: vmEnv(),
       });
       const cl = containerdClient(c.address, NS);
       const sandboxId = "vm-pod";
@@ -125,7 +124,7 @@ integrationTest(
       console.log(
         `Sandbox API create+start (VM boot): ${((performance.now() - t0) / 1000).toFixed(1)} s`,
       );
-      const [qemu] = vmQemus(state);
+      const [qemu] = vmQemus();
       assert.ok(qemu, "StartSandbox booted the VM");
       assert.equal(started.pid, qemu, "the sandbox's pid is its VM's");
       assert.equal((await cl.sandboxController.status(shim)).state, "SANDBOX_READY");
@@ -174,7 +173,7 @@ integrationTest(
       const where = "$(grep -o skiff.agent /proc/cmdline)";
       const jobOut = await run("job", `echo job-in-${where}; exit 4`, true);
       const daemonOut = await run("daemon", `echo daemon-in-${where}; exec sleep 600`, false);
-      assert.equal(vmQemus(state).length, 1, "both containers run in the sandbox's VM");
+      assert.equal(vmQemus().length, 1, "both containers run in the sandbox's VM");
       assert.equal(c.shims().length, 1, "one shim: the sandbox's");
       assert.equal((await cl.tasks.wait({ containerId: "job" }, bounded)).exitStatus, 4);
       assert.equal(await Deno.readTextFile(jobOut), "job-in-skiff.agent\n");
@@ -195,12 +194,7 @@ integrationTest(
       assert.equal(status.state, "SANDBOX_NOTREADY");
       assert.ok(status.exitedAt, "Status: the exit time");
       assert.equal((await cl.tasks.wait({ containerId: "daemon" }, bounded)).exitStatus, 255);
-      await until(
-        "the dead VM's state to be gone",
-        async () => (await vmLeftovers(state)).length === 0,
-        60_000,
-        state,
-      );
+      await until("the dead VM's state to be gone", async () => (await vmLeftovers()).length === 0);
 
       // Stop, delete, shut down: the shim exits, nothing is left.
       await cl.tasks.delete({ containerId: "daemon" }, bounded);
@@ -214,12 +208,9 @@ integrationTest(
       throw e;
     } finally {
       await c?.stop();
-      for (const p of vmQemus(state)) Deno.kill(p, "SIGKILL");
       await rootfs.cleanup();
       await Deno.remove(tmp, { recursive: true }).catch(() => {});
     }
-    const left = await vmLeftovers(state);
-    await Deno.remove(state).catch(() => {}); // only when empty: a leftover stays to be seen
-    assert.deepEqual(left, [], "nothing of the VM is left");
+    assert.deepEqual(await vmFinish(), [], "nothing of the VM is left");
   },
 );

@@ -23,7 +23,7 @@ import {
   startContainerd,
 } from "../sdk/testing/containerd.ts";
 import { ctrRun } from "../sdk/testing/ctr.ts";
-import { skiffCache, vmUnavailable } from "../examples/vm/image.ts";
+import { vmUnavailable } from "../examples/vm/image.ts";
 import {
   criVmPod,
   installVmShim,
@@ -31,6 +31,8 @@ import {
   until,
   VM_CALL_MS as CALL_MS,
   VM_RUNTIME as RUNTIME,
+  vmEnv,
+  vmFinish,
   vmLeftovers,
   vmQemus,
 } from "./_vm.ts";
@@ -101,7 +103,7 @@ integrationTest(
       c = await startContainerd({
         binDir: v!.binDir,
         extraPath: [launcherDir],
-        env: { SKIFF_CACHE: skiffCache() },
+        env: vmEnv(),
       });
       const image = await c.importBusyboxImage(NS);
       const ctr = (args: string[]) => c!.ctr(args, { namespace: NS, timeoutMs: CALL_MS });
@@ -226,10 +228,9 @@ integrationTest(
       throw e;
     } finally {
       await c?.stop();
-      for (const p of vmQemus()) Deno.kill(p, "SIGKILL");
       await Deno.remove(prefix, { recursive: true }).catch(() => {});
     }
-    assert.deepEqual(await vmLeftovers(), [], "nothing of the VMs is left");
+    assert.deepEqual(await vmFinish(), [], "nothing of the VMs is left");
   },
 );
 
