@@ -231,7 +231,11 @@ export async function criVmPod(
     let t0 = performance.now();
     podId = (await call("RunPodSandbox", (o) =>
       rt.runPodSandbox({ config, runtimeHandler: "skiff-vm" }, o))).podSandboxId;
-    console.log(`${sandboxer}: RunPodSandbox (VM boot to pod ready): ${seconds(t0)}`);
+    const readyMs = (await c.logs()).match(/msg="vm ready".*readyMs=(\d+)/)?.[1];
+    console.log(
+      `${sandboxer}: RunPodSandbox (VM boot to pod ready): ${seconds(t0)}, of which QEMU's ` +
+        `start to agent-ready ${readyMs} ms (load ${Deno.loadavg()[0]})`,
+    );
     const qemus = vmQemus();
     assert.equal(qemus.length, 1, "the pod's VM");
     await checkSandbox(c, podId, sandboxer, qemus[0]!);
