@@ -8,10 +8,13 @@
  *   more in it, ExecSync's exit code, CRI's container logs, exit code 7, StopContainer's SIGTERM,
  *   stop and remove the pod, nothing left (2.1.9's CRI panics on that configuration for every
  *   runtime: docs/containerd-config.md).
+ * - CRI on 2.4 again, where the pod's VM dies (QEMU SIGKILLed): the pod is not ready, its
+ *   container has exited (255), nothing of the VM is left, and removing the pod ends the shim.
  * - containerd 2.1.9 through its gRPC sandbox store and controller as CRI drives them, with the
- *   endpoint in the legacy runc-options carrier for one container and found by the sandbox id
- *   for the other; then the VM dies (QEMU SIGKILLed): Wait returns, Status says not ready, the
- *   container still running ends (255), and nothing of the VM is left.
+ *   endpoint in the legacy runc-options carrier for one container and in CreateTaskRequest's
+ *   fields for the other (which 2.1.9 drops, finding the shim by the sandbox id); then the VM
+ *   dies: Wait returns 137, Status says not ready, the container still running ends (255), and
+ *   nothing of the VM is left.
  *
  * The podsandbox path (CRI's pause container boots the VM): tests/vm_shim_containerd_test.ts.
  */
@@ -30,7 +33,6 @@ import { createBusyboxBundle, createOciSpec } from "../sdk/testing/bundle.ts";
 import { vmUnavailable } from "../examples/vm/image.ts";
 import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc/v1/oci_pb.ts";
 import {
-  criVmPod,
   installVmShim,
   killVmsAfter,
   until,
@@ -41,6 +43,7 @@ import {
   vmLeftovers,
   vmQemus,
 } from "./_vm.ts";
+import { criVmDies, criVmPod } from "./_vm_cri.ts";
 
 const NEEDS = { root: true, binaries: ["qemu-system-x86_64", "runc", "mount"] };
 
@@ -79,6 +82,17 @@ for (const cv of criVersions.length > 0 ? criVersions : [undefined]) {
     },
   );
 }
+
+// A VM that dies under CRI on the shim sandboxer (2.4): CRI learns it from WaitSandbox.
+const cv24 = criVersions.find((x) => x.version.startsWith("2.4."));
+integrationTest(
+  `CRI on containerd ${cv24?.version ?? "2.4"}, shim sandboxer: a pod whose VM dies is not ready`,
+  {
+    ...NEEDS,
+    check: () => cv24 ? vmUnavailable() : "containerd 2.4 in the skiff cache (prepare.sh)",
+  },
+  () => criVmDies(cv24!),
+);
 
 const NS = "skiff-vm-sbx";
 const SPEC_TYPE = "types.containerd.io/opencontainers/runtime-spec/1/Spec";
@@ -129,22 +143,22 @@ integrationTest(
       assert.equal(started.pid, qemu, "the sandbox's pid is its VM's");
       assert.equal((await cl.sandboxController.status(shim)).state, "SANDBOX_READY");
 
-      // Two containers: one names the sandbox's endpoint in runc options (the legacy carrier,
-      // containerd 2.0-2.3's client), the other carries nothing and is found by its sandbox id.
+      // Two containers, the sandbox's endpoint carried both ways: in runc options (the legacy
+      // carrier of containerd 2.0-2.3's client) and in CreateTaskRequest's task_api_address and
+      // task_api_version (2.3.1+'s fields 11/12), which 2.1.9's daemon does not know: it finds
+      // the sandbox's shim by the container's sandbox id instead.
       const bootstrap = JSON.parse(
         await Deno.readTextFile(
           `${c.state}/io.containerd.sandbox.controller.v1.shim/${NS}/${sandboxId}/bootstrap.json`,
         ),
       );
+      const endpoint = {
+        taskApiAddress: `${bootstrap.protocol}+${bootstrap.address}`,
+        taskApiVersion: bootstrap.version,
+      };
       const carrier = create(AnySchema, {
         typeUrl: "containerd.runc.v1.Options",
-        value: toBinary(
-          RuncOptionsSchema,
-          create(RuncOptionsSchema, {
-            taskApiAddress: `${bootstrap.protocol}+${bootstrap.address}`,
-            taskApiVersion: bootstrap.version,
-          }),
-        ),
+        value: toBinary(RuncOptionsSchema, create(RuncOptionsSchema, endpoint)),
       });
       const run = async (id: string, script: string, legacy: boolean) => {
         const spec = createOciSpec({ args: ["sh", "-c", script] });
@@ -164,7 +178,7 @@ integrationTest(
           containerId: id,
           stdout: `file://${out}`,
           stderr: `file://${out}`,
-          ...(legacy ? { options: carrier } : {}),
+          ...(legacy ? { options: carrier } : endpoint),
         }, bounded);
         await cl.tasks.start({ containerId: id }, bounded);
         return out;

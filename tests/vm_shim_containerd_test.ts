@@ -25,7 +25,6 @@ import {
 import { ctrRun } from "../sdk/testing/ctr.ts";
 import { vmUnavailable } from "../examples/vm/image.ts";
 import {
-  criVmPod,
   installVmShim,
   killVmsAfter,
   until,
@@ -36,6 +35,7 @@ import {
   vmLeftovers,
   vmQemus,
 } from "./_vm.ts";
+import { criVmPod } from "./_vm_cri.ts";
 
 const NS = "skiff-vm";
 
