@@ -40,6 +40,7 @@ export class Pod {
   #oomWatches = new Map<string, () => void>();
   /** The sandbox that holds the VM (the `shim` sandboxer), and its VM's pid. */
   #holder: { id: string; vmPid: number; released: boolean } | undefined;
+  #releasing: Promise<void> | undefined;
 
   /** @param options size, state and logger */
   constructor(options: PodOptions) {
@@ -94,7 +95,7 @@ export class Pod {
    */
   async hold(id: string): Promise<Required<SandboxStarted>> {
     const vm = await this.enter(id);
-    this.#holder = { id, vmPid: vm.pid, released: false };
+    this.#holder = { id, vmPid: vm.pid, released: this.#releasing !== undefined };
     const exited = vm.exited.then(async (s) => {
       await this.release(); // a VM that died leaves nothing either
       return s.code;
@@ -102,9 +103,17 @@ export class Pod {
     return { pid: vm.pid, exited };
   }
 
-  /** Ends the sandbox's VM whatever its containers (StopSandbox); no container enters after. */
-  async release(): Promise<void> {
+  /**
+   * Ends the sandbox's VM whatever its containers (StopSandbox, or the VM's death); no container
+   * enters after. Every call resolves once the VM's state is gone.
+   */
+  release(): Promise<void> {
     if (this.#holder) this.#holder.released = true;
+    this.#releasing ??= this.#release();
+    return this.#releasing;
+  }
+
+  async #release(): Promise<void> {
     const vm = await this.#vm?.catch(() => undefined);
     this.#vm = undefined;
     this.#members.clear();
