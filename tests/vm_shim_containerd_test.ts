@@ -23,72 +23,26 @@ import {
   startContainerd,
 } from "../sdk/testing/containerd.ts";
 import { ctrRun } from "../sdk/testing/ctr.ts";
-import { installShims } from "../sdk/install/install.ts";
-import { buildVmImage, skiffCache, vmUnavailable } from "../examples/vm/image.ts";
-import { CRI_NAMESPACE, type CriClient, criClient } from "../sdk/testing/cri_client.ts";
-import { BUSYBOX_IMAGE_REF } from "../sdk/testing/image.ts";
-import { criContainerConfig } from "../sdk/testing/cri_container.ts";
-import { create } from "@bufbuild/protobuf";
+import { vmUnavailable } from "../examples/vm/image.ts";
 import {
-  ContainerState,
-  type ContainerStatus,
-  NamespaceMode,
-  PodSandboxConfigSchema,
-} from "../proto/gen/runtime/v1/api_pb.ts";
+  installVmShim,
+  killVmsAfter,
+  until,
+  VM_CALL_MS as CALL_MS,
+  VM_RUNTIME as RUNTIME,
+  vmEnv,
+  vmFinish,
+  vmLeftovers,
+  vmQemus,
+} from "./_vm.ts";
+import { criVmPod } from "./_vm_cri.ts";
 
-const RUNTIME = "io.containerd.skiff-vm.v2";
-const LAUNCHER = "containerd-shim-skiff-vm-v2";
 const NS = "skiff-vm";
-/** Where the shim keeps its VMs' state (examples/vm/main.ts). */
-const VM_STATE = "/run/skiff-vm";
-/** Bound on one ctr call that may boot a VM. */
-const CALL_MS = 240_000;
-/** Bound on the whole test. */
-const TEST_MS = 9 * 60_000;
 
 function describe(r: CtrResult): string {
   return `code ${r.code}${
     r.timedOut ? " (timed out)" : ""
   }\nstdout: ${r.stdout}\nstderr: ${r.stderr}`;
-}
-
-/** QEMU processes of this shim's VMs (their state is under VM_STATE). */
-export function vmQemus(): number[] {
-  const out: number[] = [];
-  for (const e of Deno.readDirSync("/proc")) {
-    if (!/^\d+$/.test(e.name)) continue;
-    try {
-      const argv = Deno.readTextFileSync(`/proc/${e.name}/cmdline`).split("\0");
-      if (argv[0]?.endsWith("qemu-system-x86_64") && argv.some((a) => a.includes(VM_STATE))) {
-        out.push(Number(e.name));
-      }
-    } catch { /* exited */ }
-  }
-  return out;
-}
-
-/** What is left of the shim's VMs: QEMUs, state dirs, mounts. */
-export async function vmLeftovers(): Promise<string[]> {
-  const left: string[] = vmQemus().map((p) => `qemu pid ${p}`);
-  try {
-    for (const e of Deno.readDirSync(VM_STATE)) left.push(`${VM_STATE}/${e.name}`);
-  } catch { /* no state dir */ }
-  const mounts = await Deno.readTextFile("/proc/self/mountinfo");
-  for (const line of mounts.split("\n")) {
-    if (line.includes(`${VM_STATE}/`)) left.push(`mount ${line.split(" ")[4]}`);
-  }
-  return left;
-}
-
-/** Polls until `probe` is true; fails after `ms`. */
-async function until(what: string, probe: () => Promise<boolean>, ms = 60_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!(await probe())) {
-    if (Date.now() > end) {
-      throw new Error(`gave up waiting for ${what} (VM leftovers: ${await vmLeftovers()})`);
-    }
-    await new Promise((r) => setTimeout(r, 200));
-  }
 }
 
 /** Runs ctr with stdin on a pipe: `input` is written once the process printed "ready". */
@@ -142,19 +96,14 @@ integrationTest(
   },
   async () => {
     const prefix = await Deno.makeTempDir({ prefix: "skiff-vm-shim-" });
-    // The installed launcher runs a bundle, which boots the image the last build recorded.
-    await buildVmImage();
-    const [launcher] = await installShims({ prefix, shims: { [LAUNCHER]: "examples/vm/main.ts" } });
+    const launcherDir = await installVmShim(prefix);
     let c: PrivateContainerd | undefined;
-    const bound = setTimeout(() => {
-      console.error(`vm shim test: over ${TEST_MS} ms, killing its VMs`);
-      for (const p of vmQemus()) Deno.kill(p, "SIGKILL");
-    }, TEST_MS);
+    using _bound = killVmsAfter("vm shim test");
     try {
       c = await startContainerd({
         binDir: v!.binDir,
-        extraPath: [launcher.slice(0, launcher.lastIndexOf("/"))],
-        env: { SKIFF_CACHE: skiffCache() },
+        extraPath: [launcherDir],
+        env: vmEnv(),
       });
       const image = await c.importBusyboxImage(NS);
       const ctr = (args: string[]) => c!.ctr(args, { namespace: NS, timeoutMs: CALL_MS });
@@ -278,59 +227,15 @@ integrationTest(
       if (c) console.error(`containerd log tail:\n${(await c.logs()).slice(-6000)}`);
       throw e;
     } finally {
-      clearTimeout(bound);
       await c?.stop();
-      for (const p of vmQemus()) Deno.kill(p, "SIGKILL");
       await Deno.remove(prefix, { recursive: true }).catch(() => {});
     }
-    assert.deepEqual(await vmLeftovers(), [], "nothing of the VMs is left");
+    assert.deepEqual(await vmFinish(), [], "nothing of the VMs is left");
   },
 );
 
-/** Deadline of each CRI call: generous (a call may boot a VM), only there so a hang fails. */
-const CRI_CALL_MS = 240_000;
-const dec = new TextDecoder();
-
-async function call<T>(what: string, f: (o: { timeoutMs: number }) => Promise<T>): Promise<T> {
-  try {
-    return await f({ timeoutMs: CRI_CALL_MS });
-  } catch (e) {
-    throw new Error(`CRI ${what} failed: ${(e as Error).message}`);
-  }
-}
-
-/** CRI log lines of a file as [stream, text]. */
-async function criLog(path: string): Promise<[string, string][]> {
-  const text = await Deno.readTextFile(path).catch(() => "");
-  return text.split("\n").filter(Boolean).map((line) => {
-    const m = line.match(/^\S+ (stdout|stderr) [PF] (.*)$/);
-    assert.ok(m, `not a CRI log line in ${path}: ${JSON.stringify(line)}`);
-    return [m[1]!, m[2]!];
-  });
-}
-
-function describeStatus(s: ContainerStatus | undefined): string {
-  return s
-    ? `state ${ContainerState[s.state]}, exit code ${s.exitCode}, reason "${s.reason}", ` +
-      `message "${s.message}"`
-    : "no status";
-}
-
-async function exitedStatus(rt: CriClient["runtime"], id: string): Promise<ContainerStatus> {
-  let last: ContainerStatus | undefined;
-  try {
-    await until(`container ${id} to exit`, async () => {
-      last = (await call("ContainerStatus", (o) =>
-        rt.containerStatus({ containerId: id }, o))).status;
-      return last?.state === ContainerState.CONTAINER_EXITED;
-    }, CRI_CALL_MS);
-  } catch (e) {
-    throw new Error(`${(e as Error).message} (last: ${describeStatus(last)})`);
-  }
-  return last!;
-}
-
-// Kata's path on containerd 1.6-2.x: the podsandbox sandboxer (1.x has no other).
+// Kata's path on containerd 1.6-2.x: the podsandbox sandboxer (1.x has no other). The `shim`
+// sandboxer: tests/vm_sandbox_containerd_test.ts.
 const criVersions = containerdVersions().filter((x) => /^(1\.6|1\.7|2\.4)\./.test(x.version));
 for (const cv of criVersions.length > 0 ? criVersions : [undefined]) {
   integrationTest(
@@ -341,163 +246,6 @@ for (const cv of criVersions.length > 0 ? criVersions : [undefined]) {
       check: () =>
         cv ? vmUnavailable() : "containerd 1.6/1.7/2.4 in the skiff cache (tests/setup/prepare.sh)",
     },
-    async () => {
-      const prefix = await Deno.makeTempDir({ prefix: "skiff-vm-cri-" });
-      await buildVmImage();
-      const [launcher] = await installShims({
-        prefix,
-        shims: { [LAUNCHER]: "examples/vm/main.ts" },
-      });
-      let c: PrivateContainerd | undefined;
-      let podId = "";
-      let cri: CriClient | undefined;
-      const bound = setTimeout(() => {
-        console.error(`vm CRI test: over ${TEST_MS} ms, killing its VMs`);
-        for (const p of vmQemus()) Deno.kill(p, "SIGKILL");
-      }, TEST_MS);
-      try {
-        c = await startContainerd({
-          binDir: cv!.binDir,
-          extraPath: [launcher.slice(0, launcher.lastIndexOf("/"))],
-          env: { SKIFF_CACHE: skiffCache() },
-          runtimes: { "skiff-vm": { runtimeType: RUNTIME } },
-          cri: { defaultHandler: "skiff-vm" },
-        });
-        await c.importBusyboxImage(CRI_NAMESPACE);
-        cri = criClient(c.address);
-        const rt = cri.runtime;
-        await until(
-          "CRI to list the busybox image",
-          async () =>
-            !!(await call(
-              "ImageStatus",
-              (o) => cri!.images.imageStatus({ image: { image: BUSYBOX_IMAGE_REF } }, o),
-            )).image,
-        );
-        const uid = crypto.randomUUID();
-        const config = create(PodSandboxConfigSchema, {
-          metadata: { name: "pod-vm", uid, namespace: "skiff-test", attempt: 0 },
-          hostname: "",
-          logDirectory: `${c.dir}/pods/${uid}`,
-          linux: {
-            cgroupParent: `/${c.cgroupParent}/pod-${uid}`,
-            securityContext: {
-              namespaceOptions: {
-                network: NamespaceMode.NODE,
-                pid: NamespaceMode.POD,
-                ipc: NamespaceMode.POD,
-              },
-            },
-          },
-        });
-        await Deno.mkdir(config.logDirectory, { recursive: true });
-        let t0 = performance.now();
-        podId = (await call("RunPodSandbox", (o) =>
-          rt.runPodSandbox({ config, runtimeHandler: "skiff-vm" }, o))).podSandboxId;
-        console.log(
-          `RunPodSandbox (VM boot, pause running): ${
-            ((performance.now() - t0) / 1000).toFixed(1)
-          } s`,
-        );
-        assert.equal(vmQemus().length, 1, "the pod's VM");
-
-        const start = async (name: string, script: string): Promise<string> => {
-          const id = (await call(`CreateContainer(${name})`, (o) =>
-            rt.createContainer({
-              podSandboxId: podId,
-              config: criContainerConfig(name, ["sh", "-c", script]),
-              sandboxConfig: config,
-            }, o))).containerId;
-          await call(`StartContainer(${name})`, (o) =>
-            rt.startContainer({ containerId: id }, o));
-          return id;
-        };
-
-        // Two containers in the pod, one VM: ExecSync and the CRI log of a long-running one.
-        t0 = performance.now();
-        const svc = await start(
-          "svc",
-          "echo hello-from-$(uname -n); echo warn-from-svc >&2; exec sleep 600",
-        );
-        console.log(
-          `CreateContainer+StartContainer in the VM: ${
-            ((performance.now() - t0) / 1000).toFixed(1)
-          } s`,
-        );
-        t0 = performance.now();
-        const ex = await call("ExecSync", (o) =>
-          rt.execSync({
-            containerId: svc,
-            cmd: ["sh", "-c", "echo exec-out; echo exec-err >&2; exit 3"],
-            timeout: 120n,
-          }, o));
-        console.log(`ExecSync in the VM: ${((performance.now() - t0) / 1000).toFixed(1)} s`);
-        assert.equal(ex.exitCode, 3, "ExecSync's exit code");
-        assert.equal(dec.decode(ex.stdout), "exec-out\n");
-        assert.equal(dec.decode(ex.stderr), "exec-err\n");
-        const logPath = `${config.logDirectory}/svc/0.log`;
-        await until(`both lines in ${logPath}`, async () =>
-          (await criLog(logPath)).length >= 2);
-        assert.deepEqual((await criLog(logPath)).sort(), [
-          ["stderr", "warn-from-svc"],
-          ["stdout", "hello-from-skiff-vm"], // the guest's hostname: it ran in the VM
-        ]);
-
-        // A container that exits 7 on its own, a second VM container next to svc.
-        const seven = await start("seven", "echo bye; exit 7");
-        assert.equal(vmQemus().length, 1, "the pod's containers share its VM");
-        const s7 = await exitedStatus(rt, seven);
-        assert.equal(s7.exitCode, 7, describeStatus(s7));
-        assert.deepEqual(await criLog(s7.logPath), [["stdout", "bye"]]);
-
-        // StopContainer's SIGTERM reaches the trap in the guest.
-        const term = await start(
-          "term",
-          "trap 'echo got-term; exit 43' TERM; echo ready >/ready; while :; do sleep 1 & wait $!; done",
-        );
-        await until("the TERM trap to be set", async () =>
-          (await call("ExecSync(cat /ready)", (o) =>
-            rt.execSync({ containerId: term, cmd: ["cat", "/ready"], timeout: 120n }, o)))
-            .exitCode === 0, CRI_CALL_MS);
-        await call("StopContainer(term)", (o) =>
-          rt.stopContainer({ containerId: term, timeout: 60n }, o));
-        const st = await exitedStatus(rt, term);
-        assert.equal(st.exitCode, 43, describeStatus(st));
-        assert.deepEqual(await criLog(st.logPath), [["stdout", "got-term"]]);
-
-        // Stop and remove the pod as kubelet does; the VM goes with its last container.
-        await call("StopContainer(svc)", (o) =>
-          rt.stopContainer({ containerId: svc, timeout: 0n }, o));
-        for (const id of [svc, seven, term]) {
-          await call(`RemoveContainer(${id})`, (o) =>
-            rt.removeContainer({ containerId: id }, o));
-        }
-        t0 = performance.now();
-        await call("StopPodSandbox", (o) =>
-          rt.stopPodSandbox({ podSandboxId: podId }, o));
-        console.log(`StopPodSandbox (VM stop): ${((performance.now() - t0) / 1000).toFixed(1)} s`);
-        await call("RemovePodSandbox", (o) =>
-          rt.removePodSandbox({ podSandboxId: podId }, o));
-        podId = "";
-        await until("the VM to be gone", async () =>
-          (await vmLeftovers()).length === 0);
-        await until("the pod's shim to exit", () =>
-          Promise.resolve(c!.shims().length === 0));
-      } catch (e) {
-        if (c) console.error(`containerd log tail:\n${(await c.logs()).slice(-8000)}`);
-        throw e;
-      } finally {
-        clearTimeout(bound);
-        if (podId) {
-          const quick = { timeoutMs: 30_000 };
-          await cri?.runtime.stopPodSandbox({ podSandboxId: podId }, quick).catch(() => {});
-          await cri?.runtime.removePodSandbox({ podSandboxId: podId }, quick).catch(() => {});
-        }
-        await c?.stop();
-        for (const p of vmQemus()) Deno.kill(p, "SIGKILL");
-        await Deno.remove(prefix, { recursive: true }).catch(() => {});
-      }
-      assert.deepEqual(await vmLeftovers(), [], "nothing of the VM is left");
-    },
+    () => criVmPod(cv!, "podsandbox"),
   );
 }

@@ -5,14 +5,24 @@
  *
  * The VM boots at the pod's first container (CRI's pause container; with `ctr run`, the
  * container itself); the pod's other containers reach this shim through CRI's sandbox-id
- * grouping and run in the same VM; the VM stops when the last container is deleted. Options (CRI
- * TOML): `MemoryMiB`, `Cpus`.
+ * grouping and run in the same VM; the VM stops when the last container is deleted. With
+ * containerd's `shim` sandboxer (the Sandbox API) the sandbox is the VM: StartSandbox boots it,
+ * StopSandbox ends it, and the pod's containers arrive at its task-API endpoint. Options (CRI
+ * TOML): `MemoryMiB`, `Cpus`; the VMs' state lives under `$SKIFF_VM_STATE_DIR` (default
+ * `/run/skiff-vm`).
  *
  * Needs qemu-system-x86_64 (TCG is enough), an unpacked Debian kernel (tests/setup/guest.sh),
  * busybox-static, and runc on the host (the guest runs the host's runc and deno from the host's
  * root, shared read-only); `deno task vm-image` builds the boot image for installed launchers.
  */
-import { type ContainerRuntime, runShim, type RuntimeContext, Shim } from "../../mod.ts";
+import {
+  type ContainerRuntime,
+  runShim,
+  type RuntimeContext,
+  type SandboxContext,
+  type SandboxRuntime,
+  Shim,
+} from "../../mod.ts";
 import { currentVmImage } from "./image.ts";
 import { Pod } from "./pod.ts";
 import { AgentRuntime } from "./runtime.ts";
@@ -43,13 +53,24 @@ export class VmShim extends Shim<VmShimOptions> {
 
   /** Every container of this shim's pod shares its VM; the first one's options size it. */
   runtime(ctx: RuntimeContext<VmShimOptions>): ContainerRuntime {
+    return new AgentRuntime(this.#podOf(ctx));
+  }
+
+  /** The `shim` sandboxer's pod: its sandbox is the VM, from StartSandbox to StopSandbox. */
+  override sandbox(ctx: SandboxContext<VmShimOptions>): SandboxRuntime<VmShimOptions> {
+    const pod = this.#podOf(ctx);
+    return { start: () => pod.hold(ctx.id), stop: () => pod.release() };
+  }
+
+  #podOf(ctx: RuntimeContext<VmShimOptions> | SandboxContext<VmShimOptions>): Pod {
+    const { logger, options } = ctx;
     this.#pod ??= new Pod({
-      ...ctx.options,
-      stateParent: "/run/skiff-vm",
-      logger: ctx.logger,
+      ...options,
+      stateParent: Deno.env.get("SKIFF_VM_STATE_DIR") || "/run/skiff-vm",
+      logger,
       image: currentVmImage,
     });
-    return new AgentRuntime(this.#pod);
+    return this.#pod;
   }
 }
 

@@ -2,7 +2,9 @@
  * The pod of one VM shim: the VM its containers run in, booted by the first container that
  * arrives (CRI's pause container, or `ctr run`'s only one) and stopped when the last one is
  * deleted, so that nothing of it (QEMU, sockets, 9p share, mounts, temp dirs) outlives the
- * pod's last container. It also shares each container's bundle into the guest and fans the
+ * pod's last container. With containerd's `shim` sandboxer the sandbox holds the VM instead
+ * ({@linkcode Pod.hold}): booted at StartSandbox, ended at StopSandbox or when it dies, never by
+ * a container's delete. It also shares each container's bundle into the guest and fans the
  * agent's OOM events out to the containers' watches.
  *
  * @module
@@ -11,6 +13,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { unmountAll } from "../../sdk/linux/mount.ts";
 import type { Logger } from "../../sdk/shim/logger.ts";
+import type { SandboxStarted } from "../../sdk/shim/sandbox.ts";
 import { buildVmImage, type VmImage } from "./image.ts";
 import { guestSpec } from "./spec.ts";
 import { Vm } from "./vm.ts";
@@ -35,6 +38,9 @@ export class Pod {
   #vm: Promise<Vm> | undefined;
   #members = new Set<string>();
   #oomWatches = new Map<string, () => void>();
+  /** The sandbox that holds the VM (the `shim` sandboxer), and its VM's pid. */
+  #holder: { id: string; vmPid: number; released: boolean } | undefined;
+  #releasing: Promise<void> | undefined;
 
   /** @param options size, state and logger */
   constructor(options: PodOptions) {
@@ -48,6 +54,12 @@ export class Pod {
    * @returns the running VM
    */
   async enter(id: string): Promise<Vm> {
+    if (this.#holder?.released) {
+      throw new ConnectError(
+        `container ${id}: the pod's sandbox ${this.#holder.id} is stopped`,
+        Code.FailedPrecondition,
+      );
+    }
     this.#members.add(id);
     this.#vm ??= this.#boot();
     try {
@@ -76,6 +88,41 @@ export class Pod {
   }
 
   /**
+   * Boots the VM for the sandbox `id` (StartSandbox), which holds it until {@linkcode release}.
+   *
+   * @param id the sandbox id
+   * @returns QEMU's pid and the VM's end: its exit code, once nothing of it is left
+   */
+  async hold(id: string): Promise<Required<SandboxStarted>> {
+    const vm = await this.enter(id);
+    this.#holder = { id, vmPid: vm.pid, released: this.#releasing !== undefined };
+    const exited = vm.exited.then(async (s) => {
+      await this.release(); // a VM that died leaves nothing either
+      return s.code;
+    });
+    return { pid: vm.pid, exited };
+  }
+
+  /**
+   * Ends the sandbox's VM whatever its containers (StopSandbox, or the VM's death); no container
+   * enters after. Every call resolves once the VM's state is gone.
+   */
+  release(): Promise<void> {
+    if (this.#holder) this.#holder.released = true;
+    this.#releasing ??= this.#release();
+    return this.#releasing;
+  }
+
+  async #release(): Promise<void> {
+    const vm = await this.#vm?.catch(() => undefined);
+    this.#vm = undefined;
+    this.#members.clear();
+    if (!vm) return;
+    await vm.stop();
+    this.#options.logger.info("vm stopped", { qemu: vm.pid });
+  }
+
+  /**
    * Shares a container's bundle into the guest: its rootfs (and the bind mounts' sources the
    * guest cannot see) bound into the pod's share, its spec rewritten next to them.
    *
@@ -88,7 +135,7 @@ export class Pod {
     const dir = `${vm.shared}/${id}`;
     const guestDir = `${vm.guestShared}/${id}`;
     const spec = JSON.parse(await Deno.readTextFile(`${bundle}/config.json`));
-    const rewritten = guestSpec(spec, id, bundle, guestDir);
+    const rewritten = guestSpec(spec, id, bundle, guestDir, this.#holder?.vmPid);
     await Deno.mkdir(dir);
     for (const s of rewritten.shares) {
       const target = `${dir}/${s.name}`;

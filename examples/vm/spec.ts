@@ -7,7 +7,9 @@
  * host's cgroup path (the guest's cgroupfs needs a plain path), AppArmor/SELinux labels (the
  * guest loads no policy), hooks (host binaries). Namespace paths `/proc/<pid>/ns/*` stay: the
  * pids the shim reports are guest pids, so CRI's `/proc/<pause pid>/ns/net` names the pause
- * container's namespace in the guest.
+ * container's namespace in the guest. On the `shim` sandboxer's path the pod's pid is the VM's
+ * (QEMU's on the host): a namespace CRI names by it is the VM's own, so the entry goes and runc
+ * keeps the guest's (the agent's) namespace, which every container of the pod shares.
  *
  * @module
  */
@@ -45,6 +47,7 @@ const GUEST_PRIVATE = ["/run/", "/var/run/", "/tmp/"];
  * @param id the container id (its cgroup in the guest)
  * @param hostBundle the bundle directory on the host (relative root paths are under it)
  * @param guestDir where the guest sees the container's share directory
+ * @param vmPid the pod's pid when it is the VM's (the `shim` sandboxer), else undefined
  * @returns the guest's spec and the host paths to bind into the share directory first
  */
 export function guestSpec(
@@ -52,6 +55,7 @@ export function guestSpec(
   id: string,
   hostBundle: string,
   guestDir: string,
+  vmPid?: number,
 ): { spec: Spec; shares: HostShare[] } {
   const out: Spec = structuredClone(spec);
   const rootPath = spec.root?.path ?? "rootfs";
@@ -71,9 +75,9 @@ export function guestSpec(
   if (out.linux) {
     out.linux.cgroupsPath = `/skiff-vm/${id}`;
     delete out.linux.mountLabel;
-    out.linux.namespaces = out.linux.namespaces?.map((ns) =>
-      ns.path && !/^\/proc\/\d+\/ns\//.test(ns.path) ? { type: ns.type } : ns
-    );
+    out.linux.namespaces = out.linux.namespaces?.filter((ns) =>
+      !ns.path?.startsWith(`/proc/${vmPid}/ns/`)
+    ).map((ns) => ns.path && !/^\/proc\/\d+\/ns\//.test(ns.path) ? { type: ns.type } : ns);
   }
   return { spec: out, shares };
 }

@@ -218,6 +218,9 @@ function qemuArgs(options: VmOptions, stateDir: string, socket: string): string[
     "quiet",
     "loglevel=1",
     "panic=-1",
+    // Under TCG on a loaded host the IO-APIC timer check can miss its ticks and panic the boot
+    // ("IO-APIC + timer doesn't work!", seen here); the check proves nothing about a VM.
+    "no_timer_check",
     "cgroup_no_v1=all",
     `skiff.agent=${img.agent}`,
     `skiff.deno=${Deno.execPath()}`,
@@ -240,17 +243,18 @@ function qemuArgs(options: VmOptions, stateDir: string, socket: string): string[
 /**
  * A watchdog (sh, off the event loop) for the case this process dies first: it then kills QEMU,
  * unmounts the share and removes the state directory (`--one-file-system`: never into a rootfs
- * still bound there). While this process lives it stops its VMs itself and the watchdog exits
- * with QEMU.
+ * still bound there). While this process lives it stops its VMs itself; when QEMU ends first,
+ * the watchdog waits for this process too and removes what it did not (it was killed between
+ * QEMU's exit and its own clean-up: a state dir and a rootfs bind were once left so).
  */
 function watchParent(qemu: number, stateDir: string): void {
   // A zombie still answers kill -0, and its parent may reap it late: read its state.
   const script = [
     "alive() { s=$(sed 's/.*) //' /proc/$1/stat 2>/dev/null) && [ \"${s%% *}\" != Z ]; }",
     'while alive "$1" && alive "$2"; do sleep 2; done',
-    // QEMU ended first: this process stopped it (or saw it die) and cleans up itself.
-    'alive "$2" || exit 0',
     'kill -9 "$2" 2>/dev/null',
+    'while alive "$1"; do sleep 2; done',
+    '[ -d "$3" ] || exit 0',
     // Every mount under the share (the containers' rootfs binds), deepest first.
     `awk '{print $5}' /proc/self/mountinfo | grep "^$3/" | sort -r |`,
     '  while read -r m; do umount -l "$m"; done',

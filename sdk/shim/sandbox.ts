@@ -26,12 +26,29 @@ export interface SandboxContext<T> {
   readonly logger: Logger;
 }
 
+/** What a started sandbox reports to the Sandbox API. */
+export interface SandboxStarted {
+  /** The pid that represents it (StartSandbox, SandboxStatus); default: the shim's. */
+  pid?: number;
+  /**
+   * Resolves with the sandbox's exit status once it has ended, whether `stop` ended it or it
+   * died on its own (a VM whose hypervisor exited), after the runtime has released what it
+   * held. The Sandbox API then reports it: WaitSandbox returns this status, SandboxStatus says
+   * `SANDBOX_NOTREADY` with the exit time. Without it the sandbox ends only at StopSandbox
+   * (status 0).
+   */
+  exited?: Promise<number>;
+}
+
 /** The narrow hook for runtimes whose sandbox is more than the shim process (e.g. a VM). */
 export interface SandboxRuntime<T> {
   /** Prepares the sandbox. */
   create?(ctx: SandboxContext<T>): Promise<void>;
-  /** Starts it; returns the pid that represents it (default: the shim's). */
-  start?(ctx: SandboxContext<T>): Promise<{ pid?: number }>;
-  /** Stops it (after its containers have been killed). */
+  /** Starts it; returns the pid that represents it and, optionally, its end. */
+  start?(ctx: SandboxContext<T>): Promise<SandboxStarted>;
+  /**
+   * Stops it (after its containers have been killed): StopSandbox, or ShutdownSandbox of a
+   * sandbox not stopped yet. Not called for a sandbox whose `exited` has resolved.
+   */
   stop?(ctx: SandboxContext<T>): Promise<void>;
 }

@@ -96,7 +96,11 @@ export function containerdConfig(
     const handlers: Record<string, CriHandler> = {};
     for (const [name, r] of runtimes) {
       const options = typeof r.options === "function" ? r.options(c) : r.options;
-      handlers[name] = { runtimeType: r.runtimeType, ...(options ? { options } : {}) };
+      handlers[name] = {
+        runtimeType: r.runtimeType,
+        ...(r.sandboxer ? { sandboxer: r.sandboxer } : {}),
+        ...(options ? { options } : {}),
+      };
     }
     Object.assign(
       plugins,

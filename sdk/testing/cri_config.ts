@@ -44,6 +44,11 @@ export interface CriHandler {
   runtimeType: string;
   /** The handler's `options` table (runc keys for `io.containerd.runc.v2`, else sent as-is). */
   options?: Record<string, unknown>;
+  /**
+   * `sandboxer` (containerd 2.x): `"shim"` runs the pod's sandbox through the shim's Sandbox
+   * API; unset, CRI's default `podsandbox` runs a pause container.
+   */
+  sandboxer?: string;
 }
 
 /**
@@ -115,7 +120,11 @@ export function criPlugins(
 ): Record<string, Record<string, unknown>> {
   const runtimes: Record<string, unknown> = {};
   for (const [name, h] of Object.entries(opts.handlers)) {
-    runtimes[name] = { runtime_type: h.runtimeType, ...(h.options ? { options: h.options } : {}) };
+    runtimes[name] = {
+      runtime_type: h.runtimeType,
+      ...(h.sandboxer ? { sandboxer: h.sandboxer } : {}),
+      ...(h.options ? { options: h.options } : {}),
+    };
   }
   const containerd: Record<string, unknown> = {
     ...(opts.defaultHandler ? { default_runtime_name: opts.defaultHandler } : {}),

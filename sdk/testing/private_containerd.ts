@@ -19,6 +19,9 @@ import {
 } from "./containerd_teardown.ts";
 import { descendantsOf, kill, processesWithArg, sleep, waitGone } from "./processes.ts";
 
+/** How long a killed shim's processes may take to end on their own (a VM watchdog polls 2 s). */
+const ORPHAN_GRACE_MS = 6_000;
+
 /**
  * A runtime a private containerd should know about.
  *
@@ -44,6 +47,8 @@ export interface RuntimeConfig {
    * the instance, so options can name its private dirs (e.g. `Root: c.runcRoot`).
    */
   options?: Record<string, unknown> | ((c: PrivateContainerd) => Record<string, unknown>);
+  /** CRI's `sandboxer` for this handler (2.x; `"shim"`: the Sandbox API). Default `podsandbox`. */
+  sandboxer?: string;
 }
 
 /**
@@ -433,9 +438,16 @@ export class PrivateContainerd {
       if (ns && id) this.#seen.add(`${ns}/${id}`);
     }
     const shims = [...shimProcs, ...this.spares()].map((s) => s.pid);
-    const victims = [...descendantsOf(shims), ...shims];
-    for (const pid of victims) kill(pid, "SIGKILL");
-    await waitGone(victims, 10_000);
+    const descendants = descendantsOf(shims);
+    // The shims first, their processes after a grace: a shim's watchdog (the VM example's)
+    // then ends what the shim left and removes its mounts and state, which a SIGKILL of the
+    // whole tree at once would leave behind.
+    for (const pid of shims) kill(pid, "SIGKILL");
+    await waitGone(shims, 10_000);
+    if (!(await waitGone(descendants, ORPHAN_GRACE_MS))) {
+      for (const pid of descendants) kill(pid, "SIGKILL");
+      await waitGone(descendants, 10_000);
+    }
     await deleteRuncContainers(this.runcRoot);
     await removeShimSockets(this.address, this.#seen);
     await removeCgroupTree(this.cgroupParent);

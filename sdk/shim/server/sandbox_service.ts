@@ -4,9 +4,10 @@
  * shim's `start` for the sandbox, then CreateSandbox, StartSandbox, and later routes the pod's
  * containers to this shim's task-API endpoint (version 3: no per-container `start`).
  *
- * A runtime may supply a narrow `SandboxRuntime` hook (`sdk/shim/sandbox.ts`) for what it must do to create,
- * start and stop a sandbox (a VM runtime boots its VM there); without one, the sandbox is this
- * shim process and its containers.
+ * A runtime may supply a narrow `SandboxRuntime` hook (`sdk/shim/sandbox.ts`) for what it must do
+ * to create, start and stop a sandbox (a VM runtime boots its VM there), and report the
+ * sandbox's end (`SandboxStarted.exited`: a VM that dies is an exited sandbox); without one, the
+ * sandbox is this shim process and its containers.
  *
  * @module
  */
@@ -31,7 +32,7 @@ import type { Logger } from "../logger.ts";
 import { resolveOptions } from "../options.ts";
 import type { ShimPlatform } from "./platform.ts";
 import type { Shim } from "../shim.ts";
-import type { SandboxContext } from "../sandbox.ts";
+import type { SandboxContext, SandboxRuntime } from "../sandbox.ts";
 import { validateId } from "./task_service.ts";
 import type { TaskService } from "./task_service.ts";
 
@@ -40,9 +41,17 @@ type Out<M extends keyof SandboxImpl> = MessageInitShape<
   (typeof Sandbox)["method"][M]["output"]
 >;
 
+/** How long StopSandbox waits for a stopped runtime to report its sandbox's end. */
+const EXIT_REPORT_MS = 30_000;
+
 interface SandboxRecord<T> {
   ctx: SandboxContext<T>;
+  /** The runtime's hook, asked once at CreateSandbox. */
+  hook: SandboxRuntime<T> | undefined;
   state: "created" | "ready" | "stopped";
+  /** The runtime's report of the sandbox's end (`SandboxStarted.exited`). */
+  ends?: Promise<number>;
+  stopping?: Promise<void>;
   pid: number;
   createdAt: Date;
   exit: PromiseWithResolvers<{ status: number; exitedAt: Date }>;
@@ -142,9 +151,11 @@ export class SandboxService<T extends object> {
       options,
       logger: logger.with({ sandbox: r.sandboxId }),
     };
-    await shim.sandbox?.(ctx)?.create?.(ctx);
+    const hook = shim.sandbox?.(ctx);
+    await hook?.create?.(ctx);
     this.#sandboxes.set(r.sandboxId, {
       ctx,
+      hook,
       state: "created",
       pid: 0,
       createdAt: new Date(),
@@ -163,10 +174,17 @@ export class SandboxService<T extends object> {
         Code.FailedPrecondition,
       );
     }
-    const started = await this.#d.shim.sandbox?.(s.ctx)?.start?.(s.ctx);
+    const started = await s.hook?.start?.(s.ctx);
     s.pid = started?.pid ?? Deno.pid;
     s.state = "ready";
     s.createdAt = new Date();
+    if (started?.exited) {
+      s.ends = started.exited;
+      s.ends.then((status) => this.#ended(s, status), (e) => {
+        s.ctx.logger.warn("sandbox ended with an error", { error: String(e) });
+        this.#ended(s, 255);
+      });
+    }
     return { pid: s.pid, createdAt: timestampFromDate(s.createdAt) };
   }
 
@@ -184,15 +202,30 @@ export class SandboxService<T extends object> {
   /** Kills the sandbox's containers and stops it. */
   async stopSandbox(r: StopSandboxRequest): Promise<Out<"stopSandbox">> {
     const s = this.#get(r.sandboxId);
-    if (s.state === "stopped") return {};
-    const grace = (r.timeoutSecs || 10) * 1000;
-    await this.#d.tasks.killAll(grace);
-    await this.#d.shim.sandbox?.(s.ctx)?.stop?.(s.ctx);
-    s.state = "stopped";
-    s.exited = { status: 0, exitedAt: new Date() };
-    s.exit.resolve(s.exited);
-    s.ctx.logger.info("sandbox stopped");
+    s.stopping ??= this.#stop(s, (r.timeoutSecs || 10) * 1000);
+    await s.stopping;
     return {};
+  }
+
+  async #stop(s: SandboxRecord<T>, graceMs: number): Promise<void> {
+    if (s.state === "stopped") return;
+    await this.#d.tasks.killAll(graceMs);
+    if (!s.exited) await s.hook?.stop?.(s.ctx);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const status = await Promise.race([
+      s.ends?.catch(() => 255) ?? 0,
+      new Promise<number>((r) => timer = setTimeout(() => r(255), EXIT_REPORT_MS)),
+    ]).finally(() => clearTimeout(timer));
+    this.#ended(s, status);
+  }
+
+  /** The sandbox has ended (stopped, or died on its own): Wait returns, Status says so. */
+  #ended(s: SandboxRecord<T>, status: number): void {
+    if (s.exited) return;
+    s.state = "stopped";
+    s.exited = { status, exitedAt: new Date() };
+    s.exit.resolve(s.exited);
+    s.ctx.logger.info("sandbox stopped", { status });
   }
 
   /** Blocks until the sandbox has stopped. */
@@ -221,15 +254,14 @@ export class SandboxService<T extends object> {
     return {};
   }
 
-  /** Forgets the sandbox; the shim exits when nothing is left. */
-  shutdownSandbox(r: ShutdownSandboxRequest): Out<"shutdownSandbox"> {
+  /**
+   * Forgets the sandbox, stopping it first if it is not stopped (containerd shuts down a
+   * sandbox whose start failed without stopping it); the shim exits when nothing is left.
+   */
+  async shutdownSandbox(r: ShutdownSandboxRequest): Promise<Out<"shutdownSandbox">> {
     const s = this.#get(r.sandboxId);
-    if (s.state !== "stopped") {
-      throw new ConnectError(
-        `cannot shut down sandbox "${r.sandboxId}": it is ${s.state}; stop it first`,
-        Code.FailedPrecondition,
-      );
-    }
+    s.stopping ??= this.#stop(s, 10_000);
+    await s.stopping;
     this.#sandboxes.delete(r.sandboxId);
     if (this.#sandboxes.size === 0 && this.#d.tasks.containers.size === 0) this.#d.onShutdown();
     return {};
