@@ -67,8 +67,8 @@ export class GuestProcess {
   }
 
   /**
-   * Takes the process's terminal: the master's output is its stdout (read even when the host
-   * asked for none, so the process never blocks on a full terminal), the host's stdin goes in.
+   * Takes the process's terminal: the master's output is its stdout (a terminal has one output,
+   * read into the buffer the host's ReadStdout drains), the host's stdin goes in.
    *
    * @param pty the master runc sent
    * @param stdin whether the host writes stdin (its end then closes the terminal)
