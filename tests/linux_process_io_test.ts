@@ -97,6 +97,22 @@ Deno.test("ProcessIo.close() finishes although the client never opened its fifo 
   }
 });
 
+Deno.test("ProcessIo.close() finishes when a runtime took the streams and never used them", async () => {
+  // A streams runtime whose create fails after streams() (a VM guest refusing the process)
+  // closes none of them; the shim's cleanup must still end.
+  for (const terminal of [false, true]) {
+    const f = await fifos();
+    try {
+      const io = await ProcessIo.open({ ...f, terminal }, ctx);
+      const s = io.streams();
+      assert.ok(s.stdin && s.stdout, "stdin and stdout are handed over");
+      await deadline(io.close(), 20_000, `ProcessIo.close (terminal ${terminal})`);
+    } finally {
+      await Deno.remove(f.dir, { recursive: true });
+    }
+  }
+});
+
 integrationTest(
   "ProcessIo copies fifo stdin to the process and its stdout/stderr to fifos",
   { binaries: ["sh"] },

@@ -125,3 +125,124 @@ Deno.test("vm agent client: a socket nobody serves is reported after the bound",
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+/** Reads a guest process's stdout to its end, failing (not hanging) after `ms`. */
+async function outputWithin(
+  agent: Parameters<typeof readToEnd>[0],
+  containerId: string,
+  execId: string,
+  ms = 60_000,
+): Promise<string> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new Error(`no end of ${containerId}/${execId}'s terminal in ${ms} ms`)),
+      ms,
+    );
+  });
+  try {
+    return text(await Promise.race([readToEnd(agent, "stdout", containerId, execId), late]));
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+integrationTest(
+  "vm agent on the host: terminals (stdin, output, resize, CloseIO's hangup, end at the exit)",
+  { root: true, binaries: ["runc"] },
+  async () => {
+    const dir = await Deno.makeTempDir({ prefix: "skiff-vm-agent-tty-" });
+    const socket = `${dir}/agent.sock`;
+    const agentProc = new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", AGENT, "--listen", socket, "--state", `${dir}/state`],
+      stdin: "null",
+      stdout: "inherit",
+      stderr: "inherit",
+    }).spawn();
+    const tty = await createBusyboxBundle({
+      dir: `${dir}/tty`,
+      args: ["sh", "-c", "read x; stty size; echo got:$x; exit 4"],
+      terminal: true,
+    });
+    let conn;
+    try {
+      conn = (await waitForAgent(socket, 60_000)).connection;
+      const agent = conn.agent;
+      const terminal = { stdin: true, stdout: true, terminal: true };
+
+      // A terminal init: sized before it starts, typed into, its output and exit 4; no stderr.
+      await agent.create({ containerId: "tty", bundle: tty.bundle, stdio: terminal });
+      await agent.resize({ containerId: "tty", width: 101, height: 31 });
+      await agent.start({ containerId: "tty" });
+      const out = outputWithin(agent, "tty", "");
+      await agent.writeStdin({ containerId: "tty", data: bytes("hi\n") });
+      const initOut = await out;
+      assert.match(initOut, /31 101\r\n/, `stty size in the terminal: ${JSON.stringify(initOut)}`);
+      assert.match(initOut, /got:hi\r\n/, JSON.stringify(initOut));
+      assert.equal(text(await readToEnd(agent, "stderr", "tty")), "", "a terminal has no stderr");
+      assert.equal((await agent.wait({ containerId: "tty" })).exitStatus, 4);
+
+      await agent.delete({ containerId: "tty" });
+
+      // Terminal execs in a running container.
+      const host = await createBusyboxBundle({ dir: `${dir}/host`, args: ["sleep", "1000"] });
+      try {
+        await agent.create({ containerId: "host", bundle: host.bundle, stdio: {} });
+        await agent.start({ containerId: "host" });
+        // Resizing a process without a terminal is refused.
+        await assert.rejects(
+          agent.resize({ containerId: "host", width: 80, height: 24 }),
+          (e: ConnectError) => e.code === Code.FailedPrecondition,
+        );
+        const exec = (execId: string, args: string[], stdio: object) =>
+          agent.exec({
+            containerId: "host",
+            execId,
+            process: bytes(JSON.stringify(createOciSpec({ args, terminal: true }).process)),
+            stdio,
+          });
+
+        // Resized while it waits for its input, then it prints the new size and exits 5.
+        await exec("sized", ["sh", "-c", "read x; stty size; exit 5"], terminal);
+        const sized = outputWithin(agent, "host", "sized");
+        await agent.resize({ containerId: "host", execId: "sized", width: 120, height: 40 });
+        await agent.writeStdin({ containerId: "host", execId: "sized", data: bytes("go\n") });
+        assert.match(await sized, /40 120\r\n/);
+        assert.equal((await agent.wait({ containerId: "host", execId: "sized" })).exitStatus, 5);
+
+        // CloseIO closes the terminal, as containerd's shim does when its stdin ends: `cat`
+        // gets the hangup (SIGHUP, 129) and the output ends.
+        await exec("cat", ["cat"], terminal);
+        const catOut = outputWithin(agent, "host", "cat");
+        await agent.writeStdin({ containerId: "host", execId: "cat", data: bytes("abc\n") });
+        await agent.closeStdin({ containerId: "host", execId: "cat" });
+        await catOut;
+        assert.equal((await agent.wait({ containerId: "host", execId: "cat" })).exitStatus, 129);
+
+        // A background process keeps the terminal open: the output still ends after the exit.
+        await exec("bg", ["sh", "-c", "trap '' HUP; sleep 1000 & echo started; exit 2"], {
+          stdout: true,
+          terminal: true,
+        });
+        assert.match(await outputWithin(agent, "host", "bg"), /started\r\n/);
+        assert.equal((await agent.wait({ containerId: "host", execId: "bg" })).exitStatus, 2);
+
+        await agent.kill({ containerId: "host", signal: 9, all: true });
+        await agent.wait({ containerId: "host" });
+        await agent.delete({ containerId: "host" });
+      } finally {
+        await host.cleanup();
+      }
+      await agent.shutdown({});
+      assert.equal((await agentProc.status).code, 0);
+    } finally {
+      await conn?.close();
+      try {
+        agentProc.kill("SIGKILL");
+      } catch { /* exited */ }
+      await agentProc.status;
+      await tty.cleanup();
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);

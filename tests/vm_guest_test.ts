@@ -47,6 +47,27 @@ integrationTest(
       const waited = await agent.wait({ containerId: "one" });
       assert.deepEqual([waited.exitStatus, waited.pid], [7, pid]);
       await agent.delete({ containerId: "one" });
+
+      // A terminal in the guest: runc's pty, sized before the start, typed into, exit 4.
+      await createBusyboxBundle({
+        dir: `${vm.shared}/tty`,
+        args: ["sh", "-c", "read x; stty size; echo got:$x; exit 4"],
+        terminal: true,
+      });
+      await agent.create({
+        containerId: "tty",
+        bundle: `${vm.guestShared}/tty`,
+        stdio: { stdin: true, stdout: true, terminal: true },
+      });
+      await agent.resize({ containerId: "tty", width: 101, height: 31 });
+      await agent.start({ containerId: "tty" });
+      const ttyOut = readToEnd(agent, "stdout", "tty");
+      await agent.writeStdin({ containerId: "tty", data: new TextEncoder().encode("hi\n") });
+      const tty = text(await ttyOut);
+      assert.match(tty, /^31 101\r$/m, JSON.stringify(tty));
+      assert.match(tty, /^got:hi\r$/m, JSON.stringify(tty));
+      assert.equal((await agent.wait({ containerId: "tty" })).exitStatus, 4);
+      await agent.delete({ containerId: "tty" });
     } finally {
       clearTimeout(bound);
       await vm.stop();

@@ -1,8 +1,9 @@
 /**
  * The VM shim (`containerd-shim-skiff-vm-v2`, examples/vm/main.ts) under a real containerd 2.4,
  * driven by its `ctr`: a container boots its own VM (QEMU, TCG) and runs in it; its exit code 7
- * comes back; a long-running one answers execs (output, exit code, stdin), ps and metrics from
- * the guest, and ends on SIGTERM;
+ * comes back; `ctr run -t` gets a terminal in the guest (ctr's size, typed input, exit code); a
+ * long-running one answers execs (output, exit code, stdin, a terminal exec), ps and metrics
+ * from the guest, and ends on SIGTERM;
  * after the deletes no QEMU, socket, share, mount or shim is left.
  *
  * Then, on containerd 1.6, 1.7 and 2.4, the Kubernetes path Kata takes on containerd's default
@@ -22,7 +23,7 @@ import {
   type PrivateContainerd,
   startContainerd,
 } from "../sdk/testing/containerd.ts";
-import { ctrRun } from "../sdk/testing/ctr.ts";
+import { ctrRun, ctrRunArgs, shellQuote } from "../sdk/testing/ctr.ts";
 import { vmUnavailable } from "../examples/vm/image.ts";
 import {
   installVmShim,
@@ -85,6 +86,57 @@ async function ctrWithStdin(
   }
 }
 
+/** The terminal ctr runs on (`script`'s pty): its size reaches the guest through ResizePty. */
+const TTY_SIZE = "31 101";
+/** A guest command that waits until its terminal has TTY_SIZE (ctr resizes after the start). */
+const UNTIL_SIZED = `until [ "$(stty size)" = "${TTY_SIZE}" ]; do usleep 200000; done; echo sized`;
+
+/**
+ * Runs ctr with `-t` under `script`, on a terminal of TTY_SIZE rows and columns: `input` is
+ * typed once the output shows "sized" (the guest saw the size), so nothing races the resize.
+ */
+async function ctrOnTerminal(
+  c: PrivateContainerd,
+  args: string[],
+  input: string,
+): Promise<CtrResult> {
+  const [rows, cols] = TTY_SIZE.split(" ");
+  const ctr = [`${c.binDir}/ctr`, "-a", c.address, "-n", NS, ...args].map(shellQuote).join(" ");
+  const child = new Deno.Command("script", {
+    args: ["-q", "-e", "-c", `stty rows ${rows} cols ${cols} && ${ctr}`, "/dev/null"],
+    env: c.ctrEnv,
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const timer = setTimeout(() => child.kill("SIGKILL"), CALL_MS);
+  const stderr = new Response(child.stderr).text();
+  const writer = child.stdin.getWriter();
+  let stdout = "";
+  const dec = new TextDecoder();
+  try {
+    let sent = false;
+    for await (const chunk of child.stdout) {
+      stdout += dec.decode(chunk, { stream: true });
+      if (!sent && stdout.includes("sized")) {
+        sent = true;
+        await writer.write(new TextEncoder().encode(input));
+      }
+    }
+    const status = await child.status;
+    return {
+      code: status.code,
+      stdout,
+      stderr: await stderr,
+      timedOut: status.signal === "SIGKILL",
+    };
+  } finally {
+    clearTimeout(timer);
+    // Open until script is done: its stdin's end would hang the terminal up early.
+    await writer.close().catch(() => {});
+  }
+}
+
 const v = containerdVersions().find((v) => v.version.startsWith("2.4."));
 
 integrationTest(
@@ -98,7 +150,8 @@ integrationTest(
     const prefix = await Deno.makeTempDir({ prefix: "skiff-vm-shim-" });
     const launcherDir = await installVmShim(prefix);
     let c: PrivateContainerd | undefined;
-    using _bound = killVmsAfter("vm shim test");
+    // Longer than the other VM tests' bound: this one also runs two terminal sessions.
+    using _bound = killVmsAfter("vm shim test", 12 * 60_000);
     try {
       c = await startContainerd({
         binDir: v!.binDir,
@@ -130,6 +183,24 @@ integrationTest(
         `ctr run (VM boot, container, exit, delete, VM stop): ${(onceMs / 1000).toFixed(1)} s`,
       );
       await until("the first VM to be gone", async () => (await vmLeftovers()).length === 0);
+
+      // `ctr run -t`: a terminal in the guest, sized by ctr's ResizePty, typed into, exit 5.
+      const tty = await ctrOnTerminal(
+        c,
+        ctrRunArgs(c, {
+          image,
+          id: "tty",
+          runtime: RUNTIME,
+          cgroup: "",
+          tty: true,
+          args: ["sh", "-c", `${UNTIL_SIZED}; read x; echo got:$x; exit 5`],
+        }),
+        "typed\r",
+      );
+      assert.equal(tty.code, 5, describe(tty));
+      assert.match(tty.stdout, /^sized\r*$/m, describe(tty));
+      assert.match(tty.stdout, /^got:typed\r*$/m, describe(tty));
+      await until("the terminal's VM to be gone", async () => (await vmLeftovers()).length === 0);
 
       // A long-running container: an exec's output and exit code, then SIGTERM.
       t0 = performance.now();
@@ -171,6 +242,20 @@ integrationTest(
       ], "typed-into-the-vm\n");
       assert.equal(echoed.code, 0, describe(echoed));
       assert.equal(echoed.stdout, "ready\ntyped-into-the-vm\ndone\n", describe(echoed));
+      // `ctr task exec -t`: a terminal exec, sized, typed into, exit 6.
+      const ttyExec = await ctrOnTerminal(c, [
+        "task",
+        "exec",
+        "-t",
+        "--exec-id",
+        "t1",
+        "long",
+        "sh",
+        "-c",
+        `${UNTIL_SIZED}; read x; echo got:$x; exit 6`,
+      ], "into-the-pty\r");
+      assert.equal(ttyExec.code, 6, describe(ttyExec));
+      assert.match(ttyExec.stdout, /^got:into-the-pty\r*$/m, describe(ttyExec));
       const ps = await ctr(["task", "ps", "long"]);
       assert.equal(ps.code, 0, describe(ps));
       assert.match(ps.stdout, /^\d+\s/m, `guest pids: ${describe(ps)}`);

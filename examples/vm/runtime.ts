@@ -41,7 +41,6 @@ export class AgentRuntime implements ContainerRuntime {
   }
 
   async create(id: string, opts: RuntimeCreateOptions): Promise<RuntimeProcess> {
-    noTerminal(opts.io, `container ${id}`);
     const vm = this.#vm = await this.#pod.enter(id);
     try {
       const bundle = await this.#pod.share(vm, id, opts.bundle);
@@ -90,8 +89,6 @@ export class AgentRuntime implements ContainerRuntime {
     process: unknown,
     opts: RuntimeExecOptions,
   ): Promise<RuntimeProcess> {
-    // Refused before the stdio is taken: a refusal after it waited on a stdin nobody opens yet.
-    noTerminal(opts.io, `exec ${execId} in container ${id}`);
     const s = opts.io.streams();
     const spec = guestProcess(process as Record<string, unknown>);
     const { pid } = await this.#agent.exec({
@@ -153,15 +150,5 @@ export class AgentRuntime implements ContainerRuntime {
         ? { resize: async (width, height) => void await agent.resize({ ...req, width, height }) }
         : {}),
     };
-  }
-}
-
-/** The guest agent serves no terminals yet: say so (Unimplemented) before anything is set up. */
-function noTerminal(io: RuntimeStdio, what: string): void {
-  if (io.terminal) {
-    throw new ConnectError(
-      `${what}: terminals are not supported in the VM yet`,
-      Code.Unimplemented,
-    );
   }
 }

@@ -194,6 +194,8 @@ export class ProcessIo {
   #readers: ReadableStreamDefaultReader<Uint8Array>[] = [];
   /** Output copies still writing into each sink; a sink is closed when its count reaches 0. */
   #writers = new Map<Sink, number>();
+  /** Ends the copies of {@linkcode ProcessIo.streams} writables nobody closed (a failed create). */
+  #unclosedSinks = new Set<() => void>();
   #pty: Pty | undefined;
   #terminal: boolean;
   #attached = false;
@@ -345,8 +347,10 @@ export class ProcessIo {
     this.#writers.set(sink, (this.#writers.get(sink) ?? 0) + 1);
     const done = Promise.withResolvers<void>();
     this.#track(done.promise, true);
+    this.#unclosedSinks.add(done.resolve);
     let broken = false;
     const end = async (eof: boolean) => {
+      this.#unclosedSinks.delete(done.resolve);
       if (eof && !this.#closed) await this.#release(sink);
       done.resolve();
     };
@@ -391,6 +395,8 @@ export class ProcessIo {
       await Promise.allSettled(this.#readers.map((r) => r.cancel()));
       await Promise.allSettled([this.#stdin?.close(), this.#stdinKeepAlive?.close()]);
       await this.#pty?.close();
+      // A runtime that took the streams and failed before it used them never closes them.
+      for (const end of this.#unclosedSinks) end();
       await Promise.allSettled(this.#copies);
       const sinks = new Set([this.#stdout, this.#stderr]);
       if (this.#logger) await this.#logger.close();

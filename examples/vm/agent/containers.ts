@@ -21,6 +21,7 @@ import { readPidFile } from "../../../sdk/linux/pid_file.ts";
 import type { Reaper } from "../../../sdk/linux/reaper.ts";
 import type { ExitTable } from "./exits.ts";
 import { type Exit, GuestProcess } from "./process.ts";
+import { ConsoleListener } from "./terminal.ts";
 
 /** Which stdio streams a process gets from the host. */
 export interface StdioWanted {
@@ -82,24 +83,20 @@ export class Containers {
     if (this.#containers.has(id)) {
       throw new ConnectError(`container ${id}: already exists`, Code.AlreadyExists);
     }
-    noTerminal(stdio, `container ${id}`);
     const dir = `${this.#stateDir}/${id}`;
     await Deno.mkdir(dir, { recursive: true });
     const pidFile = `${dir}/init.pid`;
-    const { child, process } = this.#spawn(
-      ["create", "--bundle", bundle, "--pid-file", pidFile, id],
-      stdio,
-      dir,
-    );
+    const process = new GuestProcess(`container ${id}`);
     // Reserved before runc runs, so that a second Create of the same id fails fast.
     const c: Container = { id, bundle, init: process, execs: new Map(), started: false };
     this.#containers.set(id, c);
     try {
-      await this.#finish(child, `runc create ${id}`, dir);
+      const cmd = ["create", "--bundle", bundle, "--pid-file", pidFile];
+      await this.#launch(cmd, id, stdio, process, `runc create ${id}`);
       process.pid = await readPidFile(pidFile);
     } catch (e) {
       this.#containers.delete(id);
-      await process.closeStdin();
+      await process.close();
       await this.#run(["delete", "--force", id]).catch(() => {});
       throw e;
     }
@@ -136,23 +133,19 @@ export class Containers {
         Code.AlreadyExists,
       );
     }
-    noTerminal(stdio, `exec ${execId} of container ${id}`);
     const dir = `${this.#stateDir}/${id}`;
     const spec = `${dir}/exec-${execId}.json`;
     const pidFile = `${dir}/exec-${execId}.pid`;
     await Deno.writeFile(spec, process);
-    const { child, process: p } = this.#spawn(
-      ["exec", "--detach", "--pid-file", pidFile, "--process", spec, id],
-      stdio,
-      dir,
-    );
+    const p = new GuestProcess(`exec ${execId} of container ${id}`);
     c.execs.set(execId, p);
     try {
-      await this.#finish(child, `runc exec ${id} (${execId})`, dir);
+      const cmd = ["exec", "--detach", "--pid-file", pidFile, "--process", spec];
+      await this.#launch(cmd, id, stdio, p, `runc exec ${id} (${execId})`);
       p.pid = await readPidFile(pidFile);
     } catch (e) {
       c.execs.delete(execId);
-      await p.closeStdin();
+      await p.close();
       throw e;
     }
     this.#exits.exitOf(p.pid).then((e) => p.setExit(exitOf(e)));
@@ -225,7 +218,7 @@ export class Containers {
     }
     await this.#run(["delete", "--force", id]);
     c.oom?.close();
-    for (const p of [c.init, ...c.execs.values()]) await p.closeStdin();
+    for (const p of [c.init, ...c.execs.values()]) await p.close();
     this.#containers.delete(id);
     await Deno.remove(`${this.#stateDir}/${id}`, { recursive: true }).catch(() => {});
     return { exit: c.init.exited, pid: c.init.pid };
@@ -237,21 +230,40 @@ export class Containers {
     return c;
   }
 
-  /** Spawns runc for a process: the process inherits the pipes, runc logs to a file. */
-  #spawn(
-    args: string[],
+  /**
+   * Runs the runc command that creates `process` (`create` or `exec --detach`, its flags in
+   * `cmd`) and attaches its stdio: the pipes runc's child inherits, or, with a terminal, the
+   * pty master runc sends through a console socket (runc's own stdio is then /dev/null).
+   */
+  async #launch(
+    cmd: string[],
+    id: string,
     stdio: StdioWanted,
-    dir: string,
-  ): { child: Deno.ChildProcess; process: GuestProcess } {
-    const child = this.#reaper.spawn(
-      new Deno.Command(this.#runc, {
-        args: ["--root", `${this.#stateDir}/runc`, "--log", `${dir}/runc.log`, ...args],
-        stdin: stdio.stdin ? "piped" : "null",
-        stdout: stdio.stdout ? "piped" : "null",
-        stderr: stdio.stderr ? "piped" : "null",
-      }),
-    );
-    return { child, process: new GuestProcess(child, stdio) };
+    process: GuestProcess,
+    what: string,
+  ): Promise<void> {
+    const dir = `${this.#stateDir}/${id}`;
+    const console = stdio.terminal ? await ConsoleListener.open(this.#stateDir) : undefined;
+    const pipes = console ? { stdin: false, stdout: false, stderr: false } : stdio;
+    try {
+      const child = this.#reaper.spawn(
+        new Deno.Command(this.#runc, {
+          args: [
+            ...["--root", `${this.#stateDir}/runc`, "--log", `${dir}/runc.log`, ...cmd],
+            ...(console ? ["--console-socket", console.path] : []),
+            id,
+          ],
+          stdin: pipes.stdin ? "piped" : "null",
+          stdout: pipes.stdout ? "piped" : "null",
+          stderr: pipes.stderr ? "piped" : "null",
+        }),
+      );
+      if (!console) process.attachPipes(child, pipes);
+      await this.#finish(child, what, dir);
+      if (console) process.attachTerminal(await console.master(what), stdio.stdin);
+    } finally {
+      await console?.close();
+    }
   }
 
   /** Waits for a spawning runc; a failure names what runc logged. */
@@ -285,15 +297,6 @@ export class Containers {
 function validId(id: string): void {
   if (!/^[\w][\w.+-]{0,127}$/.test(id)) {
     throw new ConnectError(`invalid id ${JSON.stringify(id)}`, Code.InvalidArgument);
-  }
-}
-
-function noTerminal(stdio: StdioWanted, what: string): void {
-  if (stdio.terminal) {
-    throw new ConnectError(
-      `${what}: terminals are not supported by the agent yet`,
-      Code.Unimplemented,
-    );
   }
 }
 

@@ -19,6 +19,7 @@ export class Output {
   #eof = false;
   #waiters: (() => void)[] = [];
   #drained: (() => void) | undefined;
+  #ended = Promise.withResolvers<void>();
 
   /**
    * Starts reading `stream` (absent: an output the host did not ask for, at end of file).
@@ -27,7 +28,15 @@ export class Output {
    */
   constructor(stream?: ReadableStream<Uint8Array>) {
     if (stream) void this.#pump(stream);
-    else this.#eof = true;
+    else {
+      this.#eof = true;
+      this.#ended.resolve();
+    }
+  }
+
+  /** Resolves once the stream reached end of file (what it held may not be read yet). */
+  get ended(): Promise<void> {
+    return this.#ended.promise;
   }
 
   /** True once the stream ended and everything held was handed out. */
@@ -91,6 +100,7 @@ export class Output {
     } finally {
       reader.releaseLock();
       this.#eof = true;
+      this.#ended.resolve();
       this.#wake();
     }
   }

@@ -111,6 +111,10 @@ export function agentService(
       await containers.process(req.containerId, req.execId).closeStdin();
       return {};
     },
+    resize: (req) => {
+      containers.process(req.containerId, req.execId).resize(req.width, req.height);
+      return {};
+    },
     readStdout: (req, ctx) =>
       containers.process(req.containerId, req.execId).stdout.read(req.maxBytes, ctx.signal),
     readStderr: (req, ctx) =>
