@@ -11,18 +11,23 @@ const AGENT = new URL("../examples/vm/agent/main.ts", import.meta.url).pathname;
 const text = (b: Uint8Array) => new TextDecoder().decode(b);
 const bytes = (s: string) => new TextEncoder().encode(s);
 
+/** The agent on the host, serving `socket`, its state under `dir`. */
+function spawnAgent(dir: string, socket: string): Deno.ChildProcess {
+  return new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", AGENT, "--listen", socket, "--state", `${dir}/state`],
+    stdin: "null",
+    stdout: "inherit",
+    stderr: "inherit",
+  }).spawn();
+}
+
 integrationTest(
   "vm agent on the host: a container's stdio and exit 7, an exec, ps, stats, kill, delete",
   { root: true, binaries: ["runc"] },
   async () => {
     const dir = await Deno.makeTempDir({ prefix: "skiff-vm-agent-" });
     const socket = `${dir}/agent.sock`;
-    const agentProc = new Deno.Command(Deno.execPath(), {
-      args: ["run", "-A", AGENT, "--listen", socket, "--state", `${dir}/state`],
-      stdin: "null",
-      stdout: "inherit",
-      stderr: "inherit",
-    }).spawn();
+    const agentProc = spawnAgent(dir, socket);
     const one = await createBusyboxBundle({
       dir: `${dir}/one`,
       args: ["sh", "-c", "read x; echo got:$x; echo oops >&2; exit 7"],
@@ -153,12 +158,7 @@ integrationTest(
   async () => {
     const dir = await Deno.makeTempDir({ prefix: "skiff-vm-agent-tty-" });
     const socket = `${dir}/agent.sock`;
-    const agentProc = new Deno.Command(Deno.execPath(), {
-      args: ["run", "-A", AGENT, "--listen", socket, "--state", `${dir}/state`],
-      stdin: "null",
-      stdout: "inherit",
-      stderr: "inherit",
-    }).spawn();
+    const agentProc = spawnAgent(dir, socket);
     const tty = await createBusyboxBundle({
       dir: `${dir}/tty`,
       args: ["sh", "-c", "read x; stty size; echo got:$x; exit 4"],

@@ -46,65 +46,22 @@ function describe(r: CtrResult): string {
   }\nstdout: ${r.stdout}\nstderr: ${r.stderr}`;
 }
 
-/** Runs ctr with stdin on a pipe: `input` is written once the process printed "ready". */
-async function ctrWithStdin(
-  c: PrivateContainerd,
-  args: string[],
-  input: string,
-): Promise<CtrResult> {
-  const child = new Deno.Command(`${c.binDir}/ctr`, {
-    args: ["-a", c.address, "-n", NS, ...args],
-    env: c.ctrEnv,
-    stdin: "piped",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  const timer = setTimeout(() => child.kill("SIGKILL"), CALL_MS);
-  const stderr = new Response(child.stderr).text();
-  let stdout = "";
-  const dec = new TextDecoder();
-  try {
-    const writer = child.stdin.getWriter();
-    let sent = false;
-    for await (const chunk of child.stdout) {
-      stdout += dec.decode(chunk, { stream: true });
-      if (!sent && stdout.includes("ready\n")) {
-        sent = true;
-        await writer.write(new TextEncoder().encode(input));
-        await writer.close();
-      }
-    }
-    const status = await child.status;
-    return {
-      code: status.code,
-      stdout,
-      stderr: await stderr,
-      timedOut: status.signal === "SIGKILL",
-    };
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-/** The terminal ctr runs on (`script`'s pty): its size reaches the guest through ResizePty. */
-const TTY_SIZE = "31 101";
-/** A guest command that waits until its terminal has TTY_SIZE (ctr resizes after the start). */
-const UNTIL_SIZED = `until [ "$(stty size)" = "${TTY_SIZE}" ]; do usleep 200000; done; echo sized`;
-
 /**
- * Runs ctr with `-t` under `script`, on a terminal of TTY_SIZE rows and columns: `input` is
- * typed once the output shows "sized" (the guest saw the size), so nothing races the resize.
+ * Runs a command with stdin on a pipe and writes `input` once its output shows `marker`. With
+ * `keepStdin`, stdin stays open until the command is done (under `script`, its end would hang
+ * the terminal up early); else it is closed after the input (the container reads its end).
  */
-async function ctrOnTerminal(
-  c: PrivateContainerd,
+async function interact(
+  command: string,
   args: string[],
+  env: Record<string, string>,
+  marker: string,
   input: string,
+  keepStdin: boolean,
 ): Promise<CtrResult> {
-  const [rows, cols] = TTY_SIZE.split(" ");
-  const ctr = [`${c.binDir}/ctr`, "-a", c.address, "-n", NS, ...args].map(shellQuote).join(" ");
-  const child = new Deno.Command("script", {
-    args: ["-q", "-e", "-c", `stty rows ${rows} cols ${cols} && ${ctr}`, "/dev/null"],
-    env: c.ctrEnv,
+  const child = new Deno.Command(command, {
+    args,
+    env,
     stdin: "piped",
     stdout: "piped",
     stderr: "piped",
@@ -118,9 +75,10 @@ async function ctrOnTerminal(
     let sent = false;
     for await (const chunk of child.stdout) {
       stdout += dec.decode(chunk, { stream: true });
-      if (!sent && stdout.includes("sized")) {
+      if (!sent && stdout.includes(marker)) {
         sent = true;
         await writer.write(new TextEncoder().encode(input));
+        if (!keepStdin) await writer.close();
       }
     }
     const status = await child.status;
@@ -132,9 +90,30 @@ async function ctrOnTerminal(
     };
   } finally {
     clearTimeout(timer);
-    // Open until script is done: its stdin's end would hang the terminal up early.
     await writer.close().catch(() => {});
   }
+}
+
+/** Runs ctr with stdin on a pipe: `input` is written once the process printed "ready". */
+function ctrWithStdin(c: PrivateContainerd, args: string[], input: string): Promise<CtrResult> {
+  const ctrArgs = ["-a", c.address, "-n", NS, ...args];
+  return interact(`${c.binDir}/ctr`, ctrArgs, c.ctrEnv, "ready\n", input, false);
+}
+
+/** The terminal ctr runs on (`script`'s pty): its size reaches the guest through ResizePty. */
+const TTY_SIZE = "31 101";
+/** A guest command that waits until its terminal has TTY_SIZE (ctr resizes after the start). */
+const UNTIL_SIZED = `until [ "$(stty size)" = "${TTY_SIZE}" ]; do usleep 200000; done; echo sized`;
+
+/**
+ * Runs ctr with `-t` under `script`, on a terminal of TTY_SIZE rows and columns: `input` is
+ * typed once the output shows "sized" (the guest saw the size), so nothing races the resize.
+ */
+function ctrOnTerminal(c: PrivateContainerd, args: string[], input: string): Promise<CtrResult> {
+  const [rows, cols] = TTY_SIZE.split(" ");
+  const ctr = [`${c.binDir}/ctr`, "-a", c.address, "-n", NS, ...args].map(shellQuote).join(" ");
+  const script = ["-q", "-e", "-c", `stty rows ${rows} cols ${cols} && ${ctr}`, "/dev/null"];
+  return interact("script", script, c.ctrEnv, "sized", input, true);
 }
 
 const v = containerdVersions().find((v) => v.version.startsWith("2.4."));
