@@ -288,6 +288,38 @@ exec /lib/systemd/systemd --unit=skiff-guest.service --show-status=no --log-leve
 }
 
 /**
+ * Reads QEMU's console to its end: forwards the command's part (between the START and END
+ * markers) to `onOutput` as it arrives, and kills QEMU at a wedge ({@linkcode wedgedLine}).
+ */
+async function readConsole(
+  proc: Deno.ChildProcess,
+  onOutput: ((text: string) => void) | undefined,
+): Promise<{ all: string; wedged?: string }> {
+  let all = "";
+  let forwarded = 0;
+  let wedged: string | undefined;
+  const decoder = new TextDecoder();
+  for await (const chunk of proc.stdout) {
+    const text = decoder.decode(chunk, { stream: true }).replaceAll("\r", "");
+    all += text;
+    if (!wedged && text.includes("soft lockup") && (wedged = wedgedLine(all))) {
+      try {
+        proc.kill("SIGKILL");
+      } catch { /* already gone */ }
+    }
+    if (!onOutput) continue;
+    const from = all.indexOf(START);
+    if (from < 0) continue;
+    const begin = Math.max(forwarded, from + START.length + 1);
+    const stop = all.indexOf(END, begin);
+    const upTo = stop >= 0 ? stop : Math.max(begin, all.length - END.length);
+    if (upTo > begin) onOutput(all.slice(begin, upTo));
+    forwarded = Math.max(forwarded, upTo);
+  }
+  return wedged ? { all, wedged } : { all };
+}
+
+/**
  * Boots the guest, runs one command in it and returns its exit status and output.
  *
  * @param opts the command and the guest's bounds
@@ -356,30 +388,8 @@ export async function runInGuest(opts: GuestOptions): Promise<GuestResult> {
         proc.kill("SIGKILL");
       } catch { /* already gone */ }
     }, opts.timeoutMs ?? 30 * 60_000);
-    let all = "";
-    let forwarded = 0;
-    const decoder = new TextDecoder();
     const stderr = new Response(proc.stderr).text();
-    let wedged: string | undefined;
-    for await (const chunk of proc.stdout) {
-      const text = decoder.decode(chunk, { stream: true }).replaceAll("\r", "");
-      all += text;
-      if (!wedged && text.includes("soft lockup") && (wedged = wedgedLine(all))) {
-        try {
-          proc.kill("SIGKILL");
-        } catch { /* already gone */ }
-      }
-      if (opts.onOutput) {
-        const from = all.indexOf(START);
-        if (from >= 0) {
-          const begin = Math.max(forwarded, from + START.length + 1);
-          const stop = all.indexOf(END, begin);
-          const upTo = stop >= 0 ? stop : Math.max(begin, all.length - END.length);
-          if (upTo > begin) opts.onOutput(all.slice(begin, upTo));
-          forwarded = Math.max(forwarded, upTo);
-        }
-      }
-    }
+    const { all, wedged } = await readConsole(proc, opts.onOutput);
     const status = await proc.status;
     child = undefined;
     const qemuErr = await stderr;
