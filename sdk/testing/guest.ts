@@ -332,7 +332,6 @@ async function readConsole(
  * ```
  */
 export async function runInGuest(opts: GuestOptions): Promise<GuestResult> {
-  // long: one QEMU run in order (image, share, kernel command line, spawn, bounded wait, result)
   const img = opts.image ?? guestImage();
   if (!img) {
     throw new Error("runInGuest: no guest image in the skiff cache (run tests/setup/guest.sh)");
