@@ -121,6 +121,23 @@ integrationTest(
     ], "systemd"),
 );
 
+integrationTest(
+  "test guest: a soft lockup of 300 s or more on the console ends the run at once (a wedge)",
+  { root: true, check: () => guestUnavailable() },
+  async () => {
+    // The guest's own console line, as its kernel prints it; the command would sleep past
+    // the bound, so only the wedge check can end the run before it.
+    const line = "[ 640.5] watchdog: BUG: soft lockup - CPU#0 stuck for 301s! [runc:246]";
+    const r = await runInGuest({
+      command: ["sh", "-c", `echo '${line}'; sleep 900; echo not-killed`],
+      timeoutMs: 10 * 60_000,
+    });
+    assert.equal(r.wedged, line, r.console.slice(-2000));
+    assert.ok(!r.timedOut, "ended by the wedge check, not the bound");
+    assert.doesNotMatch(r.output, /not-killed/);
+  },
+);
+
 /** The five predefined XML entities, as deno's JUnit reporter writes names. */
 function unescapeXml(s: string): string {
   return s.replaceAll("&apos;", "'").replaceAll("&quot;", '"').replaceAll("&lt;", "<")
