@@ -9,19 +9,16 @@
  */
 
 import assert from "node:assert/strict";
-import { create } from "@bufbuild/protobuf";
 import type { ContainerdVersion, PrivateContainerd } from "../sdk/testing/containerd.ts";
 import { startContainerd } from "../sdk/testing/containerd.ts";
 import { containerdClient } from "../sdk/testing/containerd_client.ts";
 import { CRI_NAMESPACE, type CriClient, criClient } from "../sdk/testing/cri_client.ts";
 import { BUSYBOX_IMAGE_REF } from "../sdk/testing/image.ts";
-import { criContainerConfig } from "../sdk/testing/cri_container.ts";
+import { criContainerConfig, criPodConfig } from "../sdk/testing/cri_container.ts";
 import {
   ContainerState,
   type ContainerStatus,
-  NamespaceMode,
   type PodSandboxConfig,
-  PodSandboxConfigSchema,
   PodSandboxState,
 } from "../proto/gen/runtime/v1/api_pb.ts";
 import {
@@ -184,22 +181,7 @@ async function runPod(
         (o) => cri.images.imageStatus({ image: { image: BUSYBOX_IMAGE_REF } }, o),
       )).image,
   );
-  const uid = crypto.randomUUID();
-  const config = create(PodSandboxConfigSchema, {
-    metadata: { name: `pod-vm-${sandboxer}`, uid, namespace: "skiff-test", attempt: 0 },
-    hostname: "",
-    logDirectory: `${c.dir}/pods/${uid}`,
-    linux: {
-      cgroupParent: `/${c.cgroupParent}/pod-${uid}`,
-      securityContext: {
-        namespaceOptions: {
-          network: NamespaceMode.NODE,
-          pid: NamespaceMode.POD,
-          ipc: NamespaceMode.POD,
-        },
-      },
-    },
-  });
+  const config = criPodConfig(c, `pod-vm-${sandboxer}`);
   await Deno.mkdir(config.logDirectory, { recursive: true });
   const t0 = performance.now();
   const id = (await call(

@@ -24,15 +24,12 @@ import { CRI_NAMESPACE, type CriClient, criClient } from "../sdk/testing/cri_cli
 import { type CriHandler, criPlugins, criRuntimePlugin } from "../sdk/testing/cri_config.ts";
 import { installShims } from "../sdk/install/install.ts";
 import { BUSYBOX_IMAGE_REF, PAUSE_IMAGE_REF } from "../sdk/testing/image.ts";
-import { criContainerConfig } from "../sdk/testing/cri_container.ts";
+import { criContainerConfig, criPodConfig } from "../sdk/testing/cri_container.ts";
 import { parse as parseToml } from "smol-toml";
-import { create } from "@bufbuild/protobuf";
 import {
   ContainerState,
   type ContainerStatus,
   NamespaceMode,
-  type PodSandboxConfig,
-  PodSandboxConfigSchema,
 } from "../proto/gen/runtime/v1/api_pb.ts";
 
 /** Deadline of each CRI call: generous, only there so that a hang fails instead of wedging. */
@@ -148,28 +145,6 @@ async function writeOptionFiles(c: PrivateContainerd): Promise<void> {
   }
 }
 
-function podConfig(c: PrivateContainerd, handler: string, uid: string): PodSandboxConfig {
-  return create(PodSandboxConfigSchema, {
-    metadata: { name: `pod-${handler}`, uid, namespace: "skiff-test", attempt: 0 },
-    // kubelet leaves the hostname empty for a host-network pod (runc refuses one without a
-    // private UTS namespace).
-    hostname: "",
-    logDirectory: `${c.dir}/pods/${uid}`,
-    labels: { "skiff.test/handler": handler },
-    linux: {
-      // Under this instance's cgroup parent, which stop() removes.
-      cgroupParent: `/${c.cgroupParent}/pod-${uid}`,
-      securityContext: {
-        namespaceOptions: {
-          network: NamespaceMode.NODE,
-          pid: NamespaceMode.POD,
-          ipc: NamespaceMode.POD,
-        },
-      },
-    },
-  });
-}
-
 /** CRI log lines (`<time> <stream> <P|F> <text>`) of a file, as [stream, text]. */
 async function criLogLines(path: string): Promise<[string, string][]> {
   const text = await Deno.readTextFile(path).catch(() => "");
@@ -217,8 +192,7 @@ async function podScenario(
   cri: CriClient,
   handler: string,
 ): Promise<void> {
-  const uid = crypto.randomUUID();
-  const config = podConfig(c, handler, uid);
+  const config = criPodConfig(c, `pod-${handler}`, { labels: { "skiff.test/handler": handler } });
   await Deno.mkdir(config.logDirectory, { recursive: true });
   const ids: string[] = [];
   let podId = "";

@@ -1,7 +1,9 @@
 /**
- * The CRI `ContainerConfig` of a test container in a host-network pod, as kubelet would send it:
- * the kit's busybox image by default, the log at `<name>/0.log` under the pod's log directory
- * (kubelet's `<container name>/<restart count>.log`), and kubelet's namespaces for such a pod.
+ * The CRI configs of a test pod on the host's network and of its containers, as kubelet would
+ * send them: {@linkcode criPodConfig} (the pod's log directory and cgroup under a private
+ * containerd's own dirs) and {@linkcode criContainerConfig} (the kit's busybox image by default,
+ * the log at `<name>/0.log` under the pod's log directory, kubelet's `<container name>/<restart
+ * count>.log`), with kubelet's namespaces for such a pod.
  *
  * @module
  */
@@ -11,6 +13,8 @@ import {
   type ContainerConfig,
   ContainerConfigSchema,
   NamespaceMode,
+  type PodSandboxConfig,
+  PodSandboxConfigSchema,
 } from "../../proto/gen/runtime/v1/api_pb.ts";
 import { BUSYBOX_IMAGE_REF } from "./image.ts";
 
@@ -74,6 +78,75 @@ export function criContainerConfig(
         namespaceOptions: {
           network: NamespaceMode.NODE,
           pid: NamespaceMode.CONTAINER,
+          ipc: NamespaceMode.POD,
+        },
+      },
+    },
+  });
+}
+
+/**
+ * Options of {@linkcode criPodConfig}.
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { CriPodOptions } from "./cri_container.ts";
+ * const o: CriPodOptions = { namespace: "conformance", labels: { "skiff.test/handler": "runc" } };
+ * strictEqual(o.namespace, "conformance");
+ * ```
+ */
+export interface CriPodOptions {
+  /** The pod's Kubernetes namespace. Default `skiff-test`. */
+  namespace?: string;
+  /** The pod's labels. Default none. */
+  labels?: Record<string, string>;
+}
+
+/**
+ * Builds the `PodSandboxConfig` of a host-network pod under a private containerd: a fresh uid,
+ * the log directory `<c.dir>/pods/<uid>` (make it before `RunPodSandbox`: CRI writes the
+ * containers' logs there), the cgroup parent `/<c.cgroupParent>/pod-<uid>` (which the private
+ * containerd's `stop()` removes), an empty hostname (kubelet's for a host-network pod: runc
+ * refuses one without a private UTS namespace), and kubelet's namespaces for such a pod
+ * (network from the node, the pod's pid and ipc).
+ *
+ * @param c the private containerd's dir and cgroup parent
+ * @param name the pod's name
+ * @param opts namespace and labels, when not the defaults
+ * @returns the config for `RunPodSandbox` (and `CreateContainer`'s `sandboxConfig`)
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { NamespaceMode } from "../../proto/gen/runtime/v1/api_pb.ts";
+ * import { criPodConfig } from "./cri_container.ts";
+ * const pod = criPodConfig({ dir: "/tmp/skiff-ctrd-1", cgroupParent: "skiff-c1" }, "web");
+ * const uid = pod.metadata!.uid;
+ * strictEqual(pod.logDirectory, `/tmp/skiff-ctrd-1/pods/${uid}`);
+ * strictEqual(pod.linux?.cgroupParent, `/skiff-c1/pod-${uid}`);
+ * strictEqual(pod.linux?.securityContext?.namespaceOptions?.network, NamespaceMode.NODE);
+ * // await Deno.mkdir(pod.logDirectory, { recursive: true });
+ * // await cri.runtime.runPodSandbox({ config: pod, runtimeHandler: "runc" });
+ * ```
+ */
+export function criPodConfig(
+  c: { readonly dir: string; readonly cgroupParent: string },
+  name: string,
+  opts: CriPodOptions = {},
+): PodSandboxConfig {
+  const uid = crypto.randomUUID();
+  return create(PodSandboxConfigSchema, {
+    metadata: { name, uid, namespace: opts.namespace ?? "skiff-test", attempt: 0 },
+    hostname: "",
+    logDirectory: `${c.dir}/pods/${uid}`,
+    labels: opts.labels ?? {},
+    linux: {
+      cgroupParent: `/${c.cgroupParent}/pod-${uid}`,
+      securityContext: {
+        namespaceOptions: {
+          network: NamespaceMode.NODE,
+          pid: NamespaceMode.POD,
           ipc: NamespaceMode.POD,
         },
       },

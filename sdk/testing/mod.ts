@@ -72,7 +72,12 @@ export type { CtrOptions, CtrResult } from "./ctr_command.ts";
 export type { CriSetup } from "./containerd_config.ts";
 export { type ContainerdClient, containerdClient } from "./containerd_client.ts";
 export { CRI_NAMESPACE, type CriClient, criClient } from "./cri_client.ts";
-export { criContainerConfig, type CriContainerOptions } from "./cri_container.ts";
+export {
+  criContainerConfig,
+  type CriContainerOptions,
+  criPodConfig,
+  type CriPodOptions,
+} from "./cri_container.ts";
 export {
   type CriConfigOptions,
   type CriHandler,

@@ -13,16 +13,10 @@
 // 2.4); 2.1 has it on, so 2.1 is what runs here. For containerd's Go runc shim and skiff's runc
 // example side by side.
 import assert from "node:assert/strict";
-import { create } from "@bufbuild/protobuf";
-import {
-  type ContainerConfig,
-  ContainerState,
-  NamespaceMode,
-  PodSandboxConfigSchema,
-} from "../../proto/gen/runtime/v1/api_pb.ts";
+import { type ContainerConfig, ContainerState } from "../../proto/gen/runtime/v1/api_pb.ts";
 import { containerdVersions, startContainerd } from "../../sdk/testing/containerd.ts";
 import { criClient } from "../../sdk/testing/cri_client.ts";
-import { criContainerConfig } from "../../sdk/testing/cri_container.ts";
+import { criContainerConfig, criPodConfig } from "../../sdk/testing/cri_container.ts";
 import { buildBusyboxImage } from "../../sdk/testing/image.ts";
 import { startRegistry } from "../../sdk/testing/registry.ts";
 import { RUNC_RUNTIME } from "../../sdk/testing/ctr.ts";
@@ -68,17 +62,7 @@ async function criCheckpoint(runtime: string, shimDir?: string): Promise<void> {
     const cri = criClient(c.address);
     const image = await registry.push("skiff/busybox:ckpt", await buildBusyboxImage());
     await cri.images.pullImage({ image: { image } }, CALL);
-    const uid = crypto.randomUUID();
-    const sandboxConfig = create(PodSandboxConfigSchema, {
-      metadata: { name: "ckpt", uid, namespace: "skiff", attempt: 0 },
-      logDirectory: `${c.dir}/pods/${uid}`,
-      linux: {
-        cgroupParent: `/${c.cgroupParent}/pod-${uid}`,
-        securityContext: {
-          namespaceOptions: { network: NamespaceMode.NODE, pid: NamespaceMode.POD },
-        },
-      },
-    });
+    const sandboxConfig = criPodConfig(c, "ckpt", { namespace: "skiff" });
     await Deno.mkdir(sandboxConfig.logDirectory, { recursive: true });
     const { podSandboxId } = await cri.runtime.runPodSandbox(
       { config: sandboxConfig, runtimeHandler: HANDLER },

@@ -7,16 +7,11 @@
  */
 
 import assert from "node:assert/strict";
-import { create } from "@bufbuild/protobuf";
-import {
-  ContainerState,
-  NamespaceMode,
-  PodSandboxConfigSchema,
-} from "../../../proto/gen/runtime/v1/api_pb.ts";
+import { ContainerState } from "../../../proto/gen/runtime/v1/api_pb.ts";
 import { startContainerd } from "../containerd.ts";
 import { CRI_NAMESPACE, criClient } from "../cri_client.ts";
 import { BUSYBOX_IMAGE_REF } from "../image.ts";
-import { criContainerConfig } from "../cri_container.ts";
+import { criContainerConfig, criPodConfig } from "../cri_container.ts";
 import type { ScenarioContext } from "./kit.ts";
 
 const HANDLER = "conformance";
@@ -55,17 +50,7 @@ export async function criPodScenario(ctx: ScenarioContext): Promise<void> {
         ? true
         : undefined,
   );
-  const uid = crypto.randomUUID();
-  const config = create(PodSandboxConfigSchema, {
-    metadata: { name: "conformance", uid, namespace: "conformance", attempt: 0 },
-    logDirectory: `${c.dir}/pods/${uid}`,
-    linux: {
-      cgroupParent: `/${c.cgroupParent}/pod-${uid}`,
-      securityContext: {
-        namespaceOptions: { network: NamespaceMode.NODE, pid: NamespaceMode.POD },
-      },
-    },
-  });
+  const config = criPodConfig(c, "conformance", { namespace: "conformance" });
   await Deno.mkdir(config.logDirectory, { recursive: true });
   const { podSandboxId } = await cri.runtime.runPodSandbox({ config, runtimeHandler: HANDLER }, o);
   const { containerId } = await cri.runtime.createContainer({
