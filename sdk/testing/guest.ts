@@ -319,6 +319,21 @@ async function readConsole(
   return wedged ? { all, wedged } : { all };
 }
 
+/** The command's environment in the guest: the guest's own, a few of ours, then `extra`. */
+function guestEnv(extra: Record<string, string> = {}): Record<string, string> {
+  const env: Record<string, string> = {
+    HOME: Deno.env.get("HOME") ?? "/root",
+    SKIFF_CACHE: skiffCacheDir(),
+    SKIFF_GUEST: "1",
+    SKIFF_GUEST_OUT: `${SHARE}/out`,
+  };
+  for (const k of ["NO_COLOR", "DENO_DIR", "SKIFF_REQUIRE_INTEGRATION"]) {
+    const v = Deno.env.get(k);
+    if (v !== undefined) env[k] = v;
+  }
+  return Object.assign(env, extra);
+}
+
 /**
  * Boots the guest, runs one command in it and returns its exit status and output.
  *
@@ -337,17 +352,7 @@ export async function runInGuest(opts: GuestOptions): Promise<GuestResult> {
     throw new Error("runInGuest: no guest image in the skiff cache (run tests/setup/guest.sh)");
   }
   const share = await Deno.makeTempDir({ prefix: "skiff-guest-" });
-  const env: Record<string, string> = {
-    HOME: Deno.env.get("HOME") ?? "/root",
-    SKIFF_CACHE: skiffCacheDir(),
-    SKIFF_GUEST: "1",
-    SKIFF_GUEST_OUT: `${SHARE}/out`,
-  };
-  for (const k of ["NO_COLOR", "DENO_DIR", "SKIFF_REQUIRE_INTEGRATION"]) {
-    const v = Deno.env.get(k);
-    if (v !== undefined) env[k] = v;
-  }
-  Object.assign(env, opts.env ?? {});
+  const env = guestEnv(opts.env);
   let child: Deno.ChildProcess | undefined;
   let timer: ReturnType<typeof setTimeout> | undefined;
   let timedOut = false;
