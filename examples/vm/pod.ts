@@ -47,6 +47,11 @@ export class Pod {
     this.#options = options;
   }
 
+  /** The shim's logger. */
+  get logger(): Logger {
+    return this.#options.logger;
+  }
+
   /**
    * Admits a container: boots the VM if it is the first.
    *

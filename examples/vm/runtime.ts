@@ -35,6 +35,17 @@ export class AgentRuntime implements ContainerRuntime {
     this.#pod = pod;
   }
 
+  /** Logs a stdio copy that ended on an error (the VM gone, or something not understood yet). */
+  #pumpEnded(id: string, execId: string): (stream: string, e: unknown) => void {
+    return (stream, e) =>
+      this.#pod.logger.warn("stdio copy ended", {
+        id,
+        exec: execId,
+        stream,
+        error: e instanceof Error ? e.message : String(e),
+      });
+  }
+
   get #agent(): Vm["agent"] {
     if (!this.#vm) throw new ConnectError("the container has no VM", Code.FailedPrecondition);
     return this.#vm.agent;
@@ -50,7 +61,7 @@ export class AgentRuntime implements ContainerRuntime {
         bundle,
         stdio: wanted(s, opts.io.terminal),
       });
-      pumpStdio(vm.agent, id, "", s);
+      pumpStdio(vm.agent, id, "", s, this.#pumpEnded(id, ""));
       return this.#process(id, "", pid, opts.io);
     } catch (e) {
       await this.#pod.leave(id);
@@ -97,7 +108,7 @@ export class AgentRuntime implements ContainerRuntime {
       process: new TextEncoder().encode(JSON.stringify(spec)),
       stdio: wanted(s, opts.io.terminal),
     });
-    pumpStdio(this.#agent, id, execId, s);
+    pumpStdio(this.#agent, id, execId, s, this.#pumpEnded(id, execId));
     return this.#process(id, execId, pid, opts.io);
   }
 

@@ -26,23 +26,27 @@ export function wanted(
  * @param containerId the container
  * @param execId the exec ("" for the init)
  * @param s containerd's ends
+ * @param onEnd told why a stream's copy ended early (an error), for the shim's log
  */
 export function pumpStdio(
   agent: Client<typeof Agent>,
   containerId: string,
   execId: string,
   s: RuntimeStreams,
+  onEnd: (stream: string, e: unknown) => void = () => {},
 ): void {
   const req = { containerId, execId };
-  if (s.stdout) void pumpOut((r) => agent.readStdout(r), req, s.stdout);
-  if (s.stderr) void pumpOut((r) => agent.readStderr(r), req, s.stderr);
-  if (s.stdin) void pumpIn(agent, req, s.stdin);
+  const end = (stream: string) => (e: unknown) => onEnd(stream, e);
+  if (s.stdout) void pumpOut((r) => agent.readStdout(r), req, s.stdout, end("stdout"));
+  if (s.stderr) void pumpOut((r) => agent.readStderr(r), req, s.stderr, end("stderr"));
+  if (s.stdin) void pumpIn(agent, req, s.stdin, end("stdin"));
 }
 
 async function pumpOut(
   read: (r: { containerId: string; execId: string }) => Promise<{ data: Uint8Array; eof: boolean }>,
   req: { containerId: string; execId: string },
   into: WritableStream<Uint8Array>,
+  onError: (e: unknown) => void,
 ): Promise<void> {
   const w = into.getWriter();
   try {
@@ -51,7 +55,10 @@ async function pumpOut(
       if (r.eof) break;
       if (r.data.length > 0) await w.write(r.data);
     }
-  } catch { /* the VM or containerd's end went away: the output ends here */ }
+  } catch (e) {
+    // The VM or containerd's end went away: the output ends here (logged: it may not have).
+    onError(e);
+  }
   await w.close().catch(() => {});
 }
 
@@ -59,9 +66,13 @@ async function pumpIn(
   agent: Client<typeof Agent>,
   req: { containerId: string; execId: string },
   from: ReadableStream<Uint8Array>,
+  onError: (e: unknown) => void,
 ): Promise<void> {
   try {
     for await (const data of from) await agent.writeStdin({ ...req, data });
     await agent.closeStdin(req);
-  } catch { /* the process or the VM is gone: nobody reads its stdin any more */ }
+  } catch (e) {
+    // The process or the VM is gone: nobody reads its stdin any more (logged: it may not be).
+    onError(e);
+  }
 }
