@@ -11,7 +11,8 @@
  * leaves running), pids, delete, a SIGKILLed shim server (containerd's `delete` action cleans
  * up at the agent). Each container process is checked to descend from the agent and not from
  * the shim, and nothing is left afterwards (the agent's processes, connections and socket, the
- * shims and their sockets).
+ * shims and their sockets). The fixture holds each output chunk back 500 ms, so an exit that
+ * went out before its output (ctr's Delete then closes its FIFOs: the output is lost) fails.
  */
 import assert from "node:assert/strict";
 import { fromBinary } from "@bufbuild/protobuf";
@@ -133,7 +134,9 @@ for (const v of VERSIONS) {
         const c = await startContainerd({
           binDir: v.binDir,
           extraPath: [launcher.slice(0, launcher.lastIndexOf("/"))],
-          env: { SKIFF_DETACHED_AGENT: agent.socket },
+          // Output lags its exit report by 500 ms, as a VM agent's may: every step's output
+          // must still reach its client (the exit waits for it).
+          env: { SKIFF_DETACHED_AGENT: agent.socket, SKIFF_DETACHED_OUTPUT_LAG_MS: "500" },
         });
         undo.push(() => c.stop());
         const cl = containerdClient(c.address, NS);

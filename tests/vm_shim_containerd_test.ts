@@ -1,7 +1,7 @@
 /**
  * The VM shim (`containerd-shim-skiff-vm-v2`, examples/vm/main.ts) under a real containerd 2.4,
  * driven by its `ctr`: a container boots its own VM (QEMU, TCG) and runs in it; its exit code 7
- * comes back; a
+ * comes back; `ctr run -t` gets a terminal in the guest (ctr's size, typed input, exit code); a
  * long-running one answers execs (output, exit code, stdin, a terminal exec), ps and metrics
  * from the guest, and ends on SIGTERM;
  * after the deletes no QEMU, socket, share, mount or shim is left.
@@ -23,7 +23,7 @@ import {
   type PrivateContainerd,
   startContainerd,
 } from "../sdk/testing/containerd.ts";
-import { ctrRun, shellQuote } from "../sdk/testing/ctr.ts";
+import { ctrRun, ctrRunArgs, shellQuote } from "../sdk/testing/ctr.ts";
 import { vmUnavailable } from "../examples/vm/image.ts";
 import {
   installVmShim,
@@ -163,11 +163,23 @@ integrationTest(
       );
       await until("the first VM to be gone", async () => (await vmLeftovers()).length === 0);
 
-      // Not here: `ctr run -t` (a terminal init, sized, typed into, exit 5). It failed twice in
-      // about a dozen runs (2026-12-03): exit 5 came back, but no output after "sized", neither
-      // the echo of the typed input nor what the shell printed, as if the host's ReadStdout pump
-      // (examples/vm/stdio.ts, which ends the output at the first failed read or write) stopped;
-      // not understood yet. The terminal exec below and the agent's own terminal tests stay.
+      // `ctr run -t`: a terminal in the guest, sized by ctr's ResizePty, typed into, exit 5.
+      const tty = await ctrOnTerminal(
+        c,
+        ctrRunArgs(c, {
+          image,
+          id: "tty",
+          runtime: RUNTIME,
+          cgroup: "",
+          tty: true,
+          args: ["sh", "-c", `${UNTIL_SIZED}; read x; echo got:$x; exit 5`],
+        }),
+        "typed\r",
+      );
+      assert.equal(tty.code, 5, describe(tty));
+      assert.match(tty.stdout, /^sized\r*$/m, describe(tty));
+      assert.match(tty.stdout, /^got:typed\r*$/m, describe(tty));
+      await until("the terminal's VM to be gone", async () => (await vmLeftovers()).length === 0);
 
       // A long-running container: an exec's output and exit code, then SIGTERM.
       t0 = performance.now();

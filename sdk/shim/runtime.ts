@@ -40,7 +40,9 @@ export interface RuntimeProcess {
    * reaper is not consulted: this pid is never matched against reaped exits (a guest pid may
    * equal an unrelated host pid). When it rejects (`runsc wait` after the sandbox died), the
    * shim takes a reaped exit of the pid if one was seen or arrives within 2 s, else reports
-   * status 255.
+   * status 255. The exit is published once the process's output has reached containerd's ends
+   * (its copies ended; at most 2 s more): containerd's client closes its FIFOs when it has the
+   * exit, so a runtime that carries the output itself must not lose the race to its last bytes.
    */
   readonly exited?: Promise<number>;
   /** Signals an exec (Kill with an exec id) whose pid is not a host pid the shim can signal. */

@@ -32,6 +32,12 @@ const KILL_REPLY_WAIT_MS = 10_000;
 const REAPED_FALLBACK_MS = 2_000;
 
 /**
+ * Longest a runtime-reported exit waits for the process's output to reach containerd's ends.
+ * Bounded: something outside the process (a child it left behind) may hold its output open.
+ */
+export const OUTPUT_BEFORE_EXIT_MS = 2_000;
+
+/**
  * A container as exit routing sees it (`Container` satisfies it): its processes, its runtime
  * (to kill what outlives the init) and the state the init's exit waits on.
  */
@@ -232,6 +238,10 @@ export class ExitRouter {
       }
     }
     const exit = { status, exitedAt: new Date() };
+    // containerd's client closes its FIFOs as soon as it has the exit (ctr's task Delete cancels
+    // its copies), so output still on its way is lost. A runtime that carries the output itself
+    // (an agent's stream calls) races its exit report against the last bytes: let them land.
+    await p.io?.drain(OUTPUT_BEFORE_EXIT_MS).catch(() => {});
     if (p.execId === "") return await this.initExited(c, exit);
     if (this.#claimed.has(p)) return;
     this.#claimed.add(p);
