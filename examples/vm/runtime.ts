@@ -35,7 +35,7 @@ export class AgentRuntime implements ContainerRuntime {
     this.#pod = pod;
   }
 
-  /** Logs a stdio copy that ended on an error (the VM gone, or something not understood yet). */
+  /** Logs a stdio copy that ended on an error (the VM or containerd's end gone): output was cut. */
   #pumpEnded(id: string, execId: string): (stream: string, e: unknown) => void {
     return (stream, e) =>
       this.#pod.logger.warn("stdio copy ended", {
