@@ -1,6 +1,7 @@
 /**
  * The conformance catalogue against skiff's VM example (a QEMU microVM per pod) on
- * containerd 2.4: every scenario passes, the terminal exec (exec-tty) included.
+ * containerd 2.4: every scenario passes, the terminal exec (exec-tty) included, and nothing of
+ * its VMs (QEMU, state dir, mount) is left.
  * Skips where containerd 2.4, qemu or the VM image is missing (fails under
  * SKIFF_REQUIRE_INTEGRATION=1); the whole run takes ~3-4 min on a 2-core machine under TCG.
  */
@@ -12,6 +13,7 @@ import { buildVmImage, vmUnavailable } from "../examples/vm/image.ts";
 import { runConformance } from "../sdk/testing/conformance/runner.ts";
 import { markdownReport } from "../sdk/testing/conformance/report.ts";
 import { containerdVersions } from "../sdk/testing/containerd.ts";
+import { vmEnv, vmFinish } from "./_vm.ts";
 
 const v24 = containerdVersions().find((v) => v.version.startsWith("2.4."));
 
@@ -32,6 +34,8 @@ integrationTest(
         shimDir: `${prefix}/bin`,
         containerd: [v24!.version],
         runcOptions: false,
+        // This test's own VM state dir: the VMs of tests beside it are neither seen nor killed.
+        env: vmEnv(),
       });
       const md = markdownReport(report);
       assert.deepEqual(report.results.filter((r) => r.status === "fail"), [], md);
@@ -44,5 +48,6 @@ integrationTest(
     } finally {
       await Deno.remove(prefix, { recursive: true });
     }
+    assert.deepEqual(await vmFinish(), [], "nothing of the catalogue's VMs is left");
   },
 );
