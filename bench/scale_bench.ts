@@ -144,6 +144,7 @@ export async function runScaleBench(o: ScaleBenchOptions = {}): Promise<ScaleBen
 }
 
 const f1 = (n: number) => Number.isFinite(n) ? n.toFixed(1) : "–";
+const f2 = (n: number) => Number.isFinite(n) ? n.toFixed(2) : "–";
 const s2 = (ms: number) => Number.isFinite(ms) ? (ms / 1000).toFixed(2) : "–";
 const ratio = (a: number, b: number) =>
   Number.isFinite(a) && Number.isFinite(b) && b > 0 ? `${(a / b).toFixed(2)}x` : "–";
@@ -160,7 +161,8 @@ function shimLines(what: string, g: ShimsFigure, s: ShimsFigure): string[] {
   return [
     `| ${what}: shim processes (skiff: waiting spares) | ${g.processes} | ${s.processes} (${s.spares}) | – |`,
     line(`${what}: PSS of all shim processes after 8 s (MiB)`, g.pssMiB, s.pssMiB),
-    line(`${what}: CPU time of the shim processes (s)`, g.cpuS, s.cpuS),
+    line(`${what}: CPU time of the shim processes themselves (s)`, g.cpuS.self, s.cpuS.self, f2),
+    line(`${what}: CPU time of their children, runc (s)`, g.cpuS.children, s.cpuS.children, f2),
   ];
 }
 

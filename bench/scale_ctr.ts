@@ -46,8 +46,8 @@ export interface ShimsFigure {
   pssMiB: number;
   /** Summed PSS of the servers alone (spares left out), MiB. */
   serversPssMiB: number;
-  /** CPU seconds the shim processes used (their waited-for children, e.g. runc, included). */
-  cpuS: number;
+  /** CPU seconds the shim processes used themselves, and their waited-for children (runc). */
+  cpuS: { self: number; children: number };
   /** skiff: starts handed to a warm spare / started cold, during the timed starts. */
   spare?: { adopted: number; cold: number };
 }

@@ -144,18 +144,23 @@ export function pssMiB(pids: number[]): number {
 
 const TICKS = 100; // USER_HZ on Linux
 
-/** CPU seconds (user + system) `pids` have used so far, children that they waited for included. */
-export function cpuSeconds(pids: number[]): number {
-  let ticks = 0;
+/**
+ * CPU seconds (user + system) `pids` have used so far: their own, and their children's that they
+ * waited for (runc, the container's init once reaped).
+ */
+export function cpuSeconds(pids: number[]): { self: number; children: number } {
+  let self = 0;
+  let children = 0;
   for (const pid of pids) {
     try {
       const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
       const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
       // utime, stime, cutime, cstime: fields 14-17, i.e. 11-14 after the comm.
-      ticks += Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]);
+      self += Number(f[11]) + Number(f[12]);
+      children += Number(f[13]) + Number(f[14]);
     } catch { /* gone */ }
   }
-  return ticks / TICKS;
+  return { self: self / TICKS, children: children / TICKS };
 }
 
 /** How long every memory figure waits after its containers started, as the issue measured it. */
