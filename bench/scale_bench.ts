@@ -262,6 +262,10 @@ if (import.meta.main) {
       only: { type: "string", multiple: true },
     },
   });
+  // Unknown options are an error; --mode, --v8-flags and --inline go to benchInstallOptions.
+  const known = ["containerd", "burst", "pods", "inflight", "only", "mode", "v8-flags", "inline"];
+  const unknown = Object.keys(values).filter((k) => !known.includes(k));
+  if (unknown.length > 0) throw new TypeError(`unknown option(s): --${unknown.join(", --")}`);
   const num = (name: string, v: unknown) => {
     if (v === undefined) return undefined;
     const n = Number(v);
