@@ -7,6 +7,9 @@
  *   `deno task install` writes and with source launchers (bench/startup_bench.ts)
  * - `ctr run --rm` p50/p90 and shim PSS/USS/RSS (10 one-container shims, one shim holding 10
  *   grouped containers) under private containerd 2.1 and 1.6 (bench/shim_bench.ts)
+ * - node scale: a burst of 20 `ctr run -d`, a CRI burst of 20 pods, 110 pods through CRI, and 10
+ *   one-container shims next to as many idle Deno processes with the launchers' flags (the
+ *   floor), under containerd 2.1; the bursts and the floor also under 1.6 (bench/scale_bench.ts)
  * - the cost of the operations endpoint, off vs on (bench/ops_bench.ts, when present)
  *
  * Benchmarks are measurements, never assertions: nothing here fails on a slow number.
@@ -16,6 +19,7 @@
 import { runTtrpcBench } from "./ttrpc_bench.ts";
 import { runShimBench } from "./shim_bench.ts";
 import { runStartupBench } from "./startup_bench.ts";
+import { runScaleBench } from "./scale_bench.ts";
 
 const sections: [string, () => Promise<string>][] = [
   ["ttrpc round trips", async () => (await runTtrpcBench()).markdown],
@@ -31,6 +35,15 @@ const sections: [string, () => Promise<string>][] = [
   [
     "ctr run and shim memory (containerd 1.6)",
     async () => (await runShimBench({ containerd: "1.6" })).markdown,
+  ],
+  [
+    "node scale: bursts, 110 pods, the idle-Deno floor (containerd 2.1)",
+    async () => (await runScaleBench({ containerd: "2.1" })).markdown,
+  ],
+  [
+    "node scale: bursts and the idle-Deno floor (containerd 1.6)",
+    async () =>
+      (await runScaleBench({ containerd: "1.6", only: ["burst", "cri-burst", "floor"] })).markdown,
   ],
 ];
 try {
