@@ -3,8 +3,9 @@
  * spare off) to its socket accepting, and to its answer to a first ttrpc call (Task `Connect`,
  * hand-encoded so this process loads no protobuf runtime), next to `deno run` of an empty file.
  * Every round runs the empty file and then each launcher once, so the machine's drift weighs on
- * all of them alike (A/B interleaved). `bench/startup_bench.ts` times `start` itself; this
- * isolates the server it waits for.
+ * all of them alike (A/B interleaved); then the `start` action itself, cold (spawn to exit, the
+ * server it spawns and waits for included; `bench/startup_bench.ts` times it inside a whole
+ * container lifecycle, next to the Go shim).
  *
  * Run: `deno run -A bench/cold_server_bench.ts [--runs 15] [launcher ...]`; without launchers it
  * installs this checkout (bundle mode) into a temporary prefix and measures its runc shim. To
@@ -27,6 +28,10 @@ export interface ColdServerRow {
   minListeningMs: number;
   /** The fastest round, spawn to the first answer. */
   minAnsweredMs: number;
+  /** The `start` action, spawn to exit (the server it spawns included). */
+  startMs: number;
+  /** Its fastest round. */
+  minStartMs: number;
 }
 
 function median(xs: number[]): number {
@@ -107,6 +112,35 @@ async function coldServer(launcher: string, dir: string, n: number): Promise<[nu
   }
 }
 
+/**
+ * Times the `start` action itself with no spare (spawn to exit: it spawns the server and waits
+ * for its socket), then kills that server and removes its socket.
+ */
+async function coldStart(launcher: string, dir: string, n: number): Promise<number> {
+  const bundle = `${dir}/b${n}`;
+  await Deno.mkdir(bundle);
+  const t0 = performance.now();
+  const out = await new Deno.Command(launcher, {
+    args: [
+      ...["-namespace", "coldbench", "-id", `start${n}`, "-address", `${dir}/containerd.sock`],
+      ...["-publish-binary", "/bin/true", "start"],
+    ],
+    cwd: bundle,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+    env: { SKIFF_SPARE: "0" },
+  }).output();
+  const ms = performance.now() - t0;
+  try {
+    Deno.kill(Number(await Deno.readTextFile(`${bundle}/shim.pid`)), "SIGKILL");
+  } catch { /* gone */ }
+  const address = new TextDecoder().decode(out.stdout).trim();
+  await Deno.remove(address.replace(/^unix:\/\//, "")).catch(() => {});
+  if (!out.success) throw new Error(`${launcher} start: ${new TextDecoder().decode(out.stderr)}`);
+  return ms;
+}
+
 /** Runs the rounds; returns the empty-`deno run` median and one row per launcher. */
 export async function runColdServerBench(
   launchers: string[],
@@ -117,7 +151,11 @@ export async function runColdServerBench(
   try {
     await Deno.writeTextFile(`${dir}/empty.js`, "");
     const empty: number[] = [];
-    const times = launchers.map(() => ({ listening: [] as number[], answered: [] as number[] }));
+    const times = launchers.map(() => ({
+      listening: [] as number[],
+      answered: [] as number[],
+      start: [] as number[],
+    }));
     let n = 0;
     for (let i = 0; i < runs; i++) {
       const t0 = performance.now();
@@ -131,6 +169,7 @@ export async function runColdServerBench(
         const [listening, answered] = await coldServer(launcher, dir, n++);
         times[j].listening.push(listening);
         times[j].answered.push(answered);
+        times[j].start.push(await coldStart(launcher, dir, n++));
       }
     }
     const emptyMs = median(empty);
@@ -140,6 +179,8 @@ export async function runColdServerBench(
       answeredMs: median(times[j].answered),
       minListeningMs: Math.min(...times[j].listening),
       minAnsweredMs: Math.min(...times[j].answered),
+      startMs: median(times[j].start),
+      minStartMs: Math.min(...times[j].start),
     }));
     const minEmpty = Math.min(...empty);
     const x = (ms: number, min: number) =>
@@ -152,12 +193,12 @@ export async function runColdServerBench(
       `load average before: ${load}, after: ${Deno.readTextFileSync("/proc/loadavg").trim()}; ` +
       "in brackets the fastest round (less moved by other processes on a shared machine)",
       "",
-      "| launcher | spawn → listening (x empty deno) | spawn → first ttrpc answer |",
-      "| --- | ---: | ---: |",
+      "| launcher | server: spawn → listening (x empty deno) | server: spawn → first ttrpc answer | `start` action, cold: spawn → exit |",
+      "| --- | ---: | ---: | ---: |",
       ...rows.map((r) =>
         `| ${r.launcher} | ${x(r.listeningMs, r.minListeningMs)} | ${
           x(r.answeredMs, r.minAnsweredMs)
-        } |`
+        } | ${x(r.startMs, r.minStartMs)} |`
       ),
     ].join("\n");
     return { emptyMs, rows, markdown };
