@@ -4,8 +4,9 @@
  * hand-encoded so this process loads no protobuf runtime), next to `deno run` of an empty file.
  * Every round runs the empty file and then each launcher once, so the machine's drift weighs on
  * all of them alike (A/B interleaved); then the `start` action itself, cold (spawn to exit, the
- * server it spawns and waits for included; `bench/startup_bench.ts` times it inside a whole
- * container lifecycle, next to the Go shim).
+ * server it spawns and waits for included), run as containerd 2.0-2.2 run it (`GRPC_ADDRESS` set,
+ * a containerd 2.x binary to ask its version, when one is installed), as
+ * `bench/startup_bench.ts`'s cold row measures it inside a whole container lifecycle.
  *
  * Run: `deno run -A bench/cold_server_bench.ts [--runs 15] [launcher ...]`; without launchers it
  * installs this checkout (bundle mode) into a temporary prefix and measures its runc shim. To
@@ -15,6 +16,7 @@
  */
 import { parseArgs } from "node:util";
 import { installShims } from "../sdk/install/install.ts";
+import { containerdVersions } from "../sdk/testing/containerd.ts";
 
 /** Medians, ms. */
 export interface ColdServerRow {
@@ -116,26 +118,37 @@ async function coldServer(launcher: string, dir: string, n: number): Promise<[nu
  * Times the `start` action itself with no spare (spawn to exit: it spawns the server and waits
  * for its socket), then kills that server and removes its socket.
  */
-async function coldStart(launcher: string, dir: string, n: number): Promise<number> {
+async function coldStart(
+  launcher: string,
+  dir: string,
+  n: number,
+  publishBinary: string,
+): Promise<number> {
   const bundle = `${dir}/b${n}`;
   await Deno.mkdir(bundle);
   const t0 = performance.now();
   const out = await new Deno.Command(launcher, {
     args: [
       ...["-namespace", "coldbench", "-id", `start${n}`, "-address", `${dir}/containerd.sock`],
-      ...["-publish-binary", "/bin/true", "start"],
+      ...["-publish-binary", publishBinary, "start"],
     ],
     cwd: bundle,
     stdin: "null",
     stdout: "piped",
     stderr: "piped",
-    env: { SKIFF_SPARE: "0" },
+    // As containerd 2.0-2.2 run it: `start` asks the binary its version for its answer's format.
+    env: {
+      SKIFF_SPARE: "0",
+      GRPC_ADDRESS: `${dir}/containerd.sock`,
+      TTRPC_ADDRESS: `${dir}/containerd.sock.ttrpc`,
+    },
   }).output();
   const ms = performance.now() - t0;
   try {
     Deno.kill(Number(await Deno.readTextFile(`${bundle}/shim.pid`)), "SIGKILL");
   } catch { /* gone */ }
-  const address = new TextDecoder().decode(out.stdout).trim();
+  const answer = new TextDecoder().decode(out.stdout).trim();
+  const address = answer.startsWith("{") ? JSON.parse(answer).address as string : answer;
   await Deno.remove(address.replace(/^unix:\/\//, "")).catch(() => {});
   if (!out.success) throw new Error(`${launcher} start: ${new TextDecoder().decode(out.stderr)}`);
   return ms;
@@ -156,6 +169,9 @@ export async function runColdServerBench(
       answered: [] as number[],
       start: [] as number[],
     }));
+    // containerd 2.x's binary where one is installed (tests/setup/prepare.sh), as startup_bench.
+    const publish = containerdVersions().find((v) => v.version.startsWith("2."));
+    const publishBinary = publish ? `${publish.binDir}/containerd` : "/bin/true";
     let n = 0;
     for (let i = 0; i < runs; i++) {
       const t0 = performance.now();
@@ -169,7 +185,7 @@ export async function runColdServerBench(
         const [listening, answered] = await coldServer(launcher, dir, n++);
         times[j].listening.push(listening);
         times[j].answered.push(answered);
-        times[j].start.push(await coldStart(launcher, dir, n++));
+        times[j].start.push(await coldStart(launcher, dir, n++, publishBinary));
       }
     }
     const emptyMs = median(empty);

@@ -98,7 +98,7 @@ async function bundleParts(dir: string): Promise<string[]> {
 if (import.meta.main) {
   const { values } = parseArgs({ args: Deno.args, options: { runs: { type: "string" } } });
   const runs = Number(values.runs ?? 15);
-  const dir = await Deno.makeTempDir({ dir: ROOT, prefix: ".cold-parts-" });
+  const dir = await Deno.makeTempDir({ prefix: "skiff-cold-parts-" });
   try {
     const entries = await bundleParts(dir);
     const load = Deno.readTextFileSync("/proc/loadavg").trim();
