@@ -13,18 +13,14 @@ import { CRI_NAMESPACE, type CriClient, criClient } from "../sdk/testing/cri_cli
 import { criContainerConfig, criPodConfig } from "../sdk/testing/cri_container.ts";
 import { BUSYBOX_IMAGE_REF } from "../sdk/testing/image.ts";
 import { ContainerState } from "../proto/gen/runtime/v1/api_pb.ts";
-import type { ShimsFigure } from "./scale_ctr.ts";
+import { shimsCost, type ShimsFigure } from "./scale_ctr.ts";
 import {
-  cpuSeconds,
   HANDLER,
-  pssMiB,
   type ScaleNode,
   settle,
-  shimProcesses,
   type Side,
   spareStats,
   waitForSpare,
-  waitingSpares,
   waitShimsGone,
 } from "./scale_node.ts";
 import { sleep } from "../sdk/testing/processes.ts";
@@ -167,8 +163,6 @@ export async function criPods(
     const runningMs = ok ? performance.now() - t0 : NaN;
     const after = spareStats(c);
     await settle();
-    const procs = shimProcesses(c, side).map((p) => p.pid);
-    const spares = new Set(side === "skiff" ? waitingSpares(c) : []);
     return {
       wallMs,
       runningMs,
@@ -180,14 +174,7 @@ export async function criPods(
       startMs: [],
       failed: errors.length,
       ...(errors[0] ? { firstError: errors[0] } : {}),
-      processes: procs.length,
-      spares: procs.filter((p) => spares.has(p)).length,
-      pssMiB: pssMiB(procs),
-      serversPssMiB: pssMiB(procs.filter((p) => !spares.has(p))),
-      cpuS: cpuSeconds(procs),
-      ...(side === "skiff"
-        ? { spare: { adopted: after.adopted - before.adopted, cold: after.cold - before.cold } }
-        : {}),
+      ...shimsCost(c, side, before, after),
     };
   } finally {
     await removePods(node, cri, side, started);

@@ -52,6 +52,30 @@ export interface ShimsFigure {
   spare?: { adopted: number; cold: number };
 }
 
+/**
+ * The side's shim processes after settling: how many (spares apart), their PSS and CPU, and
+ * skiff's spare counters since `before`. Shared by the ctr and CRI parts.
+ */
+export function shimsCost(
+  c: PrivateContainerd,
+  side: Side,
+  before: { adopted: number; cold: number },
+  after: { adopted: number; cold: number },
+): Pick<ShimsFigure, "processes" | "spares" | "pssMiB" | "serversPssMiB" | "cpuS" | "spare"> {
+  const procs = shimProcesses(c, side).map((p) => p.pid);
+  const spares = new Set(side === "skiff" ? waitingSpares(c) : []);
+  return {
+    processes: procs.length,
+    spares: procs.filter((p) => spares.has(p)).length,
+    pssMiB: pssMiB(procs),
+    serversPssMiB: pssMiB(procs.filter((p) => !spares.has(p))),
+    cpuS: cpuSeconds(procs),
+    ...(side === "skiff"
+      ? { spare: { adopted: after.adopted - before.adopted, cold: after.cold - before.cold } }
+      : {}),
+  };
+}
+
 /** Runs one `ctr run --rm true` of the side (page cache; skiff: the first spare) and waits for the spare. */
 export async function warmUp(node: ScaleNode, side: Side, image: string): Promise<void> {
   const r = await ctrRun(node.c, {
@@ -106,21 +130,12 @@ export async function ctrContainers(
     const wallMs = performance.now() - t0;
     const after = spareStats(c);
     await settle();
-    const procs = shimProcesses(c, side).map((p) => p.pid);
-    const spares = new Set(side === "skiff" ? waitingSpares(c) : []);
     return {
       wallMs,
       startMs: startMs.sort((a, b) => a - b),
       failed: errors.length,
       ...(errors[0] ? { firstError: errors[0] } : {}),
-      processes: procs.length,
-      spares: procs.filter((p) => spares.has(p)).length,
-      pssMiB: pssMiB(procs),
-      serversPssMiB: pssMiB(procs.filter((p) => !spares.has(p))),
-      cpuS: cpuSeconds(procs),
-      ...(side === "skiff"
-        ? { spare: { adopted: after.adopted - before.adopted, cold: after.cold - before.cold } }
-        : {}),
+      ...shimsCost(c, side, before, after),
     };
   } finally {
     await removeContainers(c, side, ids);
