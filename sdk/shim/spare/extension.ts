@@ -12,6 +12,9 @@ import { SPARE_DAEMON_ENV } from "./handoff.ts";
 import { spawnSpare } from "./spawn.ts";
 import { countServerStart } from "./stats.ts";
 
+/** Longest a shutting-down server waits for its own start to be counted. */
+const COUNT_WAIT_MS = 2_000;
+
 /**
  * The spare extension.
  *
@@ -27,6 +30,7 @@ export function spareExtension(): ServerExtension {
       // Ours, not the environment containerd gave: the runtime's processes must not see it.
       const daemon = Deno.env.get(SPARE_DAEMON_ENV) ?? "";
       Deno.env.delete(SPARE_DAEMON_ENV);
+      let counting: Promise<void> | undefined;
       return {
         async onServing({ spawn }) {
           const dir = socket.slice(0, socket.lastIndexOf("/")) || "/";
@@ -47,7 +51,16 @@ export function spareExtension(): ServerExtension {
           } catch {
             return;
           }
-          void countServerStart(spare.stats, origin).catch(() => {});
+          counting = countServerStart(spare.stats, origin).catch(() => {});
+        },
+        async onShutdown() {
+          // A server whose container is gone at once (`ctr run --rm true`) can reach its exit
+          // while its count still waits for the counters' lock behind parallel starts: let it
+          // land (bounded), or the node's counters lose that start.
+          if (!counting) return;
+          let timer: ReturnType<typeof setTimeout> | undefined;
+          await Promise.race([counting, new Promise((r) => timer = setTimeout(r, COUNT_WAIT_MS))]);
+          clearTimeout(timer);
         },
       };
     },
