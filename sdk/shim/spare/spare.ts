@@ -289,6 +289,11 @@ async function adopt<T extends object>(
     // refuse a cold server (its cgroups, its OOM score) has been done above.
     listener = Deno.listen({ transport: "unix", path: handoff.flags.socket });
     Deno.chmodSync(handoff.flags.socket, 0o600);
+    // From here on the socket is ours: a spare that dies before serving (start gone mid-handoff,
+    // the adoption bound passed, serving failed) must not leave it, since nothing else may ever
+    // remove it (a restarted containerd removes the bundle and runs no `delete` for it).
+    const bound = Deno.statSync(handoff.flags.socket).ino;
+    globalThis.addEventListener("unload", () => removeIfOurs(handoff.flags.socket, bound));
     await writeJsonLine(conn, { ok: true, pid: Deno.pid, containerd: await containerd });
   } catch (e) {
     await writeJsonLine(conn, { ok: false, error: (e as Error).message }).catch(() => {});
@@ -324,4 +329,11 @@ async function adopt<T extends object>(
     Deno.exit(1);
   }
   Deno.exit(0);
+}
+
+/** Removes `path` if it is still the socket this process bound (inode `ino`), at its exit. */
+function removeIfOurs(path: string, ino: number | null): void {
+  try {
+    if (ino !== null && Deno.statSync(path).ino === ino) Deno.removeSync(path);
+  } catch { /* gone already, or another server's */ }
 }
