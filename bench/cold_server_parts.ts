@@ -14,6 +14,19 @@ import { DEFAULT_SHIM_V8_FLAGS, SHIM_MALLOC_ARENA_MAX } from "../sdk/install/ins
 
 const ROOT = new URL("..", import.meta.url).pathname;
 
+/** The protobuf-es runtime and every generated file the server imports. */
+const SERVER_GENERATED: string[] = [
+  "@bufbuild/protobuf",
+  "proto/gen/containerd/task/v2/shim_pb.ts",
+  "proto/gen/containerd/types/task/task_pb.ts",
+  "proto/gen/containerd/events/task_pb.ts",
+  "proto/gen/containerd/runc/v1/oci_pb.ts",
+  "proto/gen/containerd/services/events/ttrpc/v1/events_pb.ts",
+  "proto/gen/ttrpc/request_pb.ts",
+  "proto/gen/google/rpc/status_pb.ts",
+  "proto/any.ts",
+];
+
 /** Part → the modules its entry imports (relative to the checkout, or bare npm specifiers). */
 const PARTS: [string, string[]][] = [
   ["nothing (an empty module)", []],
@@ -24,29 +37,8 @@ const PARTS: [string, string[]][] = [
     "@bufbuild/protobuf",
     "proto/gen/containerd/task/v2/shim_pb.ts",
   ]],
-  ["+ every generated file the server imports", [
-    "@bufbuild/protobuf",
-    "proto/gen/containerd/task/v2/shim_pb.ts",
-    "proto/gen/containerd/types/task/task_pb.ts",
-    "proto/gen/containerd/events/task_pb.ts",
-    "proto/gen/containerd/runc/v1/oci_pb.ts",
-    "proto/gen/containerd/services/events/ttrpc/v1/events_pb.ts",
-    "proto/gen/ttrpc/request_pb.ts",
-    "proto/gen/google/rpc/status_pb.ts",
-    "proto/any.ts",
-  ]],
-  ["+ Connect (`@connectrpc/connect`)", [
-    "@bufbuild/protobuf",
-    "proto/gen/containerd/task/v2/shim_pb.ts",
-    "proto/gen/containerd/types/task/task_pb.ts",
-    "proto/gen/containerd/events/task_pb.ts",
-    "proto/gen/containerd/runc/v1/oci_pb.ts",
-    "proto/gen/containerd/services/events/ttrpc/v1/events_pb.ts",
-    "proto/gen/ttrpc/request_pb.ts",
-    "proto/gen/google/rpc/status_pb.ts",
-    "proto/any.ts",
-    "@connectrpc/connect",
-  ]],
+  ["+ every generated file the server imports", SERVER_GENERATED],
+  ["+ Connect (`@connectrpc/connect`)", [...SERVER_GENERATED, "@connectrpc/connect"]],
   ["the ttrpc server (sdk/ttrpc/server.ts)", ["sdk/ttrpc/server.ts"]],
   ["the whole server (sdk/shim/server/serve.ts)", ["sdk/shim/server/serve.ts"]],
   ["+ the spare and ops extensions (what runShim loads)", [
