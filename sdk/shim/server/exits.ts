@@ -35,7 +35,7 @@ const REAPED_FALLBACK_MS = 2_000;
  * Longest a runtime-reported exit waits for the process's output to reach containerd's ends.
  * Bounded: something outside the process (a child it left behind) may hold its output open.
  */
-export const OUTPUT_BEFORE_EXIT_MS = 2_000;
+const OUTPUT_BEFORE_EXIT_MS = 2_000;
 
 /**
  * A container as exit routing sees it (`Container` satisfies it): its processes, its runtime
