@@ -15,6 +15,10 @@ mapfile -t files < <(find . -name '*.proto' | sed 's|^\./||' | sort)
 protoc --plugin=protoc-gen-es="$here/protoc-gen-es" \
   --es_out="$out.new" --es_opt=target=ts,import_extension=ts \
   -I . "${files[@]}"
+# The server's wire tables, read from the descriptors just generated (proto/gen_wire.ts).
+command -v deno >/dev/null || { echo "proto/gen.sh: deno not found" >&2; exit 2; }
+deno run --quiet --allow-read --allow-write --config "$here/../deno.json" "$here/gen_wire.ts" "$out.new"
+deno fmt --quiet --config "$here/../deno.json" --ext ts "$out.new/wire/shim_wire.ts" 2>/dev/null || true
 if [ "${1:-}" = "--check" ]; then
   if ! diff -r "$out.new" "$here/gen" >/dev/null; then
     echo "proto/gen is stale: run 'deno task gen' and commit the result" >&2

@@ -45,6 +45,23 @@
 // protobuf-es helpers for shims (kept out of the light `@skiff/shim` entry point).
 export { packAny } from "./any.ts";
 export { schemaCodec } from "./schema_codec.ts";
+// Wire tables: the shim server's codecs without protobuf-es's reflection (see wire_table.ts).
+export {
+  Scalar,
+  type WireCodec,
+  type WireFieldSpec,
+  type WireInit,
+  type WireMessageSpec,
+  WireRegistry,
+} from "./wire_table.ts";
+export {
+  EVENTS_SERVICE,
+  packShimAny,
+  shimCodec,
+  type ShimWireTypes,
+  TASK_SERVICE,
+  timestampOf,
+} from "./shim_wire.ts";
 
 // Task API. containerd.task.v2 and containerd.task.v3 share every message shape; the messages are
 // exported once, from v2. TaskServiceV3 is the same service under the v3 package name.
