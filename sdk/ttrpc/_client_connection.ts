@@ -5,9 +5,9 @@
  * @module
  */
 
-import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { RequestSchema, type Response, ResponseSchema } from "../../proto/gen/ttrpc/request_pb.ts";
+import type { Response } from "../../proto/gen/ttrpc/request_pb.ts";
+import { shimCodec } from "../../proto/shim_wire.ts";
 import {
   type DecodedFrame,
   encodeFrame,
@@ -16,6 +16,9 @@ import {
   MAX_PAYLOAD_LENGTH,
 } from "./frame.ts";
 import { FrameWriter } from "./_frame_writer.ts";
+
+const REQUEST = shimCodec("ttrpc.Request");
+const RESPONSE = shimCodec("ttrpc.Response");
 
 /** Highest stream id; once passed, the connection takes no new calls and retires. */
 const MAX_STREAM_ID = 0xffff_ffff;
@@ -91,7 +94,7 @@ export class ClientConnection {
       );
     }
     if (signal.aborted) return Promise.reject(signal.reason);
-    const bytes = toBinary(RequestSchema, create(RequestSchema, req));
+    const bytes = REQUEST.encode(req);
     if (bytes.length > MAX_PAYLOAD_LENGTH) {
       return Promise.reject(
         new ConnectError(
@@ -181,7 +184,7 @@ export class ClientConnection {
       );
     } else {
       try {
-        waiter.resolve(fromBinary(ResponseSchema, frame.payload));
+        waiter.resolve(RESPONSE.decode(frame.payload));
       } catch (err) {
         const msg = err instanceof Error ? err.message : String(err);
         waiter.reject(

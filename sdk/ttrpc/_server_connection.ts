@@ -7,26 +7,19 @@
  * @module
  */
 
-import {
-  create,
-  type DescMessage,
-  fromBinary,
-  type MessageShape,
-  toBinary,
-} from "@bufbuild/protobuf";
+import type { DescMethod, DescService } from "@bufbuild/protobuf";
 import {
   Code,
   ConnectError,
   createHandlerContext,
   type HandlerContext,
   type Interceptor,
-  type MethodImplSpec,
-  type ServiceImplSpec,
   type UnaryRequest,
   type UnaryResponse,
 } from "@connectrpc/connect";
-import { type Request, RequestSchema, ResponseSchema } from "../../proto/gen/ttrpc/request_pb.ts";
+import type { Request } from "../../proto/gen/ttrpc/request_pb.ts";
 import type { Status } from "../../proto/gen/google/rpc/status_pb.ts";
+import { shimCodec } from "../../proto/shim_wire.ts";
 import {
   type DecodedFrame,
   encodeFrame,
@@ -37,10 +30,29 @@ import {
 import { FrameWriter } from "./_frame_writer.ts";
 import { statusFromError } from "./status.ts";
 
-/** A registered service: its implementation, and its methods by wire (proto) name. */
+/**
+ * One servable method, however its messages are coded: from a Connect implementation
+ * (protobuf-es schemas) or from wire codecs (`TtrpcServer.registerWire`).
+ */
+export interface Route {
+  /** The method's descriptor, as handler contexts and interceptors see it. */
+  method: DescMethod;
+  /** Only unary methods are served; others are answered Unimplemented. */
+  kind: "unary" | "streaming";
+  /** Decodes the request payload; throws when it is malformed. */
+  decode(bytes: Uint8Array): unknown;
+  /** Completes a handler's answer into a message (defaults filled in), for interceptors. */
+  complete(output: unknown): unknown;
+  /** Encodes the answer. */
+  encode(output: unknown): Uint8Array;
+  /** The handler. */
+  impl(input: unknown, ctx: HandlerContext): unknown;
+}
+
+/** A registered service: its descriptor, and its methods by wire (proto) name. */
 export interface ServiceEntry {
-  spec: ServiceImplSpec;
-  methods: Map<string, MethodImplSpec>;
+  service: DescService;
+  methods: Map<string, Route>;
 }
 
 /** A service registered lazily: its implementation is loaded on its first request. */
@@ -94,14 +106,17 @@ function headersOf(req: Request): Headers {
   return headers;
 }
 
+const REQUEST = shimCodec("ttrpc.Request");
+const RESPONSE = shimCodec("ttrpc.Response");
+
 function responseFrame(id: number, status: Status | undefined, payload?: Uint8Array): Uint8Array {
-  let bytes = toBinary(ResponseSchema, create(ResponseSchema, { status, payload }));
+  let bytes = RESPONSE.encode({ status, payload });
   if (bytes.length > MAX_PAYLOAD_LENGTH) {
     const err = new ConnectError(
       `response of ${bytes.length} bytes exceeds maximum message size of ${MAX_PAYLOAD_LENGTH}`,
       Code.ResourceExhausted,
     );
-    bytes = toBinary(ResponseSchema, create(ResponseSchema, { status: statusFromError(err) }));
+    bytes = RESPONSE.encode({ status: statusFromError(err) });
   }
   return encodeFrame(id, FrameType.Response, 0, bytes);
 }
@@ -263,7 +278,7 @@ export class ServerConnection {
     this.#lastStreamId = id;
     let req: Request;
     try {
-      req = fromBinary(RequestSchema, frame.payload);
+      req = REQUEST.decode(frame.payload);
     } catch (err) {
       const msg = err instanceof Error ? err.message : String(err);
       return this.#sendStatus(id, Code.InvalidArgument, `unmarshal request error: ${msg}`);
@@ -316,18 +331,13 @@ export class ServerConnection {
         `method ${req.method}: ${method.kind} calls are not supported by this server`,
       );
     }
-    void this.#dispatch(id, req, service.spec, method);
+    void this.#dispatch(id, req, service.service, method);
   }
 
-  async #dispatch(
-    id: number,
-    req: Request,
-    spec: ServiceImplSpec,
-    method: Extract<MethodImplSpec, { kind: "unary" }>,
-  ): Promise<void> {
+  async #dispatch(id: number, req: Request, service: DescService, method: Route): Promise<void> {
     const url = `/${req.service}/${req.method}`;
     const ctx = createHandlerContext({
-      service: spec.service,
+      service,
       method: method.method,
       protocolName: "ttrpc",
       requestMethod: "POST",
@@ -340,16 +350,16 @@ export class ServerConnection {
     try {
       let input;
       try {
-        input = fromBinary(method.method.input, req.payload);
+        input = method.decode(req.payload);
       } catch (err) {
         const msg = err instanceof Error ? err.message : String(err);
         // Go's generated handlers fail decoding with Internal and this wording.
         throw new ConnectError(`ttrpc: error unmarshalling payload: ${msg}`, Code.Internal);
       }
       const output = this.#ctx.interceptors.length === 0
-        ? create(method.method.output, await method.impl(input, ctx))
+        ? await method.impl(input, ctx)
         : await this.#intercepted(method, ctx, input, url);
-      frame = responseFrame(id, undefined, toBinary(method.method.output, output));
+      frame = responseFrame(id, undefined, method.encode(output));
     } catch (err) {
       frame = responseFrame(id, statusFromError(err));
     } finally {
@@ -363,18 +373,18 @@ export class ServerConnection {
 
   /** Runs the handler inside the server interceptors, as Connect's own handlers do. */
   async #intercepted(
-    method: Extract<MethodImplSpec, { kind: "unary" }>,
+    method: Route,
     ctx: HandlerContext,
-    input: MessageShape<DescMessage>,
+    input: unknown,
     url: string,
-  ): Promise<MessageShape<DescMessage>> {
+  ): Promise<unknown> {
     let next = async (req: UnaryRequest): Promise<UnaryResponse> => ({
       stream: false,
       service: ctx.service,
-      method: method.method,
+      method: method.method as UnaryResponse["method"],
       header: ctx.responseHeader,
       trailer: ctx.responseTrailer,
-      message: create(method.method.output, await method.impl(req.message, ctx)),
+      message: method.complete(await method.impl(req.message, ctx)) as UnaryResponse["message"],
     });
     for (const interceptor of [...this.#ctx.interceptors].reverse()) {
       next = interceptor(next as Parameters<Interceptor>[0]) as typeof next;
@@ -382,13 +392,13 @@ export class ServerConnection {
     const res = await next({
       stream: false,
       service: ctx.service,
-      method: method.method,
+      method: method.method as UnaryRequest["method"],
       requestMethod: "POST",
       url,
       signal: ctx.signal,
       header: ctx.requestHeader,
       contextValues: ctx.values,
-      message: input,
+      message: input as UnaryRequest["message"],
     });
     return res.message;
   }

@@ -60,6 +60,7 @@ export {
   type TtrpcListenOptions,
   TtrpcServer,
   type TtrpcServerOptions,
+  type WireMethod,
 } from "./server.ts";
 export { errorFromStatus, statusFromError } from "./status.ts";
 export {
@@ -67,3 +68,10 @@ export {
   type TtrpcTransport,
   type TtrpcTransportOptions,
 } from "./transport.ts";
+export {
+  type RawCall,
+  TtrpcWireClient,
+  type TtrpcWireClientOptions,
+  type WireCallOptions,
+} from "./wire_client.ts";
+export type { WireCodec, WireInit } from "../../proto/wire_table.ts";

@@ -7,10 +7,26 @@
 // long: over 500 lines with its runnable JSDoc examples; the code (~300 lines) is the TtrpcServer
 // class (connections live in _server_connection.ts)
 
-import { Code, ConnectError, type Interceptor, type ServiceImplSpec } from "@connectrpc/connect";
+import {
+  create,
+  type DescMethod,
+  type DescService,
+  fromBinary,
+  type MessageInitShape,
+  toBinary,
+} from "@bufbuild/protobuf";
+import {
+  Code,
+  ConnectError,
+  type HandlerContext,
+  type Interceptor,
+  type ServiceImplSpec,
+} from "@connectrpc/connect";
+import type { WireCodec } from "../../proto/wire_table.ts";
 import {
   type ByteStream,
   type LazyServiceEntry,
+  type Route,
   ServerConnection,
   type ServiceEntry,
 } from "./_server_connection.ts";
@@ -116,6 +132,94 @@ export const DEFAULT_MAX_CALLS_PER_CONNECTION = 1024;
 export const DEFAULT_FRAME_TIMEOUT_MS = 15_000;
 /** Default {@linkcode TtrpcServerOptions.writeTimeoutMs}. */
 export const DEFAULT_WRITE_TIMEOUT_MS = 30_000;
+
+/**
+ * One method for {@linkcode TtrpcServer.registerWire}: its wire name, the codecs of its request
+ * and response, and its handler (which may answer with any fields left out).
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { WireMethod } from "./server.ts";
+ * import { shimCodec } from "../../proto/shim_wire.ts";
+ * const connect: WireMethod = {
+ *   name: "Connect",
+ *   input: shimCodec("containerd.task.v2.ConnectRequest"),
+ *   output: shimCodec("containerd.task.v2.ConnectResponse"),
+ *   impl: () => ({ shimPid: 7 }),
+ * };
+ * strictEqual(connect.name, "Connect");
+ * ```
+ */
+export interface WireMethod {
+  /** The method's name on the wire, e.g. `Create`. */
+  readonly name: string;
+  /** Decodes the request. */
+  // deno-lint-ignore no-explicit-any
+  readonly input: WireCodec<any>;
+  /** Encodes the response. */
+  // deno-lint-ignore no-explicit-any
+  readonly output: WireCodec<any>;
+  /** The handler: the decoded request and the call's context in, the response's fields out. */
+  // deno-lint-ignore no-explicit-any
+  impl(request: any, context: HandlerContext): unknown;
+}
+
+/** Routes a Connect implementation's methods by their proto name, as ttrpc requests carry. */
+function connectEntry(spec: ServiceImplSpec): ServiceEntry {
+  const methods = new Map<string, Route>();
+  for (const m of Object.values(spec.methods)) {
+    const output = m.method.output;
+    methods.set(m.method.name, {
+      method: m.method,
+      kind: m.kind === "unary" ? "unary" : "streaming",
+      decode: (bytes) => fromBinary(m.method.input, bytes),
+      complete: (o) => create(output, o as MessageInitShape<typeof output>),
+      encode: (o) => toBinary(output, create(output, o as MessageInitShape<typeof output>)),
+      impl: m.impl as Route["impl"],
+    });
+  }
+  return { service: spec.service, methods };
+}
+
+/**
+ * Routes wire methods. Handler contexts and interceptors take descriptors; these carry the
+ * names (all a ttrpc call has) and no schemas, so nothing loads protobuf-es's reflection.
+ */
+function wireEntry(typeName: string, list: readonly WireMethod[]): ServiceEntry {
+  const service = {
+    kind: "service",
+    typeName,
+    name: typeName.slice(typeName.lastIndexOf(".") + 1),
+    methods: [] as unknown[],
+    method: {} as Record<string, unknown>,
+    toString: () => `service ${typeName}`,
+  };
+  const methods = new Map<string, Route>();
+  for (const m of list) {
+    const method = {
+      kind: "rpc",
+      name: m.name,
+      localName: m.name.charAt(0).toLowerCase() + m.name.slice(1),
+      parent: service,
+      methodKind: "unary",
+      input: { kind: "message", typeName: m.input.typeName },
+      output: { kind: "message", typeName: m.output.typeName },
+      toString: () => `rpc ${typeName}.${m.name}`,
+    };
+    service.methods.push(method);
+    service.method[method.localName] = method;
+    methods.set(m.name, {
+      method: method as unknown as DescMethod,
+      kind: "unary",
+      decode: (bytes) => m.input.decode(bytes),
+      complete: (o) => o,
+      encode: (o) => m.output.encode(o as object),
+      impl: (input, ctx) => m.impl(input, ctx),
+    });
+  }
+  return { service: service as unknown as DescService, methods };
+}
 
 /**
  * Options for {@linkcode TtrpcServer.listen}.
@@ -248,9 +352,55 @@ export class TtrpcServer {
         throw new ConnectError(`ttrpc service "${name}" is already registered`, Code.AlreadyExists);
       }
     }
-    // Methods are looked up by their proto name, which is what ttrpc requests carry.
-    const methods = new Map(Object.values(spec.methods).map((m) => [m.method.name, m]));
-    for (const name of names) this.#services.set(name, { spec, methods });
+    const entry = connectEntry(spec);
+    for (const name of names) this.#services.set(name, entry);
+    return this;
+  }
+
+  /**
+   * Registers methods served from wire codecs rather than from protobuf-es schemas and
+   * Connect's `ServiceImplSpec`: a server that registers only these evaluates no generated
+   * descriptor (a shim's Task API: see `proto/wire_table.ts`). Handlers get the same
+   * `HandlerContext`, and interceptors see the call, with a descriptor that has the method's
+   * and service's names (`req.method.name`, `req.service.typeName`) and no schemas.
+   *
+   * @param typeName the service's full name, e.g. `containerd.task.v2.Task`
+   * @param methods the methods, each with its wire name, codecs and handler
+   * @param names service names as they appear on the wire (default: `typeName`)
+   * @returns this server, for chaining
+   * @throws {ConnectError} `AlreadyExists` when a name is taken
+   * @example Usage
+   * ```ts
+   * import { strictEqual } from "node:assert/strict";
+   * import { createClient } from "@connectrpc/connect";
+   * import { createTtrpcTransport, TtrpcServer } from "@skiff/shim/ttrpc";
+   * import { TaskService as Task } from "@skiff/shim/proto";
+   * import { shimCodec } from "../../proto/shim_wire.ts";
+   *
+   * const server = new TtrpcServer().registerWire("containerd.task.v2.Task", [{
+   *   name: "Connect",
+   *   input: shimCodec("containerd.task.v2.ConnectRequest"),
+   *   output: shimCodec("containerd.task.v2.ConnectResponse"),
+   *   impl: (req) => ({ shimPid: 7, version: req.id }),
+   * }]);
+   * const dir = await Deno.makeTempDir();
+   * await server.listen(`${dir}/shim.sock`);
+   * const transport = createTtrpcTransport({ path: `${dir}/shim.sock` });
+   * strictEqual((await createClient(Task, transport).connect({ id: "c1" })).version, "c1");
+   * await transport.close();
+   * await server.close();
+   * await Deno.remove(dir, { recursive: true });
+   * ```
+   */
+  registerWire(typeName: string, methods: readonly WireMethod[], ...names: string[]): this {
+    if (names.length === 0) names = [typeName];
+    for (const name of names) {
+      if (this.#services.has(name)) {
+        throw new ConnectError(`ttrpc service "${name}" is already registered`, Code.AlreadyExists);
+      }
+    }
+    const entry = wireEntry(typeName, methods);
+    for (const name of names) this.#services.set(name, entry);
     return this;
   }
 
@@ -304,10 +454,7 @@ export class TtrpcServer {
     const entry: LazyServiceEntry = {
       load: () => {
         loading ??= load().then((spec) => {
-          const loaded = {
-            spec,
-            methods: new Map(Object.values(spec.methods).map((m) => [m.method.name, m])),
-          };
+          const loaded = connectEntry(spec);
           for (const name of names) this.#services.set(name, loaded);
           return loaded;
         }, (e) => {

@@ -7,7 +7,7 @@
 
 import { create, type DescMessage, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { type Status, StatusSchema } from "../../proto/gen/google/rpc/status_pb.ts";
+import type { Status } from "../../proto/gen/google/rpc/status_pb.ts";
 
 /**
  * Converts anything a handler threw into the `google.rpc.Status` to send.
@@ -32,10 +32,11 @@ import { type Status, StatusSchema } from "../../proto/gen/google/rpc/status_pb.
  */
 export function statusFromError(reason: unknown): Status {
   const err = ConnectError.from(reason);
-  const details = [];
+  const details: Status["details"] = [];
   for (const d of err.details) {
     if ("desc" in d) {
       details.push({
+        $typeName: "google.protobuf.Any",
         typeUrl: d.desc.typeName,
         value: toBinary(
           d.desc,
@@ -43,11 +44,12 @@ export function statusFromError(reason: unknown): Status {
         ),
       });
     } else {
-      details.push({ typeUrl: d.type, value: d.value });
+      details.push({ $typeName: "google.protobuf.Any", typeUrl: d.type, value: d.value });
     }
   }
-  // Code.OK does not exist in Connect; a ConnectError always carries a failure code.
-  return create(StatusSchema, { code: err.code, message: err.rawMessage, details });
+  // Code.OK does not exist in Connect; a ConnectError always carries a failure code. A plain
+  // object of the message's shape: the server encodes it with its wire codecs.
+  return { $typeName: "google.rpc.Status", code: err.code, message: err.rawMessage, details };
 }
 
 /**

@@ -24,9 +24,8 @@ import {
   type UnaryResponse,
 } from "@connectrpc/connect";
 import { runUnaryCall } from "@connectrpc/connect/protocol";
-import { ClientConnection } from "./_client_connection.ts";
-import { socketPathOf } from "./address.ts";
 import { errorFromStatus } from "./status.ts";
+import { TtrpcWireClient } from "./wire_client.ts";
 
 /**
  * Options for {@linkcode createTtrpcTransport}.
@@ -130,17 +129,12 @@ export function createTtrpcTransport(options: TtrpcTransportOptions): TtrpcTrans
 }
 
 class TtrpcClientTransport implements TtrpcTransport {
-  #path: string;
-  #dialTimeoutMs: number;
+  #client: TtrpcWireClient;
   #defaultTimeoutMs: number | undefined;
   #interceptors: Interceptor[];
-  #conn: ClientConnection | undefined;
-  #dialing: Promise<ClientConnection> | undefined;
-  #closed = false;
 
   constructor(options: TtrpcTransportOptions) {
-    this.#path = socketPathOf(options.path);
-    this.#dialTimeoutMs = options.dialTimeoutMs ?? 10_000;
+    this.#client = new TtrpcWireClient(options);
     this.#defaultTimeoutMs = options.defaultTimeoutMs;
     this.#interceptors = options.interceptors ?? [];
   }
@@ -170,7 +164,6 @@ class TtrpcClientTransport implements TtrpcTransport {
         message: input,
       },
       next: async (req) => {
-        const conn = await this.#connection(req.signal);
         const metadata: { key: string; value: string }[] = [];
         req.header.forEach((value, key) => {
           metadata.push({ key, value });
@@ -179,7 +172,7 @@ class TtrpcClientTransport implements TtrpcTransport {
         const timeoutNano = deadline === undefined
           ? 0n
           : BigInt(Math.max(1, Math.round((deadline - performance.now()) * 1e6)));
-        const res = await conn.call({
+        const res = await this.#client.callRaw({
           service: method.parent.typeName,
           method: method.name,
           payload: toBinary(method.input, req.message),
@@ -226,77 +219,10 @@ class TtrpcClientTransport implements TtrpcTransport {
   }
 
   close(): Promise<void> {
-    this.#closed = true;
-    this.#conn?.close(
-      new ConnectError(`ttrpc transport to ${this.#path} closed`, Code.Unavailable),
-    );
-    this.#conn = undefined;
-    return Promise.resolve();
+    return this.#client.close();
   }
 
   [Symbol.asyncDispose](): Promise<void> {
     return this.close();
-  }
-
-  /** The shared connection, dialled on first use and again after it dropped. */
-  #connection(signal: AbortSignal): Promise<ClientConnection> {
-    if (this.#closed) {
-      return Promise.reject(
-        new ConnectError(`ttrpc transport to ${this.#path} is closed`, Code.Unavailable),
-      );
-    }
-    if (this.#conn?.usable) return Promise.resolve(this.#conn);
-    if (signal.aborted) return Promise.reject(signal.reason);
-    if (!this.#dialing) {
-      this.#dialing = this.#dial().finally(() => this.#dialing = undefined);
-      // Every waiter handles the outcome below; a dial whose waiters all gave up must not
-      // surface as an unhandled rejection (Deno would end the process: the shim).
-      this.#dialing.catch(() => {});
-    }
-    // One caller giving up must not cancel a dial other callers share: race only this wait.
-    return new Promise((resolve, reject) => {
-      const onAbort = () => reject(signal.reason);
-      signal.addEventListener("abort", onAbort, { once: true });
-      this.#dialing!.then(resolve, reject).finally(() =>
-        signal.removeEventListener("abort", onAbort)
-      );
-    });
-  }
-
-  async #dial(): Promise<ClientConnection> {
-    const path = this.#path;
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const connecting = Deno.connect({ transport: "unix", path });
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        reject(
-          new ConnectError(
-            `dial ttrpc socket ${path}: timed out after ${this.#dialTimeoutMs} ms`,
-            Code.Unavailable,
-          ),
-        );
-      }, this.#dialTimeoutMs);
-    });
-    let conn: Deno.UnixConn;
-    try {
-      conn = await Promise.race([connecting, timeout]);
-    } catch (err) {
-      // A connect that completes after the timeout must not leak its socket.
-      connecting.then((c) => c.close(), () => {});
-      if (err instanceof ConnectError) throw err;
-      const msg = err instanceof Error ? err.message : String(err);
-      throw new ConnectError(`dial ttrpc socket ${path}: ${msg}`, Code.Unavailable);
-    } finally {
-      clearTimeout(timer);
-    }
-    if (this.#closed) {
-      conn.close();
-      throw new ConnectError(`ttrpc transport to ${path} is closed`, Code.Unavailable);
-    }
-    const c = new ClientConnection(conn, path, (gone) => {
-      if (this.#conn === gone) this.#conn = undefined;
-    });
-    this.#conn = c;
-    return c;
   }
 }
