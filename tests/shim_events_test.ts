@@ -4,7 +4,6 @@ import assert from "node:assert/strict";
 import { Code, ConnectError, createServiceImplSpec } from "@connectrpc/connect";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { Events } from "../proto/gen/containerd/services/events/ttrpc/v1/events_pb.ts";
-import { TaskExitSchema, TaskOOMSchema } from "../proto/gen/containerd/events/task_pb.ts";
 import { TtrpcServer } from "../sdk/ttrpc/server.ts";
 import { EventPublisher } from "../sdk/shim/server/events.ts";
 
@@ -60,7 +59,11 @@ Deno.test("EventPublisher forwards in order with bare type URLs, namespace and t
   const pub = new EventPublisher({ address: `${dir}/ttrpc.sock`, namespace: "ns1" });
   try {
     for (let i = 0; i < 20; i++) {
-      pub.publish("/tasks/exit", TaskExitSchema, { containerId: "c", id: `p${i}`, exitStatus: i });
+      pub.publish("/tasks/exit", "containerd.events.TaskExit", {
+        containerId: "c",
+        id: `p${i}`,
+        exitStatus: i,
+      });
     }
     await pub.flush();
     assert.equal(seen.length, 20);
@@ -82,10 +85,12 @@ Deno.test("EventPublisher keeps events while containerd is down and delivers the
   let server = await eventsServer(path, seen);
   const pub = new EventPublisher({ address: path, namespace: "ns1" });
   try {
-    pub.publish("/tasks/oom", TaskOOMSchema, { containerId: "before" });
+    pub.publish("/tasks/oom", "containerd.events.TaskOOM", { containerId: "before" });
     await pub.flush();
     await server.close(); // containerd restarts ...
-    for (const id of ["a", "b", "c"]) pub.publish("/tasks/oom", TaskOOMSchema, { containerId: id });
+    for (const id of ["a", "b", "c"]) {
+      pub.publish("/tasks/oom", "containerd.events.TaskOOM", { containerId: id });
+    }
     await new Promise((r) => setTimeout(r, 700));
     assert.equal(pub.stats.queued > 0, true, "events wait while nobody listens");
     server = await eventsServer(path, seen); // ... and comes back
@@ -112,8 +117,8 @@ Deno.test("EventPublisher drops what containerd rejects as invalid, and bounds i
   const server = await eventsServer(`${dir}/ttrpc.sock`, seen, (t) => t === "/bad");
   const pub = new EventPublisher({ address: `${dir}/ttrpc.sock`, namespace: "ns1" });
   try {
-    pub.publish("/bad", TaskOOMSchema, { containerId: "x" });
-    pub.publish("/tasks/oom", TaskOOMSchema, { containerId: "y" });
+    pub.publish("/bad", "containerd.events.TaskOOM", { containerId: "x" });
+    pub.publish("/tasks/oom", "containerd.events.TaskOOM", { containerId: "y" });
     await pub.flush();
     assert.deepEqual(seen.map((e) => e.topic), ["/tasks/oom"], "the rejected event is not retried");
     assert.equal(pub.stats.failed, 1);
@@ -128,7 +133,9 @@ Deno.test("EventPublisher drops what containerd rejects as invalid, and bounds i
     maxQueue: 3,
     retryForMs: 200,
   });
-  for (let i = 0; i < 10; i++) lonely.publish("/tasks/oom", TaskOOMSchema, { containerId: `${i}` });
+  for (let i = 0; i < 10; i++) {
+    lonely.publish("/tasks/oom", "containerd.events.TaskOOM", { containerId: `${i}` });
+  }
   assert.ok(lonely.stats.queued <= 3);
   assert.ok(lonely.stats.failed >= 7);
   await lonely.close(500);

@@ -5,24 +5,13 @@
  * @module
  */
 
-import { create } from "@bufbuild/protobuf";
-import {
-  type BlkIOEntry,
-  BlkIOEntrySchema,
-  type BlkIOStat,
-  BlkIOStatSchema,
-  CPUStatSchema,
-  CPUUsageSchema,
-  HugetlbStatSchema,
-  type MemoryEntry,
-  MemoryEntrySchema,
-  MemoryOomControlSchema,
-  MemoryStatSchema,
-  type Metrics,
-  MetricsSchema,
-  PidsStatSchema,
-  ThrottleSchema,
+import type {
+  BlkIOEntry,
+  BlkIOStat,
+  MemoryEntry,
+  Metrics,
 } from "../../proto/gen/io/containerd/cgroups/v1/metrics_pb.ts";
+import { createShimMessage, shimFieldNames } from "../../proto/shim_wire.ts";
 import { cgroupV1Paths } from "./cgroup_paths.ts";
 import {
   assignFields,
@@ -59,7 +48,7 @@ const NANOS_PER_TICK = 10_000_000n;
  */
 export function cgroupV1Metrics(pid: number): Metrics {
   const dirs = cgroupV1Paths(pid);
-  const metrics = create(MetricsSchema);
+  const metrics = createShimMessage("io.containerd.cgroups.v1.Metrics");
   const memory = dirs.get("memory");
   if (memory) readMemory(metrics, memory);
   const cpu = dirs.get("cpu");
@@ -67,7 +56,7 @@ export function cgroupV1Metrics(pid: number): Metrics {
   if (cpu || cpuacct) readCpu(metrics, cpu, cpuacct);
   const pids = dirs.get("pids");
   if (pids) {
-    metrics.pids = create(PidsStatSchema, {
+    metrics.pids = createShimMessage("io.containerd.cgroups.v1.PidsStat", {
       current: readUint(`${pids}/pids.current`) ?? 0n,
       limit: readUint(`${pids}/pids.max`, 0n) ?? 0n,
     });
@@ -77,7 +66,7 @@ export function cgroupV1Metrics(pid: number): Metrics {
   const hugetlb = dirs.get("hugetlb");
   if (hugetlb) {
     metrics.hugetlb = hugePageSizes().map((size) =>
-      create(HugetlbStatSchema, {
+      createShimMessage("io.containerd.cgroups.v1.HugetlbStat", {
         pagesize: size,
         usage: readUint(`${hugetlb}/hugetlb.${size}.usage_in_bytes`) ?? 0n,
         max: readUint(`${hugetlb}/hugetlb.${size}.max_usage_in_bytes`) ?? 0n,
@@ -89,17 +78,17 @@ export function cgroupV1Metrics(pid: number): Metrics {
 }
 
 function readMemory(metrics: Metrics, dir: string): void {
-  const stat = create(MemoryStatSchema);
+  const stat = createShimMessage("io.containerd.cgroups.v1.MemoryStat");
   assignFields(
     stat,
-    MemoryStatSchema.fields,
+    shimFieldNames("io.containerd.cgroups.v1.MemoryStat"),
     readKeyValues(`${dir}/memory.stat`),
     MEMORY_STAT_RENAMES,
   );
   const entry = (prefix: string): MemoryEntry | undefined => {
     const usage = readUint(`${dir}/${prefix}usage_in_bytes`);
     if (usage === undefined) return undefined; // e.g. no swap accounting
-    return create(MemoryEntrySchema, {
+    return createShimMessage("io.containerd.cgroups.v1.MemoryEntry", {
       usage,
       max: readUint(`${dir}/${prefix}max_usage_in_bytes`) ?? 0n,
       failcnt: readUint(`${dir}/${prefix}failcnt`) ?? 0n,
@@ -113,13 +102,17 @@ function readMemory(metrics: Metrics, dir: string): void {
   metrics.memory = stat;
   const oom = readKeyValues(`${dir}/memory.oom_control`);
   if (oom.size > 0) {
-    metrics.memoryOomControl = create(MemoryOomControlSchema);
-    assignFields(metrics.memoryOomControl, MemoryOomControlSchema.fields, oom);
+    metrics.memoryOomControl = createShimMessage("io.containerd.cgroups.v1.MemoryOomControl");
+    assignFields(
+      metrics.memoryOomControl,
+      shimFieldNames("io.containerd.cgroups.v1.MemoryOomControl"),
+      oom,
+    );
   }
 }
 
 function readCpu(metrics: Metrics, cpu: string | undefined, cpuacct: string | undefined): void {
-  const usage = create(CPUUsageSchema);
+  const usage = createShimMessage("io.containerd.cgroups.v1.CPUUsage");
   if (cpuacct) {
     usage.total = readUint(`${cpuacct}/cpuacct.usage`) ?? 0n;
     usage.perCpu = (readOptional(`${cpuacct}/cpuacct.usage_percpu`) ?? "")
@@ -128,14 +121,14 @@ function readCpu(metrics: Metrics, cpu: string | undefined, cpuacct: string | un
     usage.user = (stat.get("user") ?? 0n) * NANOS_PER_TICK;
     usage.kernel = (stat.get("system") ?? 0n) * NANOS_PER_TICK;
   }
-  const throttling = create(ThrottleSchema);
+  const throttling = createShimMessage("io.containerd.cgroups.v1.Throttle");
   if (cpu) {
     const stat = readKeyValues(`${cpu}/cpu.stat`);
     throttling.periods = stat.get("nr_periods") ?? 0n;
     throttling.throttledPeriods = stat.get("nr_throttled") ?? 0n;
     throttling.throttledTime = stat.get("throttled_time") ?? 0n;
   }
-  metrics.cpu = create(CPUStatSchema, { usage, throttling });
+  metrics.cpu = createShimMessage("io.containerd.cgroups.v1.CPUStat", { usage, throttling });
 }
 
 /** blkio files (without the "blkio." prefix) and the proto field each fills. */
@@ -151,7 +144,7 @@ const BLKIO_FILES: [string, keyof BlkIOStat][] = [
 ];
 
 function readBlkio(dir: string): BlkIOStat {
-  const stat = create(BlkIOStatSchema);
+  const stat = createShimMessage("io.containerd.cgroups.v1.BlkIOStat");
   // Without CFQ/BFQ the proportional files are empty; the throttle files still count I/O.
   const proportional = (readOptional(`${dir}/blkio.io_serviced_recursive`) ?? "") !== "";
   const files: [string, keyof BlkIOStat][] = proportional ? BLKIO_FILES : [
@@ -174,7 +167,7 @@ function blkioEntries(path: string, devices: Map<string, string>): BlkIOEntry[] 
     if (!dev || parts.length < 2) continue;
     const [op, value] = parts.length >= 3 ? [parts[1], parts[2]] : ["", parts[1]];
     if (!/^\d+$/.test(value)) continue;
-    out.push(create(BlkIOEntrySchema, {
+    out.push(createShimMessage("io.containerd.cgroups.v1.BlkIOEntry", {
       op,
       device: deviceName(dev[1], dev[2], devices),
       major: BigInt(dev[1]),

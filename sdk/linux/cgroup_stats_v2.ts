@@ -5,23 +5,13 @@
  * @module
  */
 
-import { create } from "@bufbuild/protobuf";
-import {
-  CPUStatSchema,
-  HugeTlbStatSchema,
-  type IOEntry,
-  IOEntrySchema,
-  IOStatSchema,
-  MemoryEventsSchema,
-  MemoryStatSchema,
-  type Metrics,
-  MetricsSchema,
-  PidsStatSchema,
-  type PSIData,
-  PSIDataSchema,
-  type PSIStats,
-  PSIStatsSchema,
+import type {
+  IOEntry,
+  Metrics,
+  PSIData,
+  PSIStats,
 } from "../../proto/gen/io/containerd/cgroups/v2/metrics_pb.ts";
+import { createShimMessage, shimFieldNames } from "../../proto/shim_wire.ts";
 import { cgroupV2Path } from "./cgroup_paths.ts";
 import {
   assignFields,
@@ -64,20 +54,28 @@ export function cgroupV2Metrics(pid: number): Metrics {
  * ```
  */
 export function cgroupV2MetricsAt(dir: string): Metrics {
-  const metrics = create(MetricsSchema);
-  metrics.pids = create(PidsStatSchema, {
+  const metrics = createShimMessage("io.containerd.cgroups.v2.Metrics");
+  metrics.pids = createShimMessage("io.containerd.cgroups.v2.PidsStat", {
     current: readUint(`${dir}/pids.current`) ?? 0n,
     limit: readUint(`${dir}/pids.max`) ?? 0n,
   });
 
-  const cpu = create(CPUStatSchema);
-  assignFields(cpu, CPUStatSchema.fields, readKeyValues(`${dir}/cpu.stat`));
+  const cpu = createShimMessage("io.containerd.cgroups.v2.CPUStat");
+  assignFields(
+    cpu,
+    shimFieldNames("io.containerd.cgroups.v2.CPUStat"),
+    readKeyValues(`${dir}/cpu.stat`),
+  );
   const cpuPsi = readPsi(`${dir}/cpu.pressure`);
   if (cpuPsi) cpu.psi = cpuPsi;
   metrics.cpu = cpu;
 
-  const memory = create(MemoryStatSchema);
-  assignFields(memory, MemoryStatSchema.fields, readKeyValues(`${dir}/memory.stat`));
+  const memory = createShimMessage("io.containerd.cgroups.v2.MemoryStat");
+  assignFields(
+    memory,
+    shimFieldNames("io.containerd.cgroups.v2.MemoryStat"),
+    readKeyValues(`${dir}/memory.stat`),
+  );
   memory.usage = readUint(`${dir}/memory.current`) ?? 0n;
   memory.usageLimit = readUint(`${dir}/memory.max`) ?? 0n;
   memory.swapUsage = readUint(`${dir}/memory.swap.current`) ?? 0n;
@@ -90,18 +88,24 @@ export function cgroupV2MetricsAt(dir: string): Metrics {
 
   const events = readKeyValues(`${dir}/memory.events`);
   if (events.size > 0) {
-    metrics.memoryEvents = create(MemoryEventsSchema);
-    assignFields(metrics.memoryEvents, MemoryEventsSchema.fields, events);
+    metrics.memoryEvents = createShimMessage("io.containerd.cgroups.v2.MemoryEvents");
+    assignFields(
+      metrics.memoryEvents,
+      shimFieldNames("io.containerd.cgroups.v2.MemoryEvents"),
+      events,
+    );
   }
 
-  metrics.io = create(IOStatSchema, { usage: readIoStat(`${dir}/io.stat`) });
+  metrics.io = createShimMessage("io.containerd.cgroups.v2.IOStat", {
+    usage: readIoStat(`${dir}/io.stat`),
+  });
   const ioPsi = readPsi(`${dir}/io.pressure`);
   if (ioPsi) metrics.io.psi = ioPsi;
 
   metrics.hugetlb = hugePageSizes()
     .filter((size) => readOptional(`${dir}/hugetlb.${size}.current`) !== undefined)
     .map((size) =>
-      create(HugeTlbStatSchema, {
+      createShimMessage("io.containerd.cgroups.v2.HugeTlbStat", {
         pagesize: size,
         current: readUint(`${dir}/hugetlb.${size}.current`) ?? 0n,
         max: readUint(`${dir}/hugetlb.${size}.max`) ?? 0n,
@@ -122,8 +126,11 @@ function readIoStat(path: string): IOEntry[] {
       const [k, v] = pair.split("=");
       if (k && v && /^\d+$/.test(v)) kv.set(k, BigInt(v));
     }
-    const entry = create(IOEntrySchema, { major: BigInt(m[1]), minor: BigInt(m[2]) });
-    assignFields(entry, IOEntrySchema.fields, kv);
+    const entry = createShimMessage("io.containerd.cgroups.v2.IOEntry", {
+      major: BigInt(m[1]),
+      minor: BigInt(m[2]),
+    });
+    assignFields(entry, shimFieldNames("io.containerd.cgroups.v2.IOEntry"), kv);
     out.push(entry);
   }
   return out;
@@ -133,11 +140,11 @@ function readIoStat(path: string): IOEntry[] {
 function readPsi(path: string): PSIStats | undefined {
   const text = readOptional(path);
   if (!text) return undefined;
-  const stats = create(PSIStatsSchema);
+  const stats = createShimMessage("io.containerd.cgroups.v2.PSIStats");
   for (const line of text.split("\n")) {
     const [kind, ...pairs] = line.trim().split(/\s+/);
     if (kind !== "some" && kind !== "full") continue;
-    const data: PSIData = create(PSIDataSchema);
+    const data: PSIData = createShimMessage("io.containerd.cgroups.v2.PSIData");
     for (const pair of pairs) {
       const [k, v] = pair.split("=");
       if (k === "avg10") data.avg10 = Number(v);

@@ -4,10 +4,8 @@
  * @module
  */
 
-import { create, toBinary } from "@bufbuild/protobuf";
-import { type Any, AnySchema } from "@bufbuild/protobuf/wkt";
-import { MetricsSchema as V1MetricsSchema } from "../../proto/gen/io/containerd/cgroups/v1/metrics_pb.ts";
-import { MetricsSchema as V2MetricsSchema } from "../../proto/gen/io/containerd/cgroups/v2/metrics_pb.ts";
+import type { Any } from "@bufbuild/protobuf/wkt";
+import { packShimAny } from "../../proto/shim_wire.ts";
 import { cgroupVersion } from "./cgroup_paths.ts";
 import { cgroupV1Metrics } from "./cgroup_stats_v1.ts";
 import { cgroupV2Metrics } from "./cgroup_stats_v2.ts";
@@ -29,15 +27,9 @@ export function cgroupStats(pid: number): Promise<Any> {
   // Synchronous reads of small pseudo-files; async only to keep the door open for I/O later.
   try {
     if (cgroupVersion() === 2) {
-      return Promise.resolve(create(AnySchema, {
-        typeUrl: "io.containerd.cgroups.v2.Metrics",
-        value: toBinary(V2MetricsSchema, cgroupV2Metrics(pid)),
-      }));
+      return Promise.resolve(packShimAny("io.containerd.cgroups.v2.Metrics", cgroupV2Metrics(pid)));
     }
-    return Promise.resolve(create(AnySchema, {
-      typeUrl: "io.containerd.cgroups.v1.Metrics",
-      value: toBinary(V1MetricsSchema, cgroupV1Metrics(pid)),
-    }));
+    return Promise.resolve(packShimAny("io.containerd.cgroups.v1.Metrics", cgroupV1Metrics(pid)));
   } catch (e) {
     return Promise.reject(e);
   }

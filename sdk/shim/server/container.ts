@@ -9,14 +9,8 @@
  */
 
 import { Code, ConnectError } from "@connectrpc/connect";
-import { type Any, type Timestamp, timestampFromDate } from "@bufbuild/protobuf/wkt";
-import {
-  TaskDeleteSchema,
-  TaskExecAddedSchema,
-  TaskExecStartedSchema,
-  TaskOOMSchema,
-  TaskStartSchema,
-} from "../../../proto/gen/containerd/events/task_pb.ts";
+import type { Any, Timestamp } from "@bufbuild/protobuf/wkt";
+import { timestampOf } from "../../../proto/shim_wire.ts";
 import { encodeDeleteResponse } from "../../../proto/wire.ts";
 import { DEAD_SHIM_EXIT_STATUS, RUNTIME_DELETED_FILE } from "../boot/bundle_files.ts";
 import type { ContainerRuntime, RuntimeProcess } from "../runtime.ts";
@@ -125,7 +119,8 @@ export class Container<T = unknown> {
    */
   async watchOom(): Promise<void> {
     const { platform, events, logger } = this.#d;
-    const onOom = () => events.publish("/tasks/oom", TaskOOMSchema, { containerId: this.id });
+    const onOom = () =>
+      events.publish("/tasks/oom", "containerd.events.TaskOOM", { containerId: this.id });
     try {
       const watch = this.runtime.watchOom
         ? await this.runtime.watchOom(this.id, onOom)
@@ -184,7 +179,10 @@ export class Container<T = unknown> {
       if (this.restoreFrom) await this.#restore(this.restoreFrom);
       else await this.runtime.start(this.id);
       p.markStarted();
-      this.#d.events.publish("/tasks/start", TaskStartSchema, { containerId: this.id, pid: p.pid });
+      this.#d.events.publish("/tasks/start", "containerd.events.TaskStart", {
+        containerId: this.id,
+        pid: p.pid,
+      });
     } finally {
       p.endStart();
     }
@@ -238,7 +236,7 @@ export class Container<T = unknown> {
       }
       exits.started(p, started);
       p.markStarted();
-      events.publish("/tasks/exec-started", TaskExecStartedSchema, {
+      events.publish("/tasks/exec-started", "containerd.events.TaskExecStarted", {
         containerId: this.id,
         execId: p.execId,
         pid: p.pid,
@@ -278,7 +276,7 @@ export class Container<T = unknown> {
       (spec as { terminal?: boolean }).terminal = stdio.terminal;
     }
     this.execs.set(execId, new ShimProcess(this.id, execId, stdio, spec));
-    this.#d.events.publish("/tasks/exec-added", TaskExecAddedSchema, {
+    this.#d.events.publish("/tasks/exec-added", "containerd.events.TaskExecAdded", {
       containerId: this.id,
       execId,
     });
@@ -418,7 +416,7 @@ export class Container<T = unknown> {
     const out: DeletedProcess = {
       pid: p.pid,
       exitStatus: p.exit?.status ?? 0,
-      exitedAt: timestampFromDate(p.exit?.exitedAt ?? new Date()),
+      exitedAt: timestampOf(p.exit?.exitedAt ?? new Date()),
     };
     if (p.execId) {
       this.execs.delete(p.execId);
@@ -432,7 +430,7 @@ export class Container<T = unknown> {
     }
     await this.#release(p.state === "created");
     unlist();
-    this.#d.events.publish("/tasks/delete", TaskDeleteSchema, {
+    this.#d.events.publish("/tasks/delete", "containerd.events.TaskDelete", {
       containerId: this.id,
       pid: p.pid,
       exitStatus: out.exitStatus,

@@ -6,7 +6,6 @@
  * @module
  */
 
-import { TaskCreateSchema } from "../../../proto/gen/containerd/events/task_pb.ts";
 import type { ContainerRuntime } from "../runtime.ts";
 import { sharesPidNamespace } from "./bundle_spec.ts";
 import { Container, type ContainerDeps } from "./container.ts";
@@ -79,7 +78,7 @@ export async function createContainer<T>(
   }
   try {
     how.list(c);
-    how.deps.events.publish("/tasks/create", TaskCreateSchema, {
+    how.deps.events.publish("/tasks/create", "containerd.events.TaskCreate", {
       containerId: r.id,
       bundle: r.bundle,
       rootfs: r.rootfs,

@@ -9,13 +9,25 @@
  * @module
  */
 
-import type { DescMessage, MessageInitShape } from "@bufbuild/protobuf";
-import { type Any, timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { packAny } from "../../../proto/any.ts";
-import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
-import { Events } from "../../../proto/gen/containerd/services/events/ttrpc/v1/events_pb.ts";
-import { createTtrpcTransport } from "../../ttrpc/transport.ts";
+import type { Any } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError } from "@connectrpc/connect";
+import {
+  EVENTS_SERVICE,
+  packShimAny,
+  shimCodec,
+  type ShimWireTypes,
+  timestampOf,
+} from "../../../proto/shim_wire.ts";
+import type { WireInit } from "../../../proto/wire_table.ts";
+import { TtrpcWireClient } from "../../ttrpc/wire_client.ts";
 import type { Logger } from "../logger.ts";
+
+/** The task events a shim publishes, by full type name (`containerd.events.TaskExit`, ...). */
+export type TaskEventType = Extract<keyof ShimWireTypes, `containerd.events.${string}`>;
+
+const FORWARD = EVENTS_SERVICE.methods.forward;
+const FORWARD_REQUEST = shimCodec(FORWARD.input);
+const FORWARD_RESPONSE = shimCodec(FORWARD.output);
 
 /** Header that carries the namespace on containerd's ttrpc calls. */
 export const NAMESPACE_HEADER = "containerd-namespace-ttrpc";
@@ -54,8 +66,6 @@ export interface EventPublisherOptions {
   retryForMs?: number;
   /** Per-call deadline. Default 5 s, as the Go shims use. */
   callTimeoutMs?: number;
-  /** Makes the transport (tests inject one). */
-  transport?: (address: string) => Transport & { close?(): Promise<void> };
   /** Called for each event once queued (for debug endpoints). */
   onQueued?: (e: QueuedEvent) => void;
 }
@@ -67,7 +77,7 @@ export interface EventPublisherOptions {
  * ```ts
  * import { deepStrictEqual } from "node:assert/strict";
  * import { createServiceImplSpec } from "@connectrpc/connect";
- * import { EventsService as Events, TaskOOMSchema } from "@skiff/shim/proto";
+ * import { EventsService as Events } from "@skiff/shim/proto";
  * import { TtrpcServer } from "@skiff/shim/ttrpc";
  * import { EventPublisher } from "./events.ts";
  *
@@ -83,7 +93,7 @@ export interface EventPublisherOptions {
  * await containerd.listen(`${dir}/containerd.sock.ttrpc`);
  *
  * const pub = new EventPublisher({ address: `${dir}/containerd.sock.ttrpc`, namespace: "default" });
- * pub.publish("/tasks/oom", TaskOOMSchema, { containerId: "c1" });
+ * pub.publish("/tasks/oom", "containerd.events.TaskOOM", { containerId: "c1" });
  * await pub.close(); // after the queue is delivered
  * deepStrictEqual(got, ["default /tasks/oom"]);
  * deepStrictEqual(pub.stats, { published: 1, failed: 0, queued: 0 });
@@ -100,7 +110,7 @@ export class EventPublisher {
   #idle: PromiseWithResolvers<void> | undefined;
   #closed = false;
   #abort = new AbortController();
-  #transport: (Transport & { close?(): Promise<void> }) | undefined;
+  #client: TtrpcWireClient | undefined;
   #worker: Promise<void>;
   #stats: PublisherStats = { published: 0, failed: 0, queued: 0 };
 
@@ -116,13 +126,13 @@ export class EventPublisher {
   }
 
   /** Queues an event; never blocks and never throws for transport problems. */
-  publish<Desc extends DescMessage>(
+  publish<K extends TaskEventType>(
     topic: string,
-    schema: Desc,
-    message: MessageInitShape<Desc>,
+    type: K,
+    message: WireInit<ShimWireTypes[K]>,
   ): void {
     if (this.#closed) return;
-    const e: QueuedEvent = { topic, event: packAny(schema, message), timestamp: new Date() };
+    const e: QueuedEvent = { topic, event: packShimAny(type, message), timestamp: new Date() };
     if (this.#queue.length >= this.#opts.maxQueue) {
       const dropped = this.#queue.shift()!;
       this.#stats.failed++;
@@ -152,7 +162,7 @@ export class EventPublisher {
     this.#abort.abort();
     this.#wake?.();
     await this.#worker;
-    await this.#transport?.close?.();
+    await this.#client?.close();
   }
 
   async #run(): Promise<void> {
@@ -174,13 +184,15 @@ export class EventPublisher {
     const started = Date.now();
     for (let attempt = 1;; attempt++) {
       try {
-        const transport = this.#transport ??= (this.#opts.transport ?? defaultTransport)(
-          this.#opts.address,
-        );
-        await createClient(Events, transport).forward(
+        const client = this.#client ??= new TtrpcWireClient({ path: this.#opts.address });
+        await client.call(
+          EVENTS_SERVICE.typeName,
+          FORWARD.name,
+          FORWARD_REQUEST,
+          FORWARD_RESPONSE,
           {
             envelope: {
-              timestamp: timestampFromDate(e.timestamp),
+              timestamp: timestampOf(e.timestamp),
               namespace: this.#opts.namespace,
               topic: e.topic,
               event: e.event,
@@ -208,17 +220,13 @@ export class EventPublisher {
           error: ce.message,
           attempt,
         });
-        const t = this.#transport;
-        this.#transport = undefined;
-        await t?.close?.().catch(() => {});
+        const c = this.#client;
+        this.#client = undefined;
+        await c?.close();
         await sleep(Math.min(250 * attempt, 2_000), this.#abort.signal);
       }
     }
   }
-}
-
-function defaultTransport(address: string): Transport & { close?(): Promise<void> } {
-  return createTtrpcTransport({ path: address.replace(/^unix:\/\//, "") });
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {

@@ -15,8 +15,7 @@
  * @module
  */
 
-import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { TaskExitSchema } from "../../../proto/gen/containerd/events/task_pb.ts";
+import { timestampOf } from "../../../proto/shim_wire.ts";
 import type { EventPublisher } from "./events.ts";
 import { ExitWindow, isExitOf } from "./exit_window.ts";
 import type { Logger } from "../logger.ts";
@@ -297,12 +296,12 @@ export class ExitRouter {
 
   #publishExit(c: RoutedContainer, p: ShimProcess): void {
     const exit = p.exit!;
-    this.#d.events.publish("/tasks/exit", TaskExitSchema, {
+    this.#d.events.publish("/tasks/exit", "containerd.events.TaskExit", {
       containerId: c.id,
       id: p.id,
       pid: p.pid,
       exitStatus: exit.status,
-      exitedAt: timestampFromDate(exit.exitedAt),
+      exitedAt: timestampOf(exit.exitedAt),
     });
     this.#d.logger.debug("process exited", { id: c.id, exec: p.execId, status: exit.status });
   }

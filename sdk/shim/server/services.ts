@@ -6,10 +6,10 @@
  * @module
  */
 
-import { createServiceImplSpec } from "@connectrpc/connect";
-import { Task as TaskV2 } from "../../../proto/gen/containerd/task/v2/shim_pb.ts";
+import { createServiceImplSpec, type HandlerContext } from "@connectrpc/connect";
 import type { Sandbox } from "../../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts";
-import type { TtrpcServer } from "../../ttrpc/server.ts";
+import { shimCodec, TASK_SERVICE } from "../../../proto/shim_wire.ts";
+import type { TtrpcServer, WireMethod } from "../../ttrpc/server.ts";
 import type { ShimFlags } from "../boot/flags.ts";
 import { formatTaskApiEndpoint, type TaskApiEndpoint } from "../endpoint.ts";
 import type { Logger } from "../logger.ts";
@@ -102,10 +102,8 @@ export function registerServices<T extends object>(
       setTimeout(() => d.shutdown("Shutdown"), 0);
     },
   });
-  server.register(
-    createServiceImplSpec<typeof TaskV2>(TaskV2, tasks.impl()),
-    ...TASK_SERVICE_NAMES,
-  );
+  // The Task API from wire codecs: a cold server evaluates no protobuf-es descriptor.
+  server.registerWire(TASK_SERVICE.typeName, taskMethods(tasks.impl()), ...TASK_SERVICE_NAMES);
   server.registerLazy(async () => {
     const [{ Sandbox }, { SandboxService }] = await Promise.all([
       import("../../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts"),
@@ -129,4 +127,24 @@ export function registerServices<T extends object>(
     options: () => inherited,
     claimed: () => tasks.containers.size > 0 || (sandboxes?.size ?? 0) > 0,
   };
+}
+
+/**
+ * The Task API's methods, each with its codecs and its handler in `impl`.
+ *
+ * @example Usage
+ * ```ts ignore
+ * server.registerWire(TASK_SERVICE.typeName, taskMethods(tasks.impl()), ...TASK_SERVICE_NAMES);
+ * ```
+ */
+export function taskMethods(impl: ReturnType<TaskService<object>["impl"]>): WireMethod[] {
+  return Object.entries(TASK_SERVICE.methods).map(([local, m]) => {
+    const handler = impl[local as keyof typeof impl] as (r: never, c: HandlerContext) => unknown;
+    return {
+      name: m.name,
+      input: shimCodec(m.input),
+      output: shimCodec(m.output),
+      impl: (request, context) => handler(request as never, context),
+    };
+  });
 }

@@ -9,9 +9,7 @@
  */
 
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { Any } from "@bufbuild/protobuf/wkt";
-import { fromBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { Task } from "../../../proto/gen/containerd/task/v2/shim_pb.ts";
 import type {
@@ -33,21 +31,13 @@ import type {
   UpdateTaskRequest,
   WaitRequest,
 } from "../../../proto/gen/containerd/task/v2/shim_pb.ts";
-import { Status } from "../../../proto/gen/containerd/types/task/task_pb.ts";
-import {
-  TaskPausedSchema,
-  TaskResumedSchema,
-} from "../../../proto/gen/containerd/events/task_pb.ts";
-import {
-  CheckpointOptionsSchema,
-  ProcessDetailsSchema,
-} from "../../../proto/gen/containerd/runc/v1/oci_pb.ts";
+import type { Status } from "../../../proto/gen/containerd/types/task/task_pb.ts";
+import { packShimAny, shimCodec, timestampOf } from "../../../proto/shim_wire.ts";
 import { abortable } from "./abortable.ts";
 import type { Container } from "./container.ts";
 import { createContainer } from "./create.ts";
 import type { EventPublisher } from "./events.ts";
 import { ExitRouter } from "./exits.ts";
-import { packAny } from "../../../proto/any.ts";
 import type { Logger } from "../logger.ts";
 import { resolveOptions } from "../options.ts";
 import type { ShimPlatform } from "./platform.ts";
@@ -99,7 +89,7 @@ export interface TaskServiceDeps<T extends object> {
  * @example Usage
  * ```ts ignore
  * const svc = new TaskService({ shim, platform, events, logger, namespace, onShutdown });
- * server.register(createServiceImplSpec(TaskV2, svc.impl()), "containerd.task.v2.Task", "containerd.task.v3.Task");
+ * server.registerWire("containerd.task.v2.Task", taskMethods(svc.impl()), "containerd.task.v3.Task"); // see services.ts
  * ```
  */
 export class TaskService<T extends object> {
@@ -181,7 +171,7 @@ export class TaskService<T extends object> {
       stderr: p.stdio.stderr,
       terminal: p.stdio.terminal,
       exitStatus: p.exit?.status ?? 0,
-      ...(p.exit ? { exitedAt: timestampFromDate(p.exit.exitedAt) } : {}),
+      ...(p.exit ? { exitedAt: timestampOf(p.exit.exitedAt) } : {}),
       execId: p.execId,
     };
   }
@@ -246,7 +236,9 @@ export class TaskService<T extends object> {
     const pids = await this.#container(r.id).pids();
     return {
       processes: pids.map(({ pid, execId }) =>
-        execId ? { pid, info: packAny(ProcessDetailsSchema, { execId }) } : { pid }
+        execId
+          ? { pid, info: packShimAny("containerd.runc.v1.ProcessDetails", { execId }) }
+          : { pid }
       ),
     };
   }
@@ -268,7 +260,7 @@ export class TaskService<T extends object> {
       throw e;
     }
     c.init.setPaused("paused");
-    this.#d.events.publish("/tasks/paused", TaskPausedSchema, { containerId: c.id });
+    this.#d.events.publish("/tasks/paused", "containerd.events.TaskPaused", { containerId: c.id });
     return {};
   }
 
@@ -283,7 +275,9 @@ export class TaskService<T extends object> {
     }
     await c.runtime.resume(c.id);
     c.init.setPaused("running");
-    this.#d.events.publish("/tasks/resumed", TaskResumedSchema, { containerId: c.id });
+    this.#d.events.publish("/tasks/resumed", "containerd.events.TaskResumed", {
+      containerId: c.id,
+    });
     return {};
   }
 
@@ -353,7 +347,7 @@ export class TaskService<T extends object> {
   async wait(r: WaitRequest, ctx?: HandlerContext): Promise<Out<"wait">> {
     const p = this.#container(r.id).process(r.execId);
     const exit = await abortable(p.exited, ctx?.signal);
-    return { exitStatus: exit.status, exitedAt: timestampFromDate(exit.exitedAt) };
+    return { exitStatus: exit.status, exitedAt: timestampOf(exit.exitedAt) };
   }
 
   /** Statistics of the container (its cgroup's, or its runtime's own). */
@@ -374,19 +368,20 @@ export class TaskService<T extends object> {
   }
 }
 
+/**
+ * `containerd.v1.types.Status` by process state. Numbers, as on the wire: the generated enum is
+ * a value in a descriptor module the server does not load.
+ */
+const STATUS: Record<ShimProcess["state"], Status> = {
+  created: 1 as Status,
+  running: 2 as Status,
+  stopped: 3 as Status,
+  paused: 4 as Status,
+  pausing: 5 as Status,
+};
+
 function statusOf(p: ShimProcess): Status {
-  switch (p.state) {
-    case "created":
-      return Status.CREATED;
-    case "running":
-      return Status.RUNNING;
-    case "pausing":
-      return Status.PAUSING;
-    case "paused":
-      return Status.PAUSED;
-    case "stopped":
-      return Status.STOPPED;
-  }
+  return STATUS[p.state];
 }
 
 function decodeJsonAny(any: Any | undefined, what: string): unknown {
@@ -403,7 +398,7 @@ function decodeJsonAny(any: Any | undefined, what: string): unknown {
 
 function decodeCheckpointOptions(any: Any) {
   try {
-    return fromBinary(CheckpointOptionsSchema, any.value);
+    return shimCodec("containerd.runc.v1.CheckpointOptions").decode(any.value);
   } catch (e) {
     throw new ConnectError(
       `checkpoint options of type "${any.typeUrl}" do not decode: ${(e as Error).message}`,

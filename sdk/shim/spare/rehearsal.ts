@@ -11,11 +11,11 @@
  * @module
  */
 
-import { createClient, createServiceImplSpec } from "@connectrpc/connect";
-import { Task } from "../../../proto/gen/containerd/task/v2/shim_pb.ts";
-import { Events } from "../../../proto/gen/containerd/services/events/ttrpc/v1/events_pb.ts";
+import { EVENTS_SERVICE, shimCodec, TASK_SERVICE } from "../../../proto/shim_wire.ts";
+import type { WireInit } from "../../../proto/wire_table.ts";
 import { TtrpcServer } from "../../ttrpc/server.ts";
-import { createTtrpcTransport } from "../../ttrpc/transport.ts";
+import { TtrpcWireClient } from "../../ttrpc/wire_client.ts";
+import { taskMethods } from "../server/services.ts";
 import type { Reaper } from "../../linux/reaper.ts";
 import { EventPublisher } from "../server/events.ts";
 import { Logger } from "../logger.ts";
@@ -102,7 +102,13 @@ async function run<T extends object>(
 
   // containerd's side of event forwarding.
   const events = new TtrpcServer();
-  events.register(createServiceImplSpec<typeof Events>(Events, { forward: () => ({}) }));
+  const forward = EVENTS_SERVICE.methods.forward;
+  events.registerWire(EVENTS_SERVICE.typeName, [{
+    name: forward.name,
+    input: shimCodec(forward.input),
+    output: shimCodec(forward.output),
+    impl: () => ({}),
+  }]);
   await events.listen(`${work}/events.sock`);
   closers.push(() => events.close({ timeoutMs: 500 }));
   const publisher = new EventPublisher({ address: `${work}/events.sock`, namespace: "rehearsal" });
@@ -120,28 +126,31 @@ async function run<T extends object>(
   });
   closers.push(() => tasks.close());
   const server = new TtrpcServer({ requireSameUser: true });
-  server.register(
-    createServiceImplSpec<typeof Task>(Task, tasks.impl()),
-    "containerd.task.v2.Task",
-  );
+  server.registerWire(TASK_SERVICE.typeName, taskMethods(tasks.impl()));
   await server.listen(`${work}/task.sock`);
   closers.push(() => server.close({ timeoutMs: 500 }));
   closers.push(() => {
     if (initPid > 0) platform.kill(initPid, 9);
   });
 
-  const transport = createTtrpcTransport({ path: `${work}/task.sock` });
-  closers.push(() => transport.close());
-  const task = createClient(Task, transport);
+  const client = new TtrpcWireClient({ path: `${work}/task.sock` });
+  closers.push(() => client.close());
+  type Methods = typeof TASK_SERVICE.methods;
+  const call = <M extends keyof Methods>(m: M, req: WireInit<unknown>) => {
+    const { name, input, output } = TASK_SERVICE.methods[m];
+    return client.call(TASK_SERVICE.typeName, name, shimCodec(input), shimCodec(output), req);
+  };
   const id = "rehearsal";
   const bundle = `${work}/bundle`;
-  await step(() => task.create({ id, bundle, stdin: "", stdout: "", stderr: "", terminal: false }));
-  await step(() => task.connect({ id }));
-  await step(() => task.start({ id }));
-  await step(() => task.wait({ id }));
-  await step(() => task.state({ id }));
-  await step(() => task.delete({ id }));
-  await step(() => task.shutdown({ id }));
+  await step(() =>
+    call("create", { id, bundle, stdin: "", stdout: "", stderr: "", terminal: false })
+  );
+  await step(() => call("connect", { id }));
+  await step(() => call("start", { id }));
+  await step(() => call("wait", { id }));
+  await step(() => call("state", { id }));
+  await step(() => call("delete", { id }));
+  await step(() => call("shutdown", { id }));
   await step(() => publisher.flush(1_000));
 }
 
