@@ -91,6 +91,8 @@ class FakePlatform implements ShimPlatform {
   execPids: number[] = [];
   /** When set, the runtime's exec waits for it and then fails. */
   execGate: Promise<void> | undefined;
+  /** What each process's output drain waits for (its copies' end); done at once by default. */
+  outputDone: Promise<void> = Promise.resolve();
   /** Runs inside the runtime's create/exec, once the new process has its pid. */
   duringStart: ((pid: number) => void) | undefined;
   /** Clock ticks since boot; every new process starts one tick later than the last. */
@@ -124,6 +126,7 @@ class FakePlatform implements ShimPlatform {
     return () => this.#listeners.delete(l);
   }
   openIo() {
+    const outputDone = () => this.outputDone;
     return Promise.resolve({
       io: {
         terminal: false,
@@ -134,7 +137,11 @@ class FakePlatform implements ShimPlatform {
       ready: () => Promise.resolve(),
       handle: {
         closeStdin: () => Promise.resolve(),
-        drain: () => Promise.resolve(),
+        drain: async (ms?: number) => {
+          let timer: ReturnType<typeof setTimeout> | undefined;
+          await Promise.race([outputDone(), new Promise((r) => timer = setTimeout(r, ms))]);
+          clearTimeout(timer);
+        },
         close: () => Promise.resolve(),
       },
     });
@@ -242,6 +249,37 @@ Deno.test("TaskService restores a task created from a checkpoint at Start, as th
       bare.svc.create(create(CreateTaskRequestSchema, { id: "c2", bundle, checkpoint: "/ckpt" })),
       code(Code.Unimplemented),
     );
+  });
+});
+
+Deno.test("TaskService holds a reaped exit until the process's output has landed (bounded)", async () => {
+  await withBundle(async (bundle) => {
+    const { svc, platform, events } = setup();
+    // The output copy (a terminal's last line, read from the pty after the exit) is still going.
+    const output = Promise.withResolvers<void>();
+    platform.outputDone = output.promise;
+    const { pid } = await svc.create(create(CreateTaskRequestSchema, { id: "c1", bundle }));
+    await svc.start({ id: "c1", execId: "" } as never);
+    let waited = false;
+    const w = svc.wait({ id: "c1", execId: "" } as never).then((r) => (waited = true, r));
+    platform.exit(pid!, 3);
+    // containerd's client closes its FIFOs once it has the exit: neither Wait nor the event may
+    // go out before the copy ends (several turns of the event loop, a timer's included).
+    for (let i = 0; i < 5; i++) await new Promise((r) => setTimeout(r, 0));
+    assert.equal(waited, false, "Wait answered before the output landed");
+    assert.deepEqual(events, ["/tasks/create", "/tasks/start"]);
+    output.resolve();
+    assert.equal((await w).exitStatus, 3);
+    assert.deepEqual(events, ["/tasks/create", "/tasks/start", "/tasks/exit"]);
+
+    // Output held open by something else (a child left behind): the exit still goes out.
+    const held = setup();
+    held.platform.outputDone = new Promise(() => {});
+    const c2 = await held.svc.create(create(CreateTaskRequestSchema, { id: "c2", bundle }));
+    await held.svc.start({ id: "c2", execId: "" } as never);
+    held.platform.exit(c2.pid!, 4);
+    assert.equal((await held.svc.wait({ id: "c2", execId: "" } as never)).exitStatus, 4);
+    assert.deepEqual(held.events, ["/tasks/create", "/tasks/start", "/tasks/exit"]);
   });
 });
 

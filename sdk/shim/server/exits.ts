@@ -37,6 +37,12 @@ const REAPED_FALLBACK_MS = 2_000;
 const OUTPUT_BEFORE_EXIT_MS = 2_000;
 
 /**
+ * The same for a reaped exit (runc, crun). The output's copy is local and normally ends within
+ * a turn or two of the exit; shorter, since an exec's child left holding its pipes is common.
+ */
+const OUTPUT_BEFORE_REAPED_EXIT_MS = 500;
+
+/**
  * A container as exit routing sees it (`Container` satisfies it): its processes, its runtime
  * (to kill what outlives the init) and the state the init's exit waits on.
  */
@@ -237,14 +243,12 @@ export class ExitRouter {
       }
     }
     const exit = { status, exitedAt: new Date() };
-    // containerd's client closes its FIFOs as soon as it has the exit (ctr's task Delete cancels
-    // its copies), so output still on its way is lost. A runtime that carries the output itself
-    // (an agent's stream calls) races its exit report against the last bytes: let them land.
-    await p.io?.drain(OUTPUT_BEFORE_EXIT_MS).catch(() => {});
-    if (p.execId === "") return await this.initExited(c, exit);
+    // A runtime that carries the output itself (an agent's stream calls) races its exit report
+    // against the last bytes: they get longer to land than a local copy.
+    if (p.execId === "") return await this.initExited(c, exit, OUTPUT_BEFORE_EXIT_MS);
     if (this.#claimed.has(p)) return;
     this.#claimed.add(p);
-    await this.#execExited(c, p, exit);
+    await this.#execExited(c, p, exit, OUTPUT_BEFORE_EXIT_MS);
   }
 
   #reapedAside(p: ShimProcess): PromiseWithResolvers<ReapedExit> {
@@ -253,8 +257,14 @@ export class ExitRouter {
     return aside;
   }
 
-  async #execExited(c: RoutedContainer, p: ShimProcess, exit: ProcessExitInfo): Promise<void> {
+  async #execExited(
+    c: RoutedContainer,
+    p: ShimProcess,
+    exit: ProcessExitInfo,
+    outputWaitMs = OUTPUT_BEFORE_REAPED_EXIT_MS,
+  ): Promise<void> {
     await p.startSettled();
+    await outputLanded(p, outputWaitMs);
     p.markExited(exit);
     this.#publishExit(c, p);
   }
@@ -266,8 +276,13 @@ export class ExitRouter {
    *
    * @param c the container
    * @param exit how its init ended
+   * @param outputWaitMs longest its output may still take to land (see {@link outputLanded})
    */
-  async initExited(c: RoutedContainer, exit: ProcessExitInfo): Promise<void> {
+  async initExited(
+    c: RoutedContainer,
+    exit: ProcessExitInfo,
+    outputWaitMs: number = OUTPUT_BEFORE_REAPED_EXIT_MS,
+  ): Promise<void> {
     // Reported once; a second report (a late one) changes nothing.
     if (c.exitReported) return;
     c.exitReported = true;
@@ -289,6 +304,7 @@ export class ExitRouter {
       ]);
     }
     await killsAnswered(c);
+    await outputLanded(p, outputWaitMs);
     p.markExited(exit);
     // The init's exit is always the last exit published for a container.
     this.#publishExit(c, p);
@@ -305,6 +321,16 @@ export class ExitRouter {
     });
     this.#d.logger.debug("process exited", { id: c.id, exec: p.execId, status: exit.status });
   }
+}
+
+/**
+ * Waits (at most `ms`) for `p`'s output copies to end before its exit is seen: containerd's
+ * client closes its FIFOs as soon as it has the exit, by Wait or by the event (ctr's task Delete
+ * cancels its copies; in containerd 2.x that closes the FIFOs' read ends), so output still on
+ * its way is lost. A terminal's last line, read from the pty after the exit, raced it.
+ */
+async function outputLanded(p: ShimProcess, ms: number): Promise<void> {
+  await p.io?.drain(ms).catch(() => {});
 }
 
 /**
