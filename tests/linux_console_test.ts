@@ -1,11 +1,11 @@
 import assert from "node:assert/strict";
 import { integrationTest } from "./_integration.ts";
 import { ConsoleSocket } from "../sdk/linux/console.ts";
-import { libc } from "../sdk/linux/libc.ts";
+import { preloadLibc } from "../sdk/linux/libc.ts";
 import { Reaper } from "../sdk/linux/reaper.ts";
 import { busyboxBundle, deadline, run } from "./linux_support_test.ts";
 
-libc(); // loaded once per file, so resource sanitizers see no new library
+preloadLibc(); // bound once per file, so resource sanitizers see no new library
 
 integrationTest(
   "ConsoleSocket.receiveMaster() gets runc's pty: output, resize and exit status",

@@ -1,11 +1,11 @@
 import assert from "node:assert/strict";
 import { integrationTest } from "./_integration.ts";
-import { libc } from "../sdk/linux/libc.ts";
+import { preloadLibc } from "../sdk/linux/libc.ts";
 import { watchOom, watchOomV2At } from "../sdk/linux/oom.ts";
 import { cgroupVersion } from "../sdk/linux/cgroups.ts";
 import { busyboxBundle, deadline, run } from "./linux_support_test.ts";
 
-libc(); // loaded once per file, so resource sanitizers see no new library
+preloadLibc(); // bound once per file, so resource sanitizers see no new library
 
 Deno.test("watchOomV2At() reports each oom_kill increase and stops when the cgroup goes", async () => {
   const dir = await Deno.makeTempDir({ prefix: "skiff-oom-test-" });

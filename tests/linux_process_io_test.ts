@@ -1,12 +1,12 @@
 import assert from "node:assert/strict";
 import { integrationTest } from "./_integration.ts";
-import { libc, mkfifo } from "../sdk/linux/libc.ts";
+import { mkfifo, preloadLibc } from "../sdk/linux/libc.ts";
 import { ProcessIo } from "../sdk/linux/process_io.ts";
 import { parseOutputTarget } from "../sdk/linux/stdio_uri.ts";
 import { ConsoleSocket } from "../sdk/linux/console.ts";
 import { busyboxBundle, deadline, run } from "./linux_support_test.ts";
 
-libc(); // loaded once per file, so resource sanitizers see no new library
+preloadLibc(); // bound once per file, so resource sanitizers see no new library
 
 const ctx = { containerId: "c1", namespace: "ns1" };
 const enc = new TextEncoder();

@@ -1,12 +1,12 @@
 import assert from "node:assert/strict";
 import { integrationTest } from "./_integration.ts";
-import { decodeWaitStatus, kill, libc } from "../sdk/linux/libc.ts";
+import { decodeWaitStatus, kill, preloadLibc } from "../sdk/linux/libc.ts";
 import { type ProcessExit, Reaper } from "../sdk/linux/reaper.ts";
 import { bootTicks, processStartTime, processState } from "../sdk/linux/proc_stat.ts";
 import { deadline } from "./linux_support_test.ts";
 
 const sanitize = { sanitizeOps: true, sanitizeResources: true };
-libc(); // loaded once for the whole file, so the resource sanitizer sees no new library
+preloadLibc(); // bound once for the whole file, so the resource sanitizer sees no new library
 
 /** Starts `script` in a background sh that the outer sh abandons; returns the orphan's pid. */
 async function orphan(reaper: Reaper, script: string): Promise<number> {

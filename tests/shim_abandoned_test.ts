@@ -2,10 +2,10 @@
 import assert from "node:assert/strict";
 import { exitWhenAbandoned } from "../sdk/shim/server/abandoned.ts";
 import { openLogSink } from "../sdk/shim/server/server_logger.ts";
-import { libc, mkfifo, O, open } from "../sdk/linux/libc.ts";
+import { mkfifo, O, open, preloadLibc } from "../sdk/linux/libc.ts";
 import { FdStream } from "../sdk/linux/fd_stream.ts";
 
-libc();
+preloadLibc();
 
 const tick = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

@@ -1,5 +1,5 @@
 /**
- * The one `Deno.dlopen("libc.so.6")` that skiff uses, and thin typed wrappers.
+ * The `Deno.dlopen("libc.so.6")` bindings that skiff uses, and thin typed wrappers.
  *
  * Every wrapper turns a `-1` result into an {@linkcode ErrnoError} whose message names the
  * operation and its argument. Only `poll` runs with `nonblocking: true` (in a worker thread):
@@ -45,16 +45,51 @@ const SYMBOLS = {
  * ```ts
  * import { strictEqual } from "node:assert/strict";
  * import { type Libc, libc } from "./libc.ts";
- * const symbols: Libc = libc(); // opened once, on first use
+ * const symbols: Libc = libc(); // each symbol bound on its first use
  * strictEqual(symbols.getpid(), Deno.pid);
  * ```
  */
 export type Libc = Deno.DynamicLibrary<typeof SYMBOLS>["symbols"];
 
-let lib: Deno.DynamicLibrary<typeof SYMBOLS> | undefined;
+type SymbolName = keyof typeof SYMBOLS;
+
+let table: Libc | undefined;
+/** Every library handle opened, kept reachable for the life of the process. */
+const handles: Deno.DynamicLibrary<Deno.ForeignLibraryInterface>[] = [];
 
 /**
- * The raw libc symbols, loaded on first use. Prefer the typed wrappers in this module.
+ * Binds one symbol (Deno compiles a call trampoline per bound symbol: ~0.3 ms each here, 8 ms
+ * for the whole table, most of which a process never calls). `__errno_location` is bound first,
+ * so reading errno right after a failed call never has to open anything in between.
+ */
+function bind<K extends SymbolName>(name: K): Libc[K] {
+  if (name !== "__errno_location") void libc().__errno_location;
+  const h = Deno.dlopen("libc.so.6", { [name]: SYMBOLS[name] } as Pick<typeof SYMBOLS, K>);
+  handles.push(h as unknown as Deno.DynamicLibrary<Deno.ForeignLibraryInterface>);
+  return (h.symbols as Pick<Libc, K>)[name];
+}
+
+/** A table whose entries bind themselves on first read (then are plain properties). */
+function lazyTable(): Libc {
+  const t = {} as Record<SymbolName, unknown>;
+  for (const name of Object.keys(SYMBOLS) as SymbolName[]) {
+    Object.defineProperty(t, name, {
+      configurable: true,
+      enumerable: true,
+      get() {
+        const value = bind(name);
+        Object.defineProperty(t, name, { value, enumerable: true });
+        return value;
+      },
+    });
+  }
+  return t as Libc;
+}
+
+/**
+ * The raw libc symbols, each bound on its first use (a cold server binds the handful it calls
+ * instead of all of them: docs/performance.md, "Cold server start"). Prefer the typed wrappers
+ * in this module.
  *
  * @example Usage
  * ```ts
@@ -64,8 +99,24 @@ let lib: Deno.DynamicLibrary<typeof SYMBOLS> | undefined;
  * ```
  */
 export function libc(): Libc {
-  lib ??= Deno.dlopen("libc.so.6", SYMBOLS);
-  return lib.symbols;
+  return table ??= lazyTable();
+}
+
+/**
+ * Binds every libc symbol now: for a process that waits before it works (the warm spare), and
+ * for tests whose resource sanitizer must see no library opened during a test.
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { libc, preloadLibc } from "./libc.ts";
+ * preloadLibc();
+ * strictEqual(Object.getOwnPropertyDescriptor(libc(), "getpid")?.get, undefined); // bound
+ * ```
+ */
+export function preloadLibc(): void {
+  const t = libc();
+  for (const name of Object.keys(SYMBOLS) as SymbolName[]) void t[name];
 }
 
 /** Symbolic names of the errno values skiff reports or handles. */

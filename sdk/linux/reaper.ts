@@ -73,7 +73,7 @@ const PR_SET_CHILD_SUBREAPER = 36;
  * Reaps exited children of the shim process and fans their exits out to listeners.
  *
  * Use one per process; like a listener, an open reaper keeps the event loop alive until
- * {@linkcode Reaper.close}. Spawn every `Deno.Command` the shim runs through
+ * {@linkcode Reaper.close}, from its first child on (a spawn, a SIGCHLD, a child a sweep sees). Spawn every `Deno.Command` the shim runs through
  * {@linkcode Reaper.spawn}; plain `new Deno.Command(...).output()` is still safe (Deno's pidfd
  * and the grace period protect it), only slower to tell apart.
  *
@@ -95,8 +95,11 @@ export class Reaper {
   #listeners = new Set<(exit: ProcessExit) => void>();
   #denoChildren = new Set<number>();
   #zombieSince = new Map<number, number>();
-  #onSignal = (): void => this.#schedule(0);
-  #interval: ReturnType<typeof setInterval>;
+  #onSignal = (): void => {
+    this.#watch();
+    this.#schedule(0);
+  };
+  #interval: ReturnType<typeof setInterval> | undefined;
   #timer: ReturnType<typeof setTimeout> | undefined;
   #closed = false;
 
@@ -104,9 +107,19 @@ export class Reaper {
     this.#options = options;
     if (options.subreaper) prctl(PR_SET_CHILD_SUBREAPER, 1);
     Deno.addSignalListener("SIGCHLD", this.#onSignal);
-    // Ref'd on purpose, like a listening socket: an open reaper keeps the process alive.
-    this.#interval = setInterval(() => this.sweep(), options.sweepIntervalMs);
     this.sweep();
+  }
+
+  /**
+   * Starts the periodic sweep, once there is a child to watch (a spawn, a SIGCHLD, a child seen
+   * by a sweep): a process's first timer makes Deno load its Node-compatible timers (10-17 ms
+   * here), which a cold server would otherwise pay before it listens (docs/performance.md,
+   * "Cold server start"). A coalesced SIGCHLD still delivers one, so no child goes unwatched.
+   * Ref'd on purpose, like a listening socket: a reaper with children keeps the process alive.
+   */
+  #watch(): void {
+    if (this.#closed || this.#interval !== undefined) return;
+    this.#interval = setInterval(() => this.sweep(), this.#options.sweepIntervalMs);
   }
 
   /**
@@ -148,6 +161,7 @@ export class Reaper {
     const child = cmd.spawn();
     const pid = child.pid;
     this.#denoChildren.add(pid);
+    this.#watch();
     const forget = (): void => {
       this.#denoChildren.delete(pid);
     };
@@ -160,7 +174,7 @@ export class Reaper {
     if (this.#closed) return;
     this.#closed = true;
     Deno.removeSignalListener("SIGCHLD", this.#onSignal);
-    clearInterval(this.#interval);
+    if (this.#interval !== undefined) clearInterval(this.#interval);
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     if (this.#options.subreaper) prctl(PR_SET_CHILD_SUBREAPER, 0);
     this.#listeners.clear();
@@ -183,7 +197,9 @@ export class Reaper {
   sweep(): void {
     if (this.#closed) return;
     const now = Date.now();
-    const zombies = listChildren().filter((pid) => processState(pid) === "Z");
+    const children = listChildren();
+    if (children.length > 0) this.#watch();
+    const zombies = children.filter((pid) => processState(pid) === "Z");
     for (const pid of this.#zombieSince.keys()) {
       if (!zombies.includes(pid)) this.#zombieSince.delete(pid);
     }

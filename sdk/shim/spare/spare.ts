@@ -180,14 +180,14 @@ async function preload(
     import("../server/serve.ts"),
     loadExtensions(),
   ]);
-  const [{ libc }, { Reaper }] = await Promise.all([
+  const [{ preloadLibc }, { Reaper }] = await Promise.all([
     import("../../linux/libc.ts"),
     import("../../linux/reaper.ts"),
     import("../../linux/oom.ts"), // every container's Create loads it (linux_platform.ts)
   ]);
   // The server's reaper (the subreaper flag, SIGCHLD, the sweep), ready before any handoff.
   const reaper = Reaper.start();
-  libc(); // dlopen now, not when the server first opens its log FIFO
+  preloadLibc(); // bound now, not when the server first calls them
   void Deno.Command; // Deno loads its process module on first use: now, not at the first runc
   const { rehearse } = await import("./rehearsal.ts");
   // containerd's version decides the format of `start`'s answer (1.7+ pass GRPC_ADDRESS); asked

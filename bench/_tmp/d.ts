@@ -1,0 +1,1 @@
+export { shimCodec } from "../../proto/shim_wire.ts";

@@ -1,0 +1,1 @@
+export { TtrpcServer } from "../../sdk/ttrpc/server.ts";

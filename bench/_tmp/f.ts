@@ -1,0 +1,1 @@
+export { statusFromError } from "../../sdk/ttrpc/status.ts";
