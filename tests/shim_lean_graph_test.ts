@@ -19,7 +19,7 @@ const SHARED = [
   "sdk/shim/options.ts",
   "sdk/shim/endpoint.ts",
   "sdk/shim/logger.ts",
-  "sdk/shim/status_error.ts",
+  "sdk/ttrpc/status_error.ts",
   // The OCI CLI adapter (one file until the split, the same code) and OciShim: `delete` runs
   // a runtime command; in the default bundle install they share the entry's chunk.
   "sdk/oci/cli.ts",
@@ -153,14 +153,15 @@ for (const example of EXAMPLES) {
 Deno.test("the allow-list check catches a heavy import (it is not vacuous)", async () => {
   const modules = await graph("sdk/shim/server/serve.ts");
   const loaded = evaluated(modules, [new URL("sdk/shim/server/serve.ts", ROOT).href]);
-  assert.ok(loaded.has("npm:@connectrpc/connect"), [...loaded].join("\n"));
-  // The Sandbox API's lazy import, followed, brings a generated descriptor.
+  assert.ok(loaded.has("sdk/ttrpc/server.ts"), [...loaded].join("\n"));
+  // The Sandbox API's lazy import, followed, brings Connect and a generated descriptor.
   const lazy = evaluated(
     modules,
     [new URL("sdk/shim/server/serve.ts", ROOT).href],
     "sdk/shim/server/services.ts",
   );
   assert.ok([...lazy].some((m) => GENERATED_DESCRIPTOR.test(m)), [...lazy].join("\n"));
+  assert.ok(lazy.has("npm:@connectrpc/connect"), [...lazy].join("\n"));
 });
 
 /** protobuf-es's generated files: evaluating one boots its reflection (~25 ms, ~1.5 MiB). */
@@ -200,6 +201,25 @@ for (const example of EXAMPLES) {
     assert.ok(loaded.has("sdk/linux/cgroup_stats_v2.ts"), "the graph reaches Stats");
     assert.ok(loaded.has("proto/gen/wire/shim_wire.ts"), "the server uses the wire tables");
     assert.deepEqual([...loaded].filter((m) => GENERATED_DESCRIPTOR.test(m)), []);
+  });
+  // Nor, before its first call, Connect or protobuf-es's root: either brings the root's barrel,
+  // which in the installed (code-split) bundle shares one chunk with the descriptor boot that the
+  // lazily loaded Sandbox API needs, so the server would evaluate that boot at start
+  // (docs/performance.md, "The barrel").
+  Deno.test(`${example}: the server starts without Connect or protobuf-es's root`, async () => {
+    const modules = await graph(example);
+    const roots = [
+      "sdk/shim/server/serve.ts",
+      "sdk/shim/spare/spare.ts",
+      "sdk/shim/spare/rehearsal.ts",
+      example,
+    ];
+    const loaded = evaluated(modules, roots.map((m) => new URL(m, ROOT).href));
+    assert.ok(loaded.has("sdk/ttrpc/_server_connection.ts"), "the graph reaches the server");
+    assert.deepEqual(
+      [...loaded].filter((m) => /^npm:@connectrpc\/connect$|^npm:@bufbuild\/protobuf$/.test(m)),
+      [],
+    );
   });
 }
 

@@ -1,8 +1,8 @@
 // The light errors the short-lived actions share with the server are Connect's to Connect.
 import assert from "node:assert/strict";
 import { Code as ConnectCode, ConnectError } from "@connectrpc/connect";
-import { Code, statusError } from "../sdk/shim/status_error.ts";
-import { statusFromError } from "../sdk/ttrpc/status.ts";
+import { Code, statusError } from "../sdk/ttrpc/status_error.ts";
+import { statusOf as statusFromError } from "../sdk/ttrpc/status.ts";
 
 Deno.test("statusError() is a ConnectError to Connect: instanceof, from(), code and message", () => {
   const cause = new Error("runc said no");

@@ -3,7 +3,7 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { StatusSchema } from "../proto/gen/google/rpc/status_pb.ts";
 import { KeyValueSchema } from "../proto/gen/ttrpc/request_pb.ts";
-import { errorFromStatus, statusFromError } from "../sdk/ttrpc/status.ts";
+import { errorFromStatus, statusFromError } from "../sdk/ttrpc/status_connect.ts";
 
 Deno.test("statusFromError() keeps a ConnectError's code and raw message", () => {
   const s = statusFromError(new ConnectError("container c1 not found", Code.NotFound));

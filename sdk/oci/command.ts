@@ -8,7 +8,7 @@
  * @module
  */
 
-import { Code, statusError } from "../shim/status_error.ts";
+import { Code, statusError } from "../ttrpc/status_error.ts";
 import { isNotExist, OciRuntimeError } from "./errors.ts";
 import type { OciRuntimeCliOptions, ProcessStdio, SpawnFn, StdioMode } from "./options.ts";
 import { firstJsonValue, lastLogError, logSize, tail } from "./runtime_log.ts";

@@ -8,7 +8,7 @@
 
 import type { ConnectError } from "@connectrpc/connect";
 // Light Connect-shaped errors: `delete` and `-info` build this runtime without loading Connect.
-import { Code, isStatusError, statusError } from "../shim/status_error.ts";
+import { Code, isStatusError, statusError } from "../ttrpc/status_error.ts";
 
 /**
  * Details of a failed runtime command.

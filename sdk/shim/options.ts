@@ -30,7 +30,7 @@ import type { MessageCodec } from "../../proto/schema_codec.ts";
 import { parseTaskApiEndpoint, type TaskApiEndpoint } from "./endpoint.ts";
 // Light errors and wire-level decoders: `-info` resolves options without Connect or
 // protobuf-es's reflection (docs/architecture.md, "What each process loads").
-import { Code, statusError } from "./status_error.ts";
+import { Code, statusError } from "../ttrpc/status_error.ts";
 
 /** The bare type name of containerd's runc options. */
 export const RUNC_OPTIONS_TYPE = "containerd.runc.v1.Options";

@@ -5,7 +5,7 @@
  * @module
  */
 
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code, statusError } from "./status_error.ts";
 import type { Response } from "../../proto/gen/ttrpc/request_pb.ts";
 import { shimCodec } from "../../proto/shim_wire.ts";
 import {
@@ -68,7 +68,7 @@ export class ClientConnection {
     this.#nextId = firstStreamId;
     this.#writer = new FrameWriter(conn, (err) => {
       const msg = err instanceof Error ? err.message : String(err);
-      this.close(new ConnectError(`ttrpc write to ${label} failed: ${msg}`, Code.Unavailable));
+      this.close(statusError(`ttrpc write to ${label} failed: ${msg}`, Code.Unavailable));
     });
     void this.#readLoop();
   }
@@ -90,14 +90,14 @@ export class ClientConnection {
   call(req: CallRequest, signal: AbortSignal): Promise<Response> {
     if (!this.usable) {
       return Promise.reject(
-        new ConnectError(`ttrpc connection to ${this.#label} is closed`, Code.Unavailable),
+        statusError(`ttrpc connection to ${this.#label} is closed`, Code.Unavailable),
       );
     }
     if (signal.aborted) return Promise.reject(signal.reason);
     const bytes = REQUEST.encode(req);
     if (bytes.length > MAX_PAYLOAD_LENGTH) {
       return Promise.reject(
-        new ConnectError(
+        statusError(
           `message length ${bytes.length} exceed maximum message size of ${MAX_PAYLOAD_LENGTH}`,
           Code.ResourceExhausted,
         ),
@@ -146,7 +146,7 @@ export class ClientConnection {
   /** A connection out of ids closes once its last call is answered. */
   #retireIfDone(): void {
     if (this.#nextId > MAX_STREAM_ID && this.#pending.size === 0) {
-      this.close(new ConnectError(`ttrpc connection to ${this.#label} retired`, Code.Unavailable));
+      this.close(statusError(`ttrpc connection to ${this.#label} retired`, Code.Unavailable));
     }
   }
 
@@ -163,7 +163,7 @@ export class ClientConnection {
       cause = err instanceof Error ? err.message : String(err);
     }
     this.close(
-      new ConnectError(`ttrpc connection to ${this.#label} lost: ${cause}`, Code.Unavailable),
+      statusError(`ttrpc connection to ${this.#label} lost: ${cause}`, Code.Unavailable),
     );
   }
 
@@ -177,7 +177,7 @@ export class ClientConnection {
     this.#pending.delete(id);
     if (frame.oversized) {
       waiter.reject(
-        new ConnectError(
+        statusError(
           `message length ${frame.header.length} exceed maximum message size of ${MAX_PAYLOAD_LENGTH}`,
           Code.ResourceExhausted,
         ),
@@ -188,7 +188,7 @@ export class ClientConnection {
       } catch (err) {
         const msg = err instanceof Error ? err.message : String(err);
         waiter.reject(
-          new ConnectError(`ttrpc response on stream ${id} does not decode: ${msg}`, Code.Internal),
+          statusError(`ttrpc response on stream ${id} does not decode: ${msg}`, Code.Internal),
         );
       }
     }

@@ -8,15 +8,15 @@
  */
 
 import type { DescMethod, DescService } from "@bufbuild/protobuf";
-import {
-  Code,
-  ConnectError,
-  createHandlerContext,
-  type HandlerContext,
-  type Interceptor,
-  type UnaryRequest,
-  type UnaryResponse,
+import type {
+  Code as ConnectCode,
+  HandlerContext,
+  Interceptor,
+  UnaryRequest,
+  UnaryResponse,
 } from "@connectrpc/connect";
+import { type ControlledHandlerContext, handlerContext } from "./_handler_context.ts";
+import { Code, statusError } from "./status_error.ts";
 import type { Request } from "../../proto/gen/ttrpc/request_pb.ts";
 import type { Status } from "../../proto/gen/google/rpc/status_pb.ts";
 import { shimCodec } from "../../proto/shim_wire.ts";
@@ -28,7 +28,7 @@ import {
   MAX_PAYLOAD_LENGTH,
 } from "./frame.ts";
 import { FrameWriter } from "./_frame_writer.ts";
-import { statusFromError } from "./status.ts";
+import { statusOf } from "./status.ts";
 
 /**
  * One servable method, however its messages are coded: from a Connect implementation
@@ -39,12 +39,12 @@ export interface Route {
   method: DescMethod;
   /** Only unary methods are served; others are answered Unimplemented. */
   kind: "unary" | "streaming";
-  /** Decodes the request payload; throws when it is malformed. */
+  /** Decodes the request payload; throws (or rejects) when it is malformed. */
   decode(bytes: Uint8Array): unknown;
   /** Completes a handler's answer into a message (defaults filled in), for interceptors. */
   complete(output: unknown): unknown;
   /** Encodes the answer. */
-  encode(output: unknown): Uint8Array;
+  encode(output: unknown): Uint8Array | Promise<Uint8Array>;
   /** The handler. */
   impl(input: unknown, ctx: HandlerContext): unknown;
 }
@@ -72,8 +72,6 @@ export interface ConnectionContext {
   /** A write that makes no progress for this long closes the connection. */
   writeTimeoutMs: number;
 }
-
-type HandlerController = ReturnType<typeof createHandlerContext>;
 
 /** Read buffer size; frames larger than this arrive over several reads. */
 const READ_CHUNK = 32 * 1024;
@@ -112,11 +110,11 @@ const RESPONSE = shimCodec("ttrpc.Response");
 function responseFrame(id: number, status: Status | undefined, payload?: Uint8Array): Uint8Array {
   let bytes = RESPONSE.encode({ status, payload });
   if (bytes.length > MAX_PAYLOAD_LENGTH) {
-    const err = new ConnectError(
+    const err = statusError(
       `response of ${bytes.length} bytes exceeds maximum message size of ${MAX_PAYLOAD_LENGTH}`,
       Code.ResourceExhausted,
     );
-    bytes = RESPONSE.encode({ status: statusFromError(err) });
+    bytes = RESPONSE.encode({ status: statusOf(err) });
   }
   return encodeFrame(id, FrameType.Response, 0, bytes);
 }
@@ -134,7 +132,7 @@ export class ServerConnection {
   #writer: FrameWriter;
   #decoder = new FrameDecoder();
   #lastStreamId = 0;
-  #inFlight = new Map<number, HandlerController>();
+  #inFlight = new Map<number, ControlledHandlerContext>();
   #draining = false;
   #closed = false;
   #madeCalls = false;
@@ -146,7 +144,7 @@ export class ServerConnection {
     this.#ctx = ctx;
     this.#writer = new FrameWriter(conn, (err) => {
       ctx.onError(err);
-      this.#close(new ConnectError("ttrpc connection failed while writing", Code.Canceled));
+      this.#close(statusError("ttrpc connection failed while writing", Code.Canceled));
     }, ctx.writeTimeoutMs);
     this.#armFrameTimer("sent no complete frame");
   }
@@ -185,7 +183,7 @@ export class ServerConnection {
       if (!this.#closed && !(err instanceof Deno.errors.BadResource)) this.#ctx.onError(err);
     }
     // The peer is gone (or we closed): like Go, cancel what its calls are still doing.
-    this.#close(new ConnectError("ttrpc connection closed", Code.Canceled));
+    this.#close(statusError("ttrpc connection closed", Code.Canceled));
   }
 
   /** Stops taking new calls; closes once running calls have answered. */
@@ -203,7 +201,7 @@ export class ServerConnection {
     const ms = this.#ctx.frameTimeoutMs;
     this.#frameTimer = setTimeout(() => {
       this.#frameTimer = undefined;
-      const err = new ConnectError(
+      const err = statusError(
         `ttrpc connection closed: the peer ${what} within ${ms} ms`,
         Code.DeadlineExceeded,
       );
@@ -232,14 +230,14 @@ export class ServerConnection {
     if (!this.#draining || this.#closed || this.#inFlight.size > 0) return;
     void this.#writer.drained().then(() => {
       if (this.#inFlight.size === 0) {
-        this.#close(new ConnectError("ttrpc server closed", Code.Unavailable));
+        this.#close(statusError("ttrpc server closed", Code.Unavailable));
       }
     });
   }
 
-  #sendStatus(id: number, code: Code, message: string): void {
+  #sendStatus(id: number, code: ConnectCode, message: string): void {
     if (this.#closed) return;
-    this.#writer.send(responseFrame(id, statusFromError(new ConnectError(message, code))));
+    this.#writer.send(responseFrame(id, statusOf(statusError(message, code))));
   }
 
   #onFrame(frame: DecodedFrame): void {
@@ -336,11 +334,9 @@ export class ServerConnection {
 
   async #dispatch(id: number, req: Request, service: DescService, method: Route): Promise<void> {
     const url = `/${req.service}/${req.method}`;
-    const ctx = createHandlerContext({
+    const ctx = handlerContext({
       service,
       method: method.method,
-      protocolName: "ttrpc",
-      requestMethod: "POST",
       url,
       timeoutMs: timeoutMsOf(req.timeoutNano),
       requestHeader: headersOf(req),
@@ -350,18 +346,18 @@ export class ServerConnection {
     try {
       let input;
       try {
-        input = method.decode(req.payload);
+        input = await method.decode(req.payload);
       } catch (err) {
         const msg = err instanceof Error ? err.message : String(err);
         // Go's generated handlers fail decoding with Internal and this wording.
-        throw new ConnectError(`ttrpc: error unmarshalling payload: ${msg}`, Code.Internal);
+        throw statusError(`ttrpc: error unmarshalling payload: ${msg}`, Code.Internal);
       }
       const output = this.#ctx.interceptors.length === 0
         ? await method.impl(input, ctx)
         : await this.#intercepted(method, ctx, input, url);
-      frame = responseFrame(id, undefined, method.encode(output));
+      frame = responseFrame(id, undefined, await method.encode(output));
     } catch (err) {
-      frame = responseFrame(id, statusFromError(err));
+      frame = responseFrame(id, statusOf(err));
     } finally {
       if (this.#inFlight.get(id) === ctx) this.#inFlight.delete(id);
       // Completing the call aborts its signal (Connect semantics) and clears the deadline timer.
@@ -384,7 +380,9 @@ export class ServerConnection {
       method: method.method as UnaryResponse["method"],
       header: ctx.responseHeader,
       trailer: ctx.responseTrailer,
-      message: method.complete(await method.impl(req.message, ctx)) as UnaryResponse["message"],
+      message: (await method.complete(await method.impl(req.message, ctx))) as UnaryResponse[
+        "message"
+      ],
     });
     for (const interceptor of [...this.#ctx.interceptors].reverse()) {
       next = interceptor(next as Parameters<Interceptor>[0]) as typeof next;

@@ -4,7 +4,7 @@
  * @module
  */
 
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code, statusError } from "./status_error.ts";
 
 /**
  * Returns the filesystem path of a ttrpc unix socket address. Accepts the forms containerd
@@ -36,13 +36,13 @@ export function socketPathOf(address: string): string {
     }
   }
   if (path.includes("://")) {
-    throw new ConnectError(
+    throw statusError(
       `unsupported ttrpc address "${address}": only unix sockets are supported`,
       Code.InvalidArgument,
     );
   }
   if (path === "") {
-    throw new ConnectError(`empty ttrpc address "${address}"`, Code.InvalidArgument);
+    throw statusError(`empty ttrpc address "${address}"`, Code.InvalidArgument);
   }
   return path;
 }

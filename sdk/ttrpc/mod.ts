@@ -62,7 +62,7 @@ export {
   type TtrpcServerOptions,
   type WireMethod,
 } from "./server.ts";
-export { errorFromStatus, statusFromError } from "./status.ts";
+export { errorFromStatus, statusFromError } from "./status_connect.ts";
 export {
   createTtrpcTransport,
   type TtrpcTransport,

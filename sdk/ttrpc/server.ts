@@ -7,21 +7,10 @@
 // long: over 500 lines with its runnable JSDoc examples; the code (~300 lines) is the TtrpcServer
 // class (connections live in _server_connection.ts)
 
-import {
-  create,
-  type DescMethod,
-  type DescService,
-  fromBinary,
-  type MessageInitShape,
-  toBinary,
-} from "@bufbuild/protobuf";
-import {
-  Code,
-  ConnectError,
-  type HandlerContext,
-  type Interceptor,
-  type ServiceImplSpec,
-} from "@connectrpc/connect";
+import type { DescMethod, DescService, MessageInitShape } from "@bufbuild/protobuf";
+import type { HandlerContext, Interceptor, ServiceImplSpec } from "@connectrpc/connect";
+import { Code, statusError } from "./status_error.ts";
+import { setDetailEncoder } from "./status.ts";
 import type { WireCodec } from "../../proto/wire_table.ts";
 import {
   type ByteStream,
@@ -165,17 +154,38 @@ export interface WireMethod {
   impl(request: any, context: HandlerContext): unknown;
 }
 
+let protobufEs: Promise<typeof import("@bufbuild/protobuf")> | undefined;
+
+/**
+ * protobuf-es's root, loaded when a Connect implementation is registered (which loaded its
+ * schemas anyway): imported statically, the root would bring, in a code-split bundle, every
+ * descriptor some other lazily loaded module uses into the server's start.
+ */
+function protobuf(): Promise<typeof import("@bufbuild/protobuf")> {
+  return protobufEs ??= import("@bufbuild/protobuf").then((pb) => {
+    setDetailEncoder((desc, value) =>
+      pb.toBinary(desc, pb.create(desc, value as MessageInitShape<typeof desc>))
+    );
+    return pb;
+  });
+}
+
 /** Routes a Connect implementation's methods by their proto name, as ttrpc requests carry. */
 function connectEntry(spec: ServiceImplSpec): ServiceEntry {
+  const loading = protobuf();
+  // Surfaces (as Internal) on the first call if it failed; never unhandled.
+  loading.catch(() => {});
   const methods = new Map<string, Route>();
   for (const m of Object.values(spec.methods)) {
     const output = m.method.output;
+    const complete = async (o: unknown) =>
+      (await loading).create(output, o as MessageInitShape<typeof output>);
     methods.set(m.method.name, {
       method: m.method,
       kind: m.kind === "unary" ? "unary" : "streaming",
-      decode: (bytes) => fromBinary(m.method.input, bytes),
-      complete: (o) => create(output, o as MessageInitShape<typeof output>),
-      encode: (o) => toBinary(output, create(output, o as MessageInitShape<typeof output>)),
+      decode: async (bytes) => (await loading).fromBinary(m.method.input, bytes),
+      complete,
+      encode: async (o) => (await loading).toBinary(output, await complete(o)),
       impl: m.impl as Route["impl"],
     });
   }
@@ -349,7 +359,7 @@ export class TtrpcServer {
     if (names.length === 0) names = [spec.service.typeName];
     for (const name of names) {
       if (this.#services.has(name)) {
-        throw new ConnectError(`ttrpc service "${name}" is already registered`, Code.AlreadyExists);
+        throw statusError(`ttrpc service "${name}" is already registered`, Code.AlreadyExists);
       }
     }
     const entry = connectEntry(spec);
@@ -396,7 +406,7 @@ export class TtrpcServer {
     if (names.length === 0) names = [typeName];
     for (const name of names) {
       if (this.#services.has(name)) {
-        throw new ConnectError(`ttrpc service "${name}" is already registered`, Code.AlreadyExists);
+        throw statusError(`ttrpc service "${name}" is already registered`, Code.AlreadyExists);
       }
     }
     const entry = wireEntry(typeName, methods);
@@ -447,7 +457,7 @@ export class TtrpcServer {
     if (names.length === 0) throw new TypeError("registerLazy needs at least one service name");
     for (const name of names) {
       if (this.#services.has(name)) {
-        throw new ConnectError(`ttrpc service "${name}" is already registered`, Code.AlreadyExists);
+        throw statusError(`ttrpc service "${name}" is already registered`, Code.AlreadyExists);
       }
     }
     let loading: Promise<ServiceEntry> | undefined;
@@ -480,14 +490,14 @@ export class TtrpcServer {
    */
   async listen(path: string, options: TtrpcListenOptions = {}): Promise<void> {
     if (this.#closing) {
-      throw new ConnectError(
+      throw statusError(
         `ttrpc server is closed; cannot listen on ${path}`,
         Code.FailedPrecondition,
       );
     }
     await removeStaleSocket(path);
     if (this.#closing) {
-      throw new ConnectError(
+      throw statusError(
         `ttrpc server closed while preparing to listen on ${path}`,
         Code.FailedPrecondition,
       );
@@ -513,7 +523,7 @@ export class TtrpcServer {
   async serve(listener: Deno.Listener): Promise<void> {
     if (this.#closing) {
       listener.close();
-      throw new ConnectError(
+      throw statusError(
         "ttrpc server is closed; cannot serve a listener",
         Code.FailedPrecondition,
       );
@@ -571,7 +581,7 @@ export class TtrpcServer {
     if (!this.#makeRoom()) {
       conn.close();
       this.#onError(
-        new ConnectError(
+        statusError(
           `ttrpc server refused a connection: ${this.#connections.size} connections ` +
             `(the maximum) have all made calls`,
           Code.ResourceExhausted,
@@ -638,7 +648,7 @@ export class TtrpcServer {
       const timedOut = await Promise.race([all.then(() => false), expired]);
       clearTimeout(timer);
       if (timedOut) {
-        const reason = new ConnectError("ttrpc server closed", Code.Unavailable);
+        const reason = statusError("ttrpc server closed", Code.Unavailable);
         for (const sc of this.#connections.keys()) sc.abort(reason);
       }
     }
@@ -654,7 +664,7 @@ export class TtrpcServer {
         // Removed now, not when its run ends, so that a burst evicts a different one each time.
         this.#connections.delete(sc);
         sc.abort(
-          new ConnectError(
+          statusError(
             `ttrpc connection evicted: ${this.#maxConnections} connections open and it made no call`,
             Code.ResourceExhausted,
           ),
@@ -667,7 +677,7 @@ export class TtrpcServer {
 
   #checkPeer(peers: PeerCredentialResolver | undefined): number {
     if (peers === undefined) {
-      throw new ConnectError(
+      throw statusError(
         "ttrpc peer check needs a unix listener with a filesystem path",
         Code.PermissionDenied,
       );
@@ -676,7 +686,7 @@ export class TtrpcServer {
     const self = effectiveIds();
     if (creds.uid !== self.uid || creds.gid !== self.gid) {
       peers.release(inode);
-      throw new ConnectError(
+      throw statusError(
         `ttrpc peer (pid ${creds.pid}) has uid ${creds.uid} gid ${creds.gid}, expected uid ${self.uid} gid ${self.gid}`,
         Code.PermissionDenied,
       );
@@ -695,7 +705,7 @@ async function removeStaleSocket(path: string): Promise<void> {
     throw err;
   }
   if (!info.isSocket) {
-    throw new ConnectError(
+    throw statusError(
       `cannot listen on ${path}: it exists and is not a socket`,
       Code.AlreadyExists,
     );
@@ -708,7 +718,7 @@ async function removeStaleSocket(path: string): Promise<void> {
   }
   if (live) {
     live.close();
-    throw new ConnectError(
+    throw statusError(
       `cannot listen on ${path}: another server accepts connections there`,
       Code.AlreadyExists,
     );

@@ -24,7 +24,7 @@ import {
   type UnaryResponse,
 } from "@connectrpc/connect";
 import { runUnaryCall } from "@connectrpc/connect/protocol";
-import { errorFromStatus } from "./status.ts";
+import { errorFromStatus } from "./status_connect.ts";
 import { TtrpcWireClient } from "./wire_client.ts";
 
 /**

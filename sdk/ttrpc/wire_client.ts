@@ -7,12 +7,12 @@
  * @module
  */
 
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code, isStatusError, statusError } from "./status_error.ts";
 import type { Response } from "../../proto/gen/ttrpc/request_pb.ts";
 import type { WireCodec, WireInit } from "../../proto/wire_table.ts";
 import { ClientConnection } from "./_client_connection.ts";
 import { socketPathOf } from "./address.ts";
-import { errorFromStatus } from "./status.ts";
+import { statusErrorOf } from "./status.ts";
 
 /**
  * Options for {@linkcode TtrpcWireClient}.
@@ -168,19 +168,19 @@ export class TtrpcWireClient {
       }, signal);
     } catch (err) {
       if (deadline?.aborted && err === deadline.reason) {
-        throw new ConnectError(
+        throw statusError(
           `${service}/${method} to ${this.#path}: no answer within ${ms} ms`,
           Code.DeadlineExceeded,
         );
       }
       throw err;
     }
-    if (res.status !== undefined && res.status.code !== 0) throw errorFromStatus(res.status);
+    if (res.status !== undefined && res.status.code !== 0) throw statusErrorOf(res.status);
     try {
       return output.decode(res.payload);
     } catch (err) {
       const msg = err instanceof Error ? err.message : String(err);
-      throw new ConnectError(
+      throw statusError(
         `cannot decode ${output.typeName} from ${service}/${method}: ${msg}`,
         Code.Internal,
       );
@@ -206,7 +206,7 @@ export class TtrpcWireClient {
   close(): Promise<void> {
     this.#closed = true;
     this.#conn?.close(
-      new ConnectError(`ttrpc client of ${this.#path} closed`, Code.Unavailable),
+      statusError(`ttrpc client of ${this.#path} closed`, Code.Unavailable),
     );
     this.#conn = undefined;
     return Promise.resolve();
@@ -216,7 +216,7 @@ export class TtrpcWireClient {
   #connection(signal: AbortSignal): Promise<ClientConnection> {
     if (this.#closed) {
       return Promise.reject(
-        new ConnectError(`ttrpc client of ${this.#path} is closed`, Code.Unavailable),
+        statusError(`ttrpc client of ${this.#path} is closed`, Code.Unavailable),
       );
     }
     if (this.#conn?.usable) return Promise.resolve(this.#conn);
@@ -244,7 +244,7 @@ export class TtrpcWireClient {
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
         reject(
-          new ConnectError(
+          statusError(
             `dial ttrpc socket ${path}: timed out after ${this.#dialTimeoutMs} ms`,
             Code.Unavailable,
           ),
@@ -257,15 +257,15 @@ export class TtrpcWireClient {
     } catch (err) {
       // A connect that completes after the timeout must not leak its socket.
       connecting.then((c) => c.close(), () => {});
-      if (err instanceof ConnectError) throw err;
+      if (isStatusError(err)) throw err;
       const msg = err instanceof Error ? err.message : String(err);
-      throw new ConnectError(`dial ttrpc socket ${path}: ${msg}`, Code.Unavailable);
+      throw statusError(`dial ttrpc socket ${path}: ${msg}`, Code.Unavailable);
     } finally {
       clearTimeout(timer);
     }
     if (this.#closed) {
       conn.close();
-      throw new ConnectError(`ttrpc client of ${path} is closed`, Code.Unavailable);
+      throw statusError(`ttrpc client of ${path} is closed`, Code.Unavailable);
     }
     const c = new ClientConnection(conn, path, (gone) => {
       if (this.#conn === gone) this.#conn = undefined;

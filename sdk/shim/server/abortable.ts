@@ -4,7 +4,7 @@
  * @module
  */
 
-import { Code, ConnectError } from "@connectrpc/connect";
+import { asStatusError, Code } from "../../ttrpc/status_error.ts";
 
 /**
  * Resolves like `p`, or rejects with Canceled (or the reason's own code) once `signal` aborts,
@@ -24,8 +24,8 @@ import { Code, ConnectError } from "@connectrpc/connect";
 export function abortable<V>(p: Promise<V>, signal: AbortSignal | undefined): Promise<V> {
   if (!signal) return p;
   return new Promise<V>((resolve, reject) => {
-    if (signal.aborted) return reject(ConnectError.from(signal.reason ?? "aborted", Code.Canceled));
-    const onAbort = () => reject(ConnectError.from(signal.reason ?? "aborted", Code.Canceled));
+    if (signal.aborted) return reject(asStatusError(signal.reason ?? "aborted", Code.Canceled));
+    const onAbort = () => reject(asStatusError(signal.reason ?? "aborted", Code.Canceled));
     signal.addEventListener("abort", onAbort, { once: true });
     p.then((v) => {
       signal.removeEventListener("abort", onAbort);

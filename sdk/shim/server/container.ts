@@ -8,7 +8,7 @@
  * @module
  */
 
-import { Code, ConnectError } from "@connectrpc/connect";
+import { asStatusError, Code, isStatusError, statusError } from "../../ttrpc/status_error.ts";
 import type { Any, Timestamp } from "@bufbuild/protobuf/wkt";
 import { timestampOf } from "../../../proto/shim_wire.ts";
 import { encodeDeleteResponse } from "../../../proto/wire.ts";
@@ -136,7 +136,7 @@ export class Container<T = unknown> {
     if (execId === "") return this.init;
     const p = this.execs.get(execId);
     if (!p) {
-      throw new ConnectError(
+      throw statusError(
         `exec "${execId}" of container "${this.id}" not found`,
         Code.NotFound,
       );
@@ -159,7 +159,7 @@ export class Container<T = unknown> {
   async start(execId: string): Promise<number> {
     const p = this.process(execId);
     if (p.state !== "created") {
-      throw new ConnectError(
+      throw statusError(
         `cannot start ${p.describe()}: it is ${p.state}`,
         Code.FailedPrecondition,
       );
@@ -167,7 +167,7 @@ export class Container<T = unknown> {
     if (p.execId) {
       // exitReported: the init's exit is seen but held back for an exec mid-start.
       if (this.init.state === "stopped" || this.exitReported) {
-        throw new ConnectError(
+        throw statusError(
           `cannot start ${p.describe()}: the container's init process has exited`,
           Code.FailedPrecondition,
         );
@@ -260,13 +260,13 @@ export class Container<T = unknown> {
    */
   addExec(execId: string, stdio: ProcessStdioPaths, decodeSpec: () => unknown): void {
     if (this.execs.has(execId)) {
-      throw new ConnectError(
+      throw statusError(
         `exec "${execId}" already exists in container "${this.id}"`,
         Code.AlreadyExists,
       );
     }
     if (this.init.state === "stopped") {
-      throw new ConnectError(
+      throw statusError(
         `cannot exec in container "${this.id}": its init process has exited`,
         Code.FailedPrecondition,
       );
@@ -292,7 +292,7 @@ export class Container<T = unknown> {
   async kill(execId: string, signal: number, all: boolean): Promise<void> {
     const p = this.process(execId);
     if (p.state === "stopped") {
-      throw new ConnectError(`process already finished: ${p.describe()}`, Code.NotFound);
+      throw statusError(`process already finished: ${p.describe()}`, Code.NotFound);
     }
     if (p.execId) return await this.#killExec(p, signal);
     // Until this returns, the init's exit is held back (see initKills).
@@ -308,14 +308,14 @@ export class Container<T = unknown> {
 
   async #killExec(p: ShimProcess, signal: number): Promise<void> {
     if (p.pid === 0) {
-      throw new ConnectError(`cannot kill ${p.describe()}: not started`, Code.FailedPrecondition);
+      throw statusError(`cannot kill ${p.describe()}: not started`, Code.FailedPrecondition);
     }
     try {
       if (p.runtime?.kill) await p.runtime.kill(signal);
       else this.#d.platform.kill(p.pid, signal);
     } catch (e) {
-      if (e instanceof ConnectError) throw e;
-      throw new ConnectError(
+      if (isStatusError(e)) throw e;
+      throw statusError(
         `kill ${p.describe()} (pid ${p.pid}): ${(e as Error).message}`,
         /ESRCH|no such process/i.test(String(e)) ? Code.NotFound : Code.Unknown,
       );
@@ -332,7 +332,7 @@ export class Container<T = unknown> {
   async resize(execId: string, width: number, height: number): Promise<void> {
     const p = this.process(execId);
     if (!p.stdio.terminal) {
-      throw new ConnectError(`${p.describe()} has no terminal`, Code.FailedPrecondition);
+      throw statusError(`${p.describe()} has no terminal`, Code.FailedPrecondition);
     }
     if (p.runtime?.resize) await p.runtime.resize(width, height);
     else p.io?.resize?.(width, height);
@@ -352,7 +352,7 @@ export class Container<T = unknown> {
   /** Statistics: the runtime's own, or the cgroup of the init's host pid. NotFound when not running. */
   async stats(): Promise<Any> {
     if (this.init.pid === 0 || this.init.state === "stopped") {
-      throw new ConnectError(`container "${this.id}" is not running: no cgroup`, Code.NotFound);
+      throw statusError(`container "${this.id}" is not running: no cgroup`, Code.NotFound);
     }
     try {
       return this.runtime.stats
@@ -361,8 +361,8 @@ export class Container<T = unknown> {
     } catch (e) {
       // A runtime's own status (Unimplemented, Unavailable, ...) reaches the client as it is;
       // anything else means the cgroup could not be read: gone, as containerd's shim says.
-      if (e instanceof ConnectError) throw e;
-      throw new ConnectError(
+      if (isStatusError(e)) throw e;
+      throw statusError(
         `stats of container "${this.id}": ${(e as Error).message}`,
         Code.NotFound,
       );
@@ -423,7 +423,7 @@ export class Container<T = unknown> {
       return out;
     }
     if (this.runningExecs().length > 0) {
-      throw new ConnectError(
+      throw statusError(
         `cannot delete container "${this.id}": it has running execs`,
         Code.FailedPrecondition,
       );
@@ -446,7 +446,7 @@ export class Container<T = unknown> {
     try {
       await this.runtime.delete(this.id, { force });
     } catch (e) {
-      if (ConnectError.from(e).code !== Code.NotFound && !/does not exist/i.test(String(e))) {
+      if (asStatusError(e).code !== Code.NotFound && !/does not exist/i.test(String(e))) {
         throw e;
       }
     }

@@ -10,7 +10,7 @@
  */
 
 import type { Any } from "@bufbuild/protobuf/wkt";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { asStatusError, Code } from "../../ttrpc/status_error.ts";
 import {
   EVENTS_SERVICE,
   packShimAny,
@@ -207,7 +207,7 @@ export class EventPublisher {
         this.#stats.published++;
         return;
       } catch (err) {
-        const ce = ConnectError.from(err);
+        const ce = asStatusError(err);
         // containerd rejects malformed envelopes with InvalidArgument: retrying cannot help.
         const hopeless = ce.code === Code.InvalidArgument || this.#closed;
         if (hopeless || Date.now() - started > this.#opts.retryForMs) {

@@ -5,7 +5,7 @@
  * @module
  */
 
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code, statusError } from "../../ttrpc/status_error.ts";
 import type { RuntimeProcess } from "../runtime.ts";
 
 /** Lifecycle states, as containerd's `Status` enum names them. */
@@ -152,13 +152,13 @@ export class ShimProcess {
   /** Throws FailedPrecondition unless the process may be deleted (created or stopped). */
   assertDeletable(): void {
     if (this.#state === "running") {
-      throw new ConnectError(
+      throw statusError(
         `cannot delete a running process: ${this.describe()}`,
         Code.FailedPrecondition,
       );
     }
     if (this.#state === "paused" || this.#state === "pausing") {
-      throw new ConnectError(
+      throw statusError(
         `cannot delete a paused process: ${this.describe()}`,
         Code.FailedPrecondition,
       );

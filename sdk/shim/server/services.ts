@@ -6,7 +6,7 @@
  * @module
  */
 
-import { createServiceImplSpec, type HandlerContext } from "@connectrpc/connect";
+import type { HandlerContext } from "@connectrpc/connect";
 import type { Sandbox } from "../../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts";
 import { shimCodec, TASK_SERVICE } from "../../../proto/shim_wire.ts";
 import type { TtrpcServer, WireMethod } from "../../ttrpc/server.ts";
@@ -105,9 +105,10 @@ export function registerServices<T extends object>(
   // The Task API from wire codecs: a cold server evaluates no protobuf-es descriptor.
   server.registerWire(TASK_SERVICE.typeName, taskMethods(tasks.impl()), ...TASK_SERVICE_NAMES);
   server.registerLazy(async () => {
-    const [{ Sandbox }, { SandboxService }] = await Promise.all([
+    const [{ Sandbox }, { SandboxService }, { createServiceImplSpec }] = await Promise.all([
       import("../../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts"),
       import("./sandbox_service.ts"),
+      import("@connectrpc/connect"),
     ]);
     sandboxes = new SandboxService<T>({
       shim: d.shim,

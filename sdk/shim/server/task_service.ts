@@ -10,7 +10,8 @@
 
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { Any } from "@bufbuild/protobuf/wkt";
-import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { Code, statusError } from "../../ttrpc/status_error.ts";
 import type { Task } from "../../../proto/gen/containerd/task/v2/shim_pb.ts";
 import type {
   CheckpointTaskRequest,
@@ -56,7 +57,7 @@ const IDENTIFIER = /^[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*$/;
 /** Validates a container or exec id; InvalidArgument naming the value otherwise. */
 export function validateId(kind: string, id: string): void {
   if (id.length === 0 || id.length > 76 || !IDENTIFIER.test(id)) {
-    throw new ConnectError(
+    throw statusError(
       `invalid ${kind} id "${id}": must be 1-76 alphanumerics separated by ".", "_" or "-"`,
       Code.InvalidArgument,
     );
@@ -153,7 +154,7 @@ export class TaskService<T extends object> {
 
   #container(id: string): Container<T> {
     const c = this.#containers.get(id);
-    if (!c) throw new ConnectError(`container "${id}" not found`, Code.NotFound);
+    if (!c) throw statusError(`container "${id}" not found`, Code.NotFound);
     return c;
   }
 
@@ -180,7 +181,7 @@ export class TaskService<T extends object> {
   async create(r: CreateTaskRequest, ctx?: HandlerContext): Promise<Out<"create">> {
     validateId("container", r.id);
     if (this.#containers.has(r.id)) {
-      throw new ConnectError(`container "${r.id}" already exists`, Code.AlreadyExists);
+      throw statusError(`container "${r.id}" already exists`, Code.AlreadyExists);
     }
     const { shim, platform, logger } = this.#d;
     const namespace = ctx?.requestHeader.get("containerd-namespace-ttrpc") || this.#d.namespace;
@@ -205,7 +206,7 @@ export class TaskService<T extends object> {
       logger: clog,
     });
     if (r.checkpoint && !runtime.restore) {
-      throw new ConnectError(
+      throw statusError(
         `restoring container "${r.id}" from checkpoint "${r.checkpoint}" is not supported`,
         Code.Unimplemented,
       );
@@ -247,7 +248,7 @@ export class TaskService<T extends object> {
   async pause(r: PauseRequest): Promise<Out<"pause">> {
     const c = this.#container(r.id);
     if (c.init.state !== "running") {
-      throw new ConnectError(
+      throw statusError(
         `cannot pause container "${c.id}": it is ${c.init.state}`,
         Code.FailedPrecondition,
       );
@@ -268,7 +269,7 @@ export class TaskService<T extends object> {
   async resume(r: ResumeRequest): Promise<Out<"resume">> {
     const c = this.#container(r.id);
     if (c.init.state !== "paused") {
-      throw new ConnectError(
+      throw statusError(
         `cannot resume container "${c.id}": it is ${c.init.state}`,
         Code.FailedPrecondition,
       );
@@ -285,7 +286,7 @@ export class TaskService<T extends object> {
   async checkpoint(r: CheckpointTaskRequest): Promise<Out<"checkpoint">> {
     const c = this.#container(r.id);
     if (c.init.state !== "running" && c.init.state !== "paused") {
-      throw new ConnectError(
+      throw statusError(
         `cannot checkpoint container "${c.id}": it is ${c.init.state}`,
         Code.FailedPrecondition,
       );
@@ -389,7 +390,7 @@ function decodeJsonAny(any: Any | undefined, what: string): unknown {
   try {
     return JSON.parse(new TextDecoder().decode(any.value));
   } catch (e) {
-    throw new ConnectError(
+    throw statusError(
       `${what} of type "${any.typeUrl}" is not JSON: ${(e as Error).message}`,
       Code.InvalidArgument,
     );
@@ -400,7 +401,7 @@ function decodeCheckpointOptions(any: Any) {
   try {
     return shimCodec("containerd.runc.v1.CheckpointOptions").decode(any.value);
   } catch (e) {
-    throw new ConnectError(
+    throw statusError(
       `checkpoint options of type "${any.typeUrl}" do not decode: ${(e as Error).message}`,
       Code.InvalidArgument,
     );

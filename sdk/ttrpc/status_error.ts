@@ -2,7 +2,9 @@
  * Connect-compatible errors without loading Connect. `@connectrpc/connect` (and through it
  * protobuf-es's reflection) costs a short-lived action about 50 ms of start-up, yet the runtime
  * and options code that the actions share with the server must throw errors the ttrpc server
- * answers with a status code. Connect's `ConnectError` recognises, by shape, errors from another
+ * answers with a status code. The server uses them too: Connect's error module imports
+ * protobuf-es's root, and in a code-split bundle that drags the descriptor boot of any lazily
+ * loaded service (the Sandbox API) into the server's start (docs/performance.md). Connect's `ConnectError` recognises, by shape, errors from another
  * copy of itself (`instanceof` checks name, code, metadata, details, rawMessage and cause); the
  * errors made here have that shape, so the server, `ConnectError.from` and `instanceof
  * ConnectError` treat them as Connect's own.
@@ -113,4 +115,31 @@ export function isStatusError(e: unknown): e is ConnectError {
   const v = e as unknown as Record<string, unknown>;
   return typeof v.code === "number" && "metadata" in v && Array.isArray(v.details) &&
     typeof v.rawMessage === "string" && "cause" in v;
+}
+
+/**
+ * Any thrown value as a `ConnectError`-shaped error, as Connect's `ConnectError.from` makes it:
+ * a `ConnectError` (Connect's or one of these) as it is; an `AbortError` or `TimeoutError` as
+ * `Canceled`; any other `Error` with its message and `code`; anything else by its string form.
+ *
+ * @param reason the thrown value
+ * @param code the code for a plain error (default `Unknown`)
+ * @returns the error
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { asStatusError, Code } from "./status_error.ts";
+ * strictEqual(asStatusError(new Error("boom")).code, Code.Unknown);
+ * strictEqual(asStatusError(new DOMException("stop", "AbortError")).code, Code.Canceled);
+ * ```
+ */
+export function asStatusError(reason: unknown, code: ConnectCode = Code.Unknown): ConnectError {
+  if (isStatusError(reason)) return reason;
+  if (reason instanceof Error) {
+    if (reason.name === "AbortError" || reason.name === "TimeoutError") {
+      return statusError(reason.message, Code.Canceled);
+    }
+    return statusError(reason.message, code, reason);
+  }
+  return statusError(String(reason), code, reason);
 }

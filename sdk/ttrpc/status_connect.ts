@@ -1,0 +1,88 @@
+/**
+ * Conversion between `google.rpc.Status` (what a ttrpc Response carries) and Connect's own
+ * `ConnectError`, details included: for Connect's clients over `createTtrpcTransport`, where
+ * `findDetails` must work. (The server converts with status.ts, which loads neither.)
+ *
+ * @module
+ */
+
+import { create, type DescMessage, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { Status } from "../../proto/gen/google/rpc/status_pb.ts";
+
+/**
+ * Converts anything a handler threw into the `google.rpc.Status` to send.
+ *
+ * A `ConnectError` keeps its code, its message without the `[code]` prefix, and its details
+ * (packed with bare type names, as containerd's typeurl expects). Any other value becomes
+ * `Code.Unknown` with its message (or its string form), like Go ttrpc does for plain errors.
+ *
+ * @param reason the thrown value
+ * @returns a status with a non-zero code
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { Code, ConnectError } from "@connectrpc/connect";
+ * import { statusFromError } from "./status_connect.ts";
+ * const s = statusFromError(new ConnectError("task x not found", Code.NotFound));
+ * strictEqual(s.code, 5);
+ * strictEqual(s.message, "task x not found");
+ * strictEqual(statusFromError(new Error("boom")).code, 2);
+ * ```
+ */
+export function statusFromError(reason: unknown): Status {
+  const err = ConnectError.from(reason);
+  const details: Status["details"] = [];
+  for (const d of err.details) {
+    if ("desc" in d) {
+      details.push({
+        $typeName: "google.protobuf.Any",
+        typeUrl: d.desc.typeName,
+        value: toBinary(
+          d.desc,
+          create(d.desc as DescMessage, d.value as MessageInitShape<DescMessage>),
+        ),
+      });
+    } else {
+      details.push({ $typeName: "google.protobuf.Any", typeUrl: d.type, value: d.value });
+    }
+  }
+  // Code.OK does not exist in Connect; a ConnectError always carries a failure code.
+  return { $typeName: "google.rpc.Status", code: err.code, message: err.rawMessage, details };
+}
+
+/**
+ * Converts a non-OK `google.rpc.Status` received in a ttrpc Response into a `ConnectError`.
+ * Codes outside 1..16 become `Code.Unknown`; details are kept so `findDetails()` works.
+ * Callers must treat an absent status or code 0 as success before calling this.
+ *
+ * @param status the received status
+ * @returns the error to throw to the caller
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { create } from "@bufbuild/protobuf";
+ * import { Code } from "@connectrpc/connect";
+ * import { StatusSchema } from "../../proto/gen/google/rpc/status_pb.ts";
+ * import { errorFromStatus } from "./status_connect.ts";
+ * const err = errorFromStatus(create(StatusSchema, { code: 12, message: "service x" }));
+ * strictEqual(err.code, Code.Unimplemented);
+ * strictEqual(err.rawMessage, "service x");
+ * ```
+ */
+export function errorFromStatus(status: Status): ConnectError {
+  const code = status.code >= Code.Canceled && status.code <= Code.Unauthenticated
+    ? status.code as Code
+    : Code.Unknown;
+  const err = new ConnectError(status.message, code);
+  for (const any of status.details) {
+    // Connect stores incoming details by type name: whatever follows the last "/".
+    err.details.push({
+      type: any.typeUrl.slice(any.typeUrl.lastIndexOf("/") + 1),
+      value: any.value,
+    });
+  }
+  return err;
+}
