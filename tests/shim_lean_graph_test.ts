@@ -172,6 +172,12 @@ const GENERATED_DESCRIPTOR = /^proto\/gen\/(?!wire\/)|^npm:@bufbuild\/protobuf\/
 // (lazy imports followed: OOM, cgroup statistics), is a generated descriptor. Only the Sandbox
 // API (containerd 2.x's sandbox path) loads one, on its first call; the operations endpoint
 // (sdk/ops) is not counted.
+/** Where a server's and a spare's code starts (the example's entry is added). */
+const SERVER_ROOTS = [
+  "sdk/shim/server/serve.ts",
+  "sdk/shim/spare/spare.ts",
+  "sdk/shim/spare/rehearsal.ts",
+];
 const LAZY_SANDBOX = [
   "sdk/shim/server/sandbox_service.ts",
   "proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts",
@@ -179,12 +185,7 @@ const LAZY_SANDBOX = [
 for (const example of EXAMPLES) {
   Deno.test(`${example}: the server and the spare evaluate no generated descriptor`, async () => {
     const modules = await graph(example);
-    const roots = [
-      "sdk/shim/server/serve.ts",
-      "sdk/shim/spare/spare.ts",
-      "sdk/shim/spare/rehearsal.ts",
-      example,
-    ];
+    const roots = [...SERVER_ROOTS, example];
     const seen = new Set<string>();
     const todo = roots.map((m) => new URL(m, ROOT).href);
     while (todo.length > 0) {
@@ -208,12 +209,7 @@ for (const example of EXAMPLES) {
   // (docs/performance.md, "The barrel").
   Deno.test(`${example}: the server starts without Connect or protobuf-es's root`, async () => {
     const modules = await graph(example);
-    const roots = [
-      "sdk/shim/server/serve.ts",
-      "sdk/shim/spare/spare.ts",
-      "sdk/shim/spare/rehearsal.ts",
-      example,
-    ];
+    const roots = [...SERVER_ROOTS, example];
     const loaded = evaluated(modules, roots.map((m) => new URL(m, ROOT).href));
     assert.ok(loaded.has("sdk/ttrpc/_server_connection.ts"), "the graph reaches the server");
     assert.deepEqual(
