@@ -289,23 +289,44 @@ exec /lib/systemd/systemd --unit=skiff-guest.service --show-status=no --log-leve
 
 /**
  * Reads QEMU's console to its end: forwards the command's part (between the START and END
- * markers) to `onOutput` as it arrives, and kills QEMU at a wedge ({@linkcode wedgedLine}).
+ * markers) to `onOutput` as it arrives, and calls `kill` at a wedge ({@linkcode wedgedLine}),
+ * whatever pieces the console's lines arrive in.
+ *
+ * @param console QEMU's standard output (the guest's serial console)
+ * @param kill ends QEMU
+ * @param onOutput receives the command's output
+ * @returns everything read, and the wedge's line if there was one
+ * @example A wedge's line split across reads
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { readConsole } from "./guest.ts";
+ * const line = "[ 640.5] watchdog: BUG: soft lockup - CPU#0 stuck for 301s! [runc:246]\n";
+ * const bytes = new TextEncoder().encode(`boot\n${line}`);
+ * let killed = 0;
+ * const r = await readConsole(ReadableStream.from([...bytes].map((b) => Uint8Array.of(b))), () => killed++, undefined);
+ * strictEqual(r.wedged, line.trim());
+ * strictEqual(killed, 1);
+ * ```
  */
-async function readConsole(
-  proc: Deno.ChildProcess,
+export async function readConsole(
+  console: ReadableStream<Uint8Array>,
+  kill: () => void,
   onOutput: ((text: string) => void) | undefined,
 ): Promise<{ all: string; wedged?: string }> {
   let all = "";
   let forwarded = 0;
   let wedged: string | undefined;
   const decoder = new TextDecoder();
-  for await (const chunk of proc.stdout) {
+  for await (const chunk of console) {
     const text = decoder.decode(chunk, { stream: true }).replaceAll("\r", "");
+    // The lines this chunk completes, from the start of the one it continues: a console line
+    // arrives in pieces, and "soft lockup" or the rest of its line may be in the next one.
+    const lineStart = all.lastIndexOf("\n") + 1;
     all += text;
-    if (!wedged && text.includes("soft lockup") && (wedged = wedgedLine(all))) {
-      try {
-        proc.kill("SIGKILL");
-      } catch { /* already gone */ }
+    const complete = all.lastIndexOf("\n") + 1;
+    const lines = complete > lineStart ? all.slice(lineStart, complete) : "";
+    if (!wedged && lines.includes("soft lockup") && (wedged = wedgedLine(lines))) {
+      kill();
     }
     if (!onOutput) continue;
     const from = all.indexOf(START);
@@ -393,7 +414,11 @@ export async function runInGuest(opts: GuestOptions): Promise<GuestResult> {
       } catch { /* already gone */ }
     }, opts.timeoutMs ?? 30 * 60_000);
     const stderr = new Response(proc.stderr).text();
-    const { all, wedged } = await readConsole(proc, opts.onOutput);
+    const { all, wedged } = await readConsole(proc.stdout, () => {
+      try {
+        proc.kill("SIGKILL");
+      } catch { /* already gone */ }
+    }, opts.onOutput);
     const status = await proc.status;
     child = undefined;
     const qemuErr = await stderr;
