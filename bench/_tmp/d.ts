@@ -1,1 +1,0 @@
-export { shimCodec } from "../../proto/shim_wire.ts";

@@ -1,1 +1,0 @@
-export { TtrpcServer } from "../../sdk/ttrpc/server.ts";

@@ -1,1 +1,0 @@
-export { statusFromError } from "../../sdk/ttrpc/status.ts";
