@@ -9,6 +9,13 @@
 import { create, type DescMessage, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Status } from "../../proto/gen/google/rpc/status_pb.ts";
+import { setDetailEncoder, statusOf } from "./status.ts";
+
+// Details given with a schema: this module loads protobuf-es anyway (the server's own path,
+// status.ts, leaves them out unless a Connect service was registered).
+setDetailEncoder((desc, value) =>
+  toBinary(desc, create(desc as DescMessage, value as MessageInitShape<DescMessage>))
+);
 
 /**
  * Converts anything a handler threw into the `google.rpc.Status` to send.
@@ -32,24 +39,7 @@ import type { Status } from "../../proto/gen/google/rpc/status_pb.ts";
  * ```
  */
 export function statusFromError(reason: unknown): Status {
-  const err = ConnectError.from(reason);
-  const details: Status["details"] = [];
-  for (const d of err.details) {
-    if ("desc" in d) {
-      details.push({
-        $typeName: "google.protobuf.Any",
-        typeUrl: d.desc.typeName,
-        value: toBinary(
-          d.desc,
-          create(d.desc as DescMessage, d.value as MessageInitShape<DescMessage>),
-        ),
-      });
-    } else {
-      details.push({ $typeName: "google.protobuf.Any", typeUrl: d.type, value: d.value });
-    }
-  }
-  // Code.OK does not exist in Connect; a ConnectError always carries a failure code.
-  return { $typeName: "google.rpc.Status", code: err.code, message: err.rawMessage, details };
+  return statusOf(ConnectError.from(reason));
 }
 
 /**
