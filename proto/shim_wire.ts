@@ -13,6 +13,11 @@ export { EVENTS_SERVICE, type ShimWireTypes, TASK_SERVICE } from "./gen/wire/shi
 
 let registry: WireRegistry | undefined;
 
+/** The tables' registry, built on first use. */
+function tables(): WireRegistry {
+  return registry ??= new WireRegistry(SHIM_WIRE_TABLES);
+}
+
 /**
  * The codec of one of the server's messages.
  *
@@ -29,8 +34,7 @@ let registry: WireRegistry | undefined;
 export function shimCodec<K extends keyof ShimWireTypes>(
   typeName: K,
 ): WireCodec<ShimWireTypes[K]> {
-  registry ??= new WireRegistry(SHIM_WIRE_TABLES);
-  return registry.codec<ShimWireTypes[K]>(typeName);
+  return tables().codec<ShimWireTypes[K]>(typeName);
 }
 
 /**
@@ -51,8 +55,7 @@ export function createShimMessage<K extends keyof ShimWireTypes>(
   typeName: K,
   init: Partial<ShimWireTypes[K]> = {},
 ): ShimWireTypes[K] {
-  registry ??= new WireRegistry(SHIM_WIRE_TABLES);
-  return registry.create<ShimWireTypes[K]>(typeName, init);
+  return tables().create<ShimWireTypes[K]>(typeName, init);
 }
 
 /**
@@ -71,8 +74,7 @@ export function createShimMessage<K extends keyof ShimWireTypes>(
 export function shimFieldNames(
   typeName: keyof ShimWireTypes,
 ): { name: string; localName: string }[] {
-  registry ??= new WireRegistry(SHIM_WIRE_TABLES);
-  return registry.fieldNames(typeName);
+  return tables().fieldNames(typeName);
 }
 
 /**

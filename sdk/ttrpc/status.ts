@@ -11,8 +11,8 @@ import type { Status } from "../../proto/gen/google/rpc/status_pb.ts";
 import { asStatusError, Code, statusError } from "./status_error.ts";
 
 /**
- * Encodes a detail given with its schema: set by `TtrpcServer.register`, which loads protobuf-es
- * for a Connect implementation (whose errors alone carry such details). Kept out of this module
+ * Encodes a detail given with its schema: set by `TtrpcServer.register` and by status_connect.ts,
+ * which load protobuf-es anyway (only Connect code makes such details). Kept out of this module
  * so the server's wire path never loads protobuf-es's reflection.
  */
 let encodeDetail: ((desc: DescMessage, value: unknown) => Uint8Array) | undefined;

@@ -7,9 +7,9 @@
  */
 
 import { create, type DescMessage, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { ConnectError } from "@connectrpc/connect";
 import type { Status } from "../../proto/gen/google/rpc/status_pb.ts";
-import { setDetailEncoder, statusOf } from "./status.ts";
+import { setDetailEncoder, statusErrorOf, statusOf } from "./status.ts";
 
 // Details given with a schema: this module loads protobuf-es anyway (the server's own path,
 // status.ts, leaves them out unless a Connect service was registered).
@@ -63,16 +63,9 @@ export function statusFromError(reason: unknown): Status {
  * ```
  */
 export function errorFromStatus(status: Status): ConnectError {
-  const code = status.code >= Code.Canceled && status.code <= Code.Unauthenticated
-    ? status.code as Code
-    : Code.Unknown;
-  const err = new ConnectError(status.message, code);
-  for (const any of status.details) {
-    // Connect stores incoming details by type name: whatever follows the last "/".
-    err.details.push({
-      type: any.typeUrl.slice(any.typeUrl.lastIndexOf("/") + 1),
-      value: any.value,
-    });
-  }
+  // The same code and details as the wire client's error, in Connect's own class.
+  const light = statusErrorOf(status);
+  const err = new ConnectError(light.rawMessage, light.code);
+  err.details.push(...light.details);
   return err;
 }

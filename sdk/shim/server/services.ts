@@ -8,7 +8,7 @@
 
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Sandbox } from "../../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts";
-import { shimCodec, TASK_SERVICE } from "../../../proto/shim_wire.ts";
+import { shimCodec, type ShimWireTypes, TASK_SERVICE } from "../../../proto/shim_wire.ts";
 import type { TtrpcServer, WireMethod } from "../../ttrpc/server.ts";
 import type { ShimFlags } from "../boot/flags.ts";
 import { formatTaskApiEndpoint, type TaskApiEndpoint } from "../endpoint.ts";
@@ -103,7 +103,11 @@ export function registerServices<T extends object>(
     },
   });
   // The Task API from wire codecs: a cold server evaluates no protobuf-es descriptor.
-  server.registerWire(TASK_SERVICE.typeName, taskMethods(tasks.impl()), ...TASK_SERVICE_NAMES);
+  server.registerWire(
+    TASK_SERVICE.typeName,
+    wireMethods(TASK_SERVICE, tasks.impl()),
+    ...TASK_SERVICE_NAMES,
+  );
   server.registerLazy(async () => {
     const [{ Sandbox }, { SandboxService }, { createServiceImplSpec }] = await Promise.all([
       import("../../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts"),
@@ -130,21 +134,28 @@ export function registerServices<T extends object>(
   };
 }
 
+/** A service of the wire tables (`TASK_SERVICE`, `EVENTS_SERVICE`): its methods by local name. */
+type WireService = { methods: Record<string, { name: string; input: string; output: string }> };
+
 /**
- * The Task API's methods, each with its codecs and its handler in `impl`.
+ * A service's methods, each with its codecs and its handler in `impl` (by local name, as
+ * Connect's `ServiceImpl` has them).
  *
  * @example Usage
  * ```ts ignore
- * server.registerWire(TASK_SERVICE.typeName, taskMethods(tasks.impl()), ...TASK_SERVICE_NAMES);
+ * server.registerWire(TASK_SERVICE.typeName, wireMethods(TASK_SERVICE, tasks.impl()), ...TASK_SERVICE_NAMES);
  * ```
  */
-export function taskMethods(impl: ReturnType<TaskService<object>["impl"]>): WireMethod[] {
-  return Object.entries(TASK_SERVICE.methods).map(([local, m]) => {
-    const handler = impl[local as keyof typeof impl] as (r: never, c: HandlerContext) => unknown;
+export function wireMethods<S extends WireService>(
+  service: S,
+  impl: { [K in keyof S["methods"]]: (request: never, context: HandlerContext) => unknown },
+): WireMethod[] {
+  return Object.entries(service.methods).map(([local, m]) => {
+    const handler = impl[local as keyof S["methods"]];
     return {
       name: m.name,
-      input: shimCodec(m.input),
-      output: shimCodec(m.output),
+      input: shimCodec(m.input as keyof ShimWireTypes),
+      output: shimCodec(m.output as keyof ShimWireTypes),
       impl: (request, context) => handler(request as never, context),
     };
   });

@@ -90,7 +90,7 @@ export interface TaskServiceDeps<T extends object> {
  * @example Usage
  * ```ts ignore
  * const svc = new TaskService({ shim, platform, events, logger, namespace, onShutdown });
- * server.registerWire("containerd.task.v2.Task", taskMethods(svc.impl()), "containerd.task.v3.Task"); // see services.ts
+ * server.registerWire(TASK_SERVICE.typeName, wireMethods(TASK_SERVICE, svc.impl()), ...TASK_SERVICE_NAMES); // services.ts
  * ```
  */
 export class TaskService<T extends object> {

@@ -15,7 +15,7 @@ import { EVENTS_SERVICE, shimCodec, TASK_SERVICE } from "../../../proto/shim_wir
 import type { WireInit } from "../../../proto/wire_table.ts";
 import { TtrpcServer } from "../../ttrpc/server.ts";
 import { TtrpcWireClient } from "../../ttrpc/wire_client.ts";
-import { taskMethods } from "../server/services.ts";
+import { wireMethods } from "../server/services.ts";
 import type { Reaper } from "../../linux/reaper.ts";
 import { EventPublisher } from "../server/events.ts";
 import { Logger } from "../logger.ts";
@@ -102,13 +102,10 @@ async function run<T extends object>(
 
   // containerd's side of event forwarding.
   const events = new TtrpcServer();
-  const forward = EVENTS_SERVICE.methods.forward;
-  events.registerWire(EVENTS_SERVICE.typeName, [{
-    name: forward.name,
-    input: shimCodec(forward.input),
-    output: shimCodec(forward.output),
-    impl: () => ({}),
-  }]);
+  events.registerWire(
+    EVENTS_SERVICE.typeName,
+    wireMethods(EVENTS_SERVICE, { forward: () => ({}) }),
+  );
   await events.listen(`${work}/events.sock`);
   closers.push(() => events.close({ timeoutMs: 500 }));
   const publisher = new EventPublisher({ address: `${work}/events.sock`, namespace: "rehearsal" });
@@ -126,7 +123,7 @@ async function run<T extends object>(
   });
   closers.push(() => tasks.close());
   const server = new TtrpcServer({ requireSameUser: true });
-  server.registerWire(TASK_SERVICE.typeName, taskMethods(tasks.impl()));
+  server.registerWire(TASK_SERVICE.typeName, wireMethods(TASK_SERVICE, tasks.impl()));
   await server.listen(`${work}/task.sock`);
   closers.push(() => server.close({ timeoutMs: 500 }));
   closers.push(() => {
