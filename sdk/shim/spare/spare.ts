@@ -17,6 +17,7 @@ import type { Shim } from "../shim.ts";
 import type { ServerExtension } from "../server/extension.ts";
 import { spareIdleSeconds } from "./config.ts";
 import { takeSpareLock } from "./lock.ts";
+import { loadingMarker, releaseLoading } from "./loading.ts";
 import { watchLifetime } from "./lifetime.ts";
 import {
   JsonLines,
@@ -75,6 +76,9 @@ export async function runSpare<T extends object>(
     throw new Error("-spare needs -socket <dir>/spare-<code>.sock and SKIFF_SHIM_LAUNCHER");
   }
   const taken = await takeSpareLock(flags.socket, launcher);
+  // Past the loading marker either way: the lock now says whether a spare is on its way.
+  const marker = loadingMarker(flags.socket);
+  releaseLoading(marker, Deno.pid);
   if (!taken) Deno.exit(0); // another spare holds it, or the launcher was reinstalled
   const { file: lock, codeId } = taken;
 
@@ -161,6 +165,7 @@ export async function runSpare<T extends object>(
         deadline,
         reaper,
         extensions,
+        marker,
       });
     });
   }
@@ -265,6 +270,8 @@ async function adopt<T extends object>(
     deadline: ReturnType<typeof setTimeout>;
     reaper: import("../../linux/reaper.ts").Reaper;
     extensions: readonly ServerExtension[];
+    /** The loading marker, which names us if our spawner wrote it after we took the lock. */
+    marker: string;
   },
 ): Promise<never> {
   const { containerd, deadline, reaper, extensions } = ready;
@@ -302,7 +309,8 @@ async function adopt<T extends object>(
   try {
     conn.close();
   } catch { /* start has gone */ }
-  // The next spare may load now.
+  // The next spare may load now (a marker naming us, written after we took the lock, goes too).
+  releaseLoading(ready.marker, Deno.pid);
   lock.close();
   const flags: ShimFlags = {
     ...handoff.flags,

@@ -8,6 +8,7 @@
 import type { SpareConfig } from "./config.ts";
 import { SPARE_DAEMON_ENV, SPARE_NICE_ENV } from "./handoff.ts";
 import { mayRaisePriority, niceOf, setAutogroupNice } from "../../linux/nice.ts";
+import { claimLoading, loadingMarker, releaseLoading } from "./loading.ts";
 
 /** coreutils' `nice`, which starts a spare at the lowest priority. */
 const NICE = "/usr/bin/nice";
@@ -21,9 +22,10 @@ function isFile(path: string): boolean {
 }
 
 /**
- * Spawns the next spare unless one is alive or loading (it holds the lock). A server calls it
- * once it serves (off `start`'s path); the spare inherits its environment (`start`'s), and takes
- * the cgroups, OOM score and priority of the `start` that adopts it.
+ * Spawns the next spare unless one is alive, loading (it holds the lock) or on its way (the
+ * loading marker names it: `./loading.ts`). A server calls it once it serves (off `start`'s
+ * path); the spare inherits its environment (`start`'s), and takes the cgroups, OOM score and
+ * priority of the `start` that adopts it.
  *
  * @param cfg the spare's place
  * @param address containerd's address
@@ -55,6 +57,9 @@ export function spawnSpare(
   } finally {
     lock.close();
   }
+  // A spare spawned but not yet holding the lock (booting at nice 19 takes seconds on a busy node).
+  const name = claimLoading(loadingMarker(cfg.lock));
+  if (!name) return;
   // Loading at the lowest priority takes CPU from idle time, not from the container being
   // started; only where the spare may raise its priority back once adopted.
   const args = [
@@ -67,18 +72,25 @@ export function spawnSpare(
     cfg.socket,
   ];
   const nice = mayRaisePriority() && isFile(NICE) ? [NICE, "-n", "19"] : [];
-  const child = spawn(
-    new Deno.Command(nice[0] ?? cfg.launcher, {
-      args: [...nice.slice(1), ...(nice.length ? [cfg.launcher] : []), ...args],
-      // The priority to return to as soon as a start connects (the handoff then says start's).
-      env: { [SPARE_DAEMON_ENV]: daemon, [SPARE_NICE_ENV]: String(niceOf("self")) },
-      cwd: "/",
-      stdin: "null",
-      stdout: "null",
-      stderr: "null",
-      detached: true,
-    }),
-  );
+  let child: Deno.ChildProcess;
+  try {
+    child = spawn(
+      new Deno.Command(nice[0] ?? cfg.launcher, {
+        args: [...nice.slice(1), ...(nice.length ? [cfg.launcher] : []), ...args],
+        // The priority to return to as soon as a start connects (the handoff then says start's).
+        env: { [SPARE_DAEMON_ENV]: daemon, [SPARE_NICE_ENV]: String(niceOf("self")) },
+        cwd: "/",
+        stdin: "null",
+        stdout: "null",
+        stderr: "null",
+        detached: true,
+      }),
+    );
+  } catch (e) {
+    releaseLoading(loadingMarker(cfg.lock));
+    throw e;
+  }
+  name(child.pid);
   // Its new session is its own autogroup, which would weigh as much as the container's.
   if (nice.length) setAutogroupNice(child.pid, 19);
   child.unref();
