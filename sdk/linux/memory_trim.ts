@@ -38,17 +38,69 @@ export function trimMemory(): void {
   } catch { /* no glibc: nothing to trim */ }
 }
 
+/** How many times a trim waits another {@linkcode IDLE_TRIM_DELAY_MS} for the CPUs to be free. */
+export const BUSY_TRIM_POSTPONEMENTS = 8;
+
 /**
- * {@linkcode trimMemory} once, `delayMs` from now, without keeping the process alive.
+ * Whether more tasks are runnable right now than there are CPUs (`/proc/loadavg`'s
+ * running/total field), or undefined when that cannot be read.
  *
+ * @param loadavg the text of `/proc/loadavg` (default: read it)
+ * @param cpus the number of CPUs (default: `navigator.hardwareConcurrency`)
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { cpusBusy } from "./memory_trim.ts";
+ * strictEqual(cpusBusy("3.10 2.05 1.50 9/211 4242\n", 2), true);
+ * strictEqual(cpusBusy("0.10 0.05 0.50 1/211 4242\n", 2), false);
+ * ```
+ */
+export function cpusBusy(loadavg?: string, cpus?: number): boolean | undefined {
+  try {
+    const text = loadavg ?? Deno.readTextFileSync("/proc/loadavg");
+    const running = Number(/^\S+ \S+ \S+ (\d+)\//.exec(text)?.[1]);
+    const n = cpus ?? navigator.hardwareConcurrency;
+    return Number.isFinite(running) && n > 0 ? running > n : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * {@linkcode trimMemory} once, `delayMs` from now, without keeping the process alive. While more
+ * tasks are runnable than there are CPUs (a burst of container starts), it waits `delayMs` more,
+ * up to {@linkcode BUSY_TRIM_POSTPONEMENTS} times: a trim costs 15-45 ms of CPU, which a burst
+ * would take from the starts still under way, and the memory can wait that long.
+ *
+ * @param delayMs how long to wait, and to wait again while the CPUs are busy
+ * @param busy whether the CPUs are busy now ({@linkcode cpusBusy})
+ * @param trim what to run (default {@linkcode trimMemory})
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
  * import { trimMemoryLater } from "./memory_trim.ts";
- * // After the server listens; the timer never keeps the process alive.
- * strictEqual(trimMemoryLater(), undefined);
+ * // Busy twice, then free: the trim runs at the third look.
+ * let looks = 0;
+ * const { promise, resolve } = Promise.withResolvers<number>();
+ * trimMemoryLater(1, () => ++looks < 3, () => resolve(looks));
+ * const alive = setInterval(() => {}, 1_000); // its timers never keep a process alive
+ * strictEqual(await promise, 3);
+ * clearInterval(alive);
  * ```
  */
-export function trimMemoryLater(delayMs: number = IDLE_TRIM_DELAY_MS): void {
-  Deno.unrefTimer(setTimeout(trimMemory, delayMs));
+export function trimMemoryLater(
+  delayMs: number = IDLE_TRIM_DELAY_MS,
+  busy: () => boolean | undefined = cpusBusy,
+  trim: () => void = trimMemory,
+): void {
+  let postponed = 0;
+  const look = () => {
+    if (postponed < BUSY_TRIM_POSTPONEMENTS && busy() === true) {
+      postponed++;
+      Deno.unrefTimer(setTimeout(look, delayMs));
+      return;
+    }
+    trim();
+  };
+  Deno.unrefTimer(setTimeout(look, delayMs));
 }
