@@ -51,6 +51,8 @@ const ALLOWED: Record<string, string[]> = {
     "sdk/shim/boot/sha256.ts",
     // containerd's version, which decides the answer's format (asked only on 1.7-2.2).
     "sdk/shim/boot/containerd_version.ts",
+    // The cold server's notice that it listens (no module of its own beyond this one).
+    "sdk/shim/boot/ready.ts",
     // The warm spare's start side: where a spare waits, and the handoff's client.
     "sdk/shim/spare/config.ts",
     "sdk/shim/spare/handoff.ts",

@@ -85,11 +85,13 @@ export async function runShimWith<T extends object>(
       await runSpare(shim, flags, serverExtensions);
       Deno.exit(0);
     }
-    const [{ serveShim }, extensions] = await Promise.all([
+    const [{ serveShim }, { notifyReady }, extensions] = await Promise.all([
       import("../server/serve.ts"),
+      import("./ready.ts"),
       serverExtensions(),
     ]);
-    await serveShim(shim, flags, { extensions });
+    // A cold server: the `start` that spawned it waits to hear that it listens.
+    await serveShim(shim, flags, { extensions, onListening: notifyReady });
     Deno.exit(0);
   } catch (e) {
     // containerd shows start's combined output in its error, so say what failed.

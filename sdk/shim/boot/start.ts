@@ -30,6 +30,7 @@ import { niceOf } from "../../linux/proc_stat.ts";
 import { containerdProcess, handOffToSpare, SPARE_DAEMON_ENV } from "../spare/handoff.ts";
 import { containerdVersion } from "./containerd_version.ts";
 import { groupKey, pathPresent, socketAlive } from "./server_socket.ts";
+import { listenReady, READY_SOCKET_ENV, type ReadyListener } from "./ready.ts";
 
 export { GROUP_ANNOTATIONS, groupKey, socketAlive } from "./server_socket.ts";
 
@@ -152,7 +153,8 @@ export async function runStart<T extends object>(
   // and on 1.6 (the only one without GRPC_ADDRESS), whose format is the unknown version's.
   const needVersion = input.dialect !== "bootstrap" && Deno.env.get("GRPC_ADDRESS") !== undefined;
   let daemon: Promise<[number, number] | undefined> | undefined;
-  const version = () => daemon ??= needVersion ? containerdVersion(flags.publishBinary) : undefined;
+  const version = () =>
+    daemon ??= needVersion ? containerdVersion(flags.publishBinary, socketDir) : undefined;
 
   // Options given at start are kept for the server; endpoint carriers are not options.
   let options: T | undefined;
@@ -237,57 +239,89 @@ async function spawnServer(
     path,
     ...(flags.debug ? ["-debug"] : []),
   ];
-  // stdio on /dev/null: containerd reads start's combined output until EOF, so the server
-  // must not inherit our pipes. detached: a new session, so it outlives us.
-  const child = new Deno.Command(cmd, {
-    args,
-    cwd: bundle,
-    stdin: "null",
-    stdout: "null",
-    stderr: "null",
-    detached: true,
-    // For the next spare, which the server spawns (serve.ts); the server drops it from its env.
-    env: { [SPARE_DAEMON_ENV]: containerdProcess() },
-  }).spawn();
-  child.unref();
-  if (oomScore !== undefined) {
-    try {
-      setOomScoreAdj(child.pid, oomScore);
-    } catch (e) {
-      // As containerd's runc shim: a start that cannot set the shim's OOM score fails.
+  // The server says when it listens (./ready.ts); `start` waits for that instead of polling.
+  const ready = listenReady(path);
+  try {
+    // stdio on /dev/null: containerd reads start's combined output until EOF, so the server
+    // must not inherit our pipes. detached: a new session, so it outlives us.
+    const child = new Deno.Command(cmd, {
+      args,
+      cwd: bundle,
+      stdin: "null",
+      stdout: "null",
+      stderr: "null",
+      detached: true,
+      env: {
+        // For the next spare, which the server spawns (serve.ts); the server drops it from its env.
+        [SPARE_DAEMON_ENV]: containerdProcess(),
+        ...(ready ? { [READY_SOCKET_ENV]: ready.path } : {}),
+      },
+    }).spawn();
+    child.unref();
+    if (oomScore !== undefined) {
       try {
-        child.kill("SIGKILL");
-      } catch { /* already gone */ }
-      throw e;
+        setOomScoreAdj(child.pid, oomScore);
+      } catch (e) {
+        // As containerd's runc shim: a start that cannot set the shim's OOM score fails.
+        try {
+          child.kill("SIGKILL");
+        } catch { /* already gone */ }
+        throw e;
+      }
     }
-  }
-  if (shimCgroup) {
-    // Loaded only when asked for: most starts never touch cgroups.
-    const { joinCgroup } = await import("../../linux/cgroup_join.ts");
-    try {
-      await joinCgroup(child.pid, shimCgroup);
-    } catch (e) {
-      // As containerd's runc shim: a start that cannot honour shim_cgroup fails, server and all.
+    if (shimCgroup) {
+      // Loaded only when asked for: most starts never touch cgroups.
+      const { joinCgroup } = await import("../../linux/cgroup_join.ts");
       try {
-        child.kill("SIGKILL");
-      } catch { /* already gone */ }
-      throw e;
+        await joinCgroup(child.pid, shimCgroup);
+      } catch (e) {
+        // As containerd's runc shim: a start that cannot honour shim_cgroup fails, server and all.
+        try {
+          child.kill("SIGKILL");
+        } catch { /* already gone */ }
+        throw e;
+      }
     }
+    await untilServing(child, path, bundle, ready);
+    return child.pid;
+  } finally {
+    ready?.close();
   }
+}
+
+/** How often `start` looks for the server's socket when the server has not said it listens. */
+const POLL_MS = 2;
+/** How often it looks while it waits to hear from the server (a fallback: it should not need to). */
+const POLL_WHILE_LISTENING_MS = 100;
+
+/**
+ * Waits until the server's socket answers: woken by the server's notice (`ready`), by its exit,
+ * or by a slow poll; without a ready socket, or once a notice came that the socket did not
+ * confirm, by a 2 ms poll.
+ */
+async function untilServing(
+  child: Deno.ChildProcess,
+  path: string,
+  bundle: string,
+  ready: ReadyListener | undefined,
+): Promise<void> {
   const state: { exited?: Deno.CommandStatus } = {};
-  child.status.then((s) => state.exited = s);
+  const exited = child.status.then((s) => void (state.exited = s));
+  let notice: Promise<void> | undefined = ready?.notified.then(() => void (notice = undefined));
   // Generous: under emulation (the cgroup v2 test guest runs ~10x slower) a first start of
   // deno can take longer than 20 s; a server that dies early is reported at once anyway.
   const deadline = Date.now() + 60_000;
   while (Date.now() < deadline) {
-    if (await socketAlive(path)) return child.pid;
+    if (await socketAlive(path)) return;
     if (state.exited) {
       throw new Error(
         `shim server exited with code ${state.exited.code} before serving on "${path}"; ` +
           `see the shim log in ${bundle}/log`,
       );
     }
-    await pause(2);
+    await (notice
+      ? Promise.race([notice, exited, pause(POLL_WHILE_LISTENING_MS)])
+      : pause(POLL_MS));
   }
   throw new Error(`shim server did not serve on "${path}" within 60s`);
 }

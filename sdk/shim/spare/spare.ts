@@ -84,6 +84,8 @@ export async function runSpare<T extends object>(
 
   const { serveShim, extensions, reaper, rehearse, containerd } = await preload(
     flags.publishBinary,
+    // <socket dir>/skiff-<containerd>/spare-<code>.sock: `start` keeps containerd's version there
+    flags.socket.slice(0, flags.socket.lastIndexOf("/", flags.socket.lastIndexOf("/") - 1)),
     loadExtensions,
   );
 
@@ -179,6 +181,7 @@ export async function runSpare<T extends object>(
  */
 async function preload(
   publishBinary: string,
+  socketDir: string,
   loadExtensions: () => Promise<readonly ServerExtension[]>,
 ) {
   const [{ serveShim }, extensions] = await Promise.all([
@@ -198,7 +201,7 @@ async function preload(
   // containerd's version decides the format of `start`'s answer (1.7+ pass GRPC_ADDRESS); asked
   // now, needed only when a start is answered.
   const containerd = Deno.env.get("GRPC_ADDRESS") !== undefined
-    ? containerdVersion(publishBinary)
+    ? containerdVersion(publishBinary, socketDir)
     : Promise.resolve(undefined);
   return { serveShim, extensions, reaper, rehearse, containerd };
 }
