@@ -647,3 +647,58 @@ Deno.test("TaskService passes a runtime's own stats status through; a failed rea
     );
   });
 });
+
+Deno.test("TaskService takes the exit of a process the runtime spawned with ctx.spawn and reported by pid (no hang)", async () => {
+  await withBundle(async (bundle) => {
+    const platform = new FakePlatform();
+    // A non-OCI runtime as the guide writes one: it runs its process as a plain child through
+    // ctx.spawn and resolves `{ pid }`, with no `exited`. The reaper never sees Deno's children.
+    class ChildRuntime extends FakeRuntime {
+      #spawn: (cmd: Deno.Command) => Deno.ChildProcess;
+      #children = new Map<string, Deno.ChildProcess>();
+      constructor(spawn: (cmd: Deno.Command) => Deno.ChildProcess) {
+        super(platform);
+        this.#spawn = spawn;
+      }
+      override create(id: string) {
+        const child = this.#spawn(
+          new Deno.Command("sh", { args: ["-c", "read x; exit 5"], stdin: "piped" }),
+        );
+        this.#children.set(id, child);
+        return Promise.resolve({ pid: child.pid });
+      }
+      override async start(id: string) {
+        const w = this.#children.get(id)!.stdin.getWriter();
+        await w.write(new TextEncoder().encode("go\n"));
+        await w.close();
+      }
+      override exec() {
+        // Ends before exec returns: its exit is still its own.
+        const child = this.#spawn(new Deno.Command("sh", { args: ["-c", "exit 9"] }));
+        return child.status.then(() => ({ pid: child.pid }));
+      }
+    }
+    class ChildShim extends Shim<{ x: number }> {
+      readonly runtimeName = "io.containerd.test.v1";
+      readonly options = { defaults: () => ({ x: 1 }) };
+      runtime(ctx: { spawn: (cmd: Deno.Command) => Deno.ChildProcess }) {
+        return new ChildRuntime(ctx.spawn);
+      }
+    }
+    const svc = new TaskService({
+      shim: new ChildShim(),
+      platform,
+      events: { publish: () => {} },
+      logger: new Logger(),
+      namespace: "ns",
+      onShutdown: () => {},
+    });
+    await svc.create(create(CreateTaskRequestSchema, { id: "c1", bundle }));
+    await svc.start({ id: "c1", execId: "" } as never);
+    await svc.exec({ id: "c1", execId: "e1", spec } as never);
+    await svc.start({ id: "c1", execId: "e1" } as never);
+    assert.equal((await svc.wait({ id: "c1", execId: "e1" } as never)).exitStatus, 9);
+    assert.equal((await svc.wait({ id: "c1", execId: "" } as never)).exitStatus, 5);
+    await svc.delete({ id: "c1", execId: "" } as never);
+  });
+});

@@ -33,7 +33,12 @@ import type { Any } from "@bufbuild/protobuf/wkt";
  * ```
  */
 export interface RuntimeProcess {
-  /** A host pid the shim's reaper sees, or a pid the runtime reports (a guest pid). */
+  /**
+   * Whose exit the shim reports, one of three: a host process re-parented to the shim (runc's
+   * init, reaped by the shim); a child the runtime spawned with `ctx.spawn` (its exit is taken
+   * from Deno's `child.status`, so Wait answers when it ends, even if it ended before create or
+   * exec returned); or, with {@link RuntimeProcess.exited}, any pid (a guest's).
+   */
   readonly pid: number;
   /**
    * When present, the runtime reports the exit status (128 + signal for a signal) and the

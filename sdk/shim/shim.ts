@@ -27,7 +27,11 @@ export interface RuntimeContext<T> {
   readonly bundle: string;
   /** The runtime options in effect for this container. */
   readonly options: T;
-  /** Spawns a child process safely with respect to the shim's reaper. */
+  /**
+   * Spawns a child process safely with respect to the shim's reaper (Deno reaps it). A runtime
+   * that reports such a child as a container's init or exec (`{ pid: child.pid }`) gets its exit
+   * reported by the shim; nothing else is needed.
+   */
   readonly spawn: (cmd: Deno.Command) => Deno.ChildProcess;
   /** Logger with the container's fields. */
   readonly logger: Logger;

@@ -12,6 +12,7 @@ import { ConsoleSocket } from "../../linux/console.ts";
 import { ProcessIo, type ProcessIoContext } from "../../linux/process_io.ts";
 import { mountAll, unmountAll } from "../../linux/mount.ts";
 import type { ProcessIoSetup, ShimPlatform } from "./platform.ts";
+import { Code, statusError } from "../../ttrpc/status_error.ts";
 
 /** How long to wait for the runtime to hand over a terminal's pty master. */
 const PTY_TIMEOUT_MS = 10_000;
@@ -37,8 +38,14 @@ export function linuxPlatform(reaper: Reaper): ShimPlatform {
     mount: (mounts, target) => mountAll(mounts, target),
     unmount: (target) => unmountAll(target),
     // Loaded on first use: most shims never serve Stats, and start-up cost matters.
-    stats: async (pid) => (await import("../../linux/cgroups.ts")).cgroupStats(pid),
-    watchOom: async (pid, onOom) => (await import("../../linux/oom.ts")).watchOom(pid, onOom),
+    stats: async (pid) => {
+      ownCgroupRefused(pid, "stats");
+      return (await import("../../linux/cgroups.ts")).cgroupStats(pid);
+    },
+    watchOom: async (pid, onOom) => {
+      ownCgroupRefused(pid, "OOM events");
+      return (await import("../../linux/oom.ts")).watchOom(pid, onOom);
+    },
     kill: (pid, signal) => kill(pid, signal),
   };
 }
@@ -118,4 +125,29 @@ async function openTerminal(
       resize: (w, h) => pty?.resize(w, h),
     },
   };
+}
+
+/**
+ * Refuses to read `pid`'s cgroup as its container's when it is the shim's own: a runtime that
+ * made no cgroup (a process it ran with `ctx.spawn`) would otherwise report the shim's memory
+ * and CPU, or the shim's OOM kills, as the container's. Unimplemented, as for any runtime that
+ * cannot tell: such a runtime implements `ContainerRuntime.stats` and `watchOom` itself.
+ */
+function ownCgroupRefused(pid: number, what: string): void {
+  let theirs: string, ours: string;
+  try {
+    theirs = Deno.readTextFileSync(`/proc/${pid}/cgroup`);
+    ours = Deno.readTextFileSync("/proc/self/cgroup");
+  } catch {
+    return; // gone: the read that follows says so
+  }
+  if (theirs !== ours) return;
+  throw statusError(
+    `${what} of pid ${pid}: it runs in the shim's own cgroup (${
+      theirs.trim().split("\n").at(-1)
+    }), not one of its container's; the runtime reports its own (ContainerRuntime.${
+      what === "stats" ? "stats" : "watchOom"
+    })`,
+    Code.Unimplemented,
+  );
 }

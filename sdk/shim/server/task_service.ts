@@ -39,6 +39,7 @@ import type { Container } from "./container.ts";
 import { createContainer } from "./create.ts";
 import type { EventPublisher } from "./events.ts";
 import { ExitRouter } from "./exits.ts";
+import { SpawnedExits } from "./spawned.ts";
 import type { Logger } from "../logger.ts";
 import { resolveOptions } from "../options.ts";
 import type { ShimPlatform } from "./platform.ts";
@@ -197,14 +198,16 @@ export class TaskService<T extends object> {
     Deno.writeTextFileSync(`${r.bundle}/options.json`, JSON.stringify(resolved.options));
 
     const clog = logger.with({ id: r.id, namespace });
-    const runtime = shim.runtime({
+    // A process the runtime spawned itself and reported by pid gets its exit from Deno.
+    const spawned = new SpawnedExits((cmd) => platform.spawn(cmd));
+    const runtime = spawned.wrap(shim.runtime({
       id: r.id,
       namespace,
       bundle: r.bundle,
       options: resolved.options,
-      spawn: (cmd) => platform.spawn(cmd),
+      spawn: (cmd) => spawned.spawn(cmd),
       logger: clog,
-    });
+    }));
     if (r.checkpoint && !runtime.restore) {
       throw statusError(
         `restoring container "${r.id}" from checkpoint "${r.checkpoint}" is not supported`,
