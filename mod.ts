@@ -53,6 +53,11 @@ export { OciRuntimeCli } from "./sdk/oci/cli.ts";
 export type { OciRuntimeCliOptions } from "./sdk/oci/options.ts";
 export { OciShim, type OciShimOptions } from "./sdk/oci/shim.ts";
 export { ociFeaturesAny } from "./sdk/oci/features.ts";
+// Errors with containerd's codes, without loading Connect: `throw statusError("…", Code.NotFound)`
+// (Connect's `ConnectError.from` and handlers accept them as its own).
+export { Code, isStatusError, statusError } from "./sdk/ttrpc/status_error.ts";
+// protobuf-es's `Any`, which `Shim.features` and `ContainerRuntime.stats` return (type only).
+export type { Any } from "@bufbuild/protobuf/wkt";
 
 import type { Shim as ShimBase } from "./sdk/shim/shim.ts";
 import { runShimWith } from "./sdk/shim/boot/run.ts";

@@ -4,9 +4,7 @@
  * starts a container, runs an exec in it, waits for both, deletes, shuts down, and prints the
  * container's output and the events the shim published.
  */
-import { ShimHarness } from "../sdk/testing/harness.ts";
-import { createBusyboxBundle, findBusybox } from "../sdk/testing/bundle.ts";
-import { installShims } from "../sdk/install/install.ts";
+import { createBusyboxBundle, findBusybox, installShims, ShimHarness } from "@skiff/shim/testing";
 
 /** `key=value` pairs of an event, without protobuf bookkeeping. */
 function summary(message: unknown): string {

@@ -1,8 +1,8 @@
-// The VM agent's protocol (proto/src/skiff/agent/v1/agent.proto) over skiff's ttrpc: the service
+// The VM agent's protocol (examples/vm/proto/agent.proto) over skiff's ttrpc: the service
 // name the guest serves, and a long-polling read answered after the call was made.
 import assert from "node:assert/strict";
 import { createClient, createServiceImplSpec } from "@connectrpc/connect";
-import { Agent } from "../proto/gen/skiff/agent/v1/agent_pb.ts";
+import { Agent } from "../examples/vm/proto/agent_pb.ts";
 import { TtrpcServer } from "../sdk/ttrpc/server.ts";
 import { createTtrpcTransport } from "../sdk/ttrpc/transport.ts";
 

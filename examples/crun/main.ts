@@ -4,7 +4,7 @@
  * `binary_name`, `root` and `systemd_cgroup` (or `BinaryName`, `Root`, `SystemdCgroup` in CRI's
  * TOML runtime options).
  */
-import * as skiff from "../../mod.ts";
+import * as skiff from "@skiff/shim";
 
 type CrunOptions = skiff.OciShimOptions;
 

@@ -10,7 +10,7 @@ import {
   RUNC_OPTIONS_CODEC,
   runShim,
   type RuntimeContext,
-} from "../../mod.ts";
+} from "@skiff/shim";
 
 /** The runc settings this shim honours. */
 export interface RuncOptions {

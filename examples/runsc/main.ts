@@ -9,7 +9,7 @@
  *   network = "none"
  *   platform = "ptrace"
  */
-import { type OciRuntimeCliOptions, OciShim, runShim, type RuntimeContext } from "../../mod.ts";
+import { type OciRuntimeCliOptions, OciShim, runShim, type RuntimeContext } from "@skiff/shim";
 import { makeCgroupParent } from "./cgroup_parent.ts";
 
 /** The runsc settings this shim honours. */

@@ -6,8 +6,8 @@
  */
 
 import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
-import { createTtrpcTransport, type TtrpcTransport } from "../../sdk/ttrpc/transport.ts";
-import { Agent, type PingResponse } from "../../proto/gen/skiff/agent/v1/agent_pb.ts";
+import { createTtrpcTransport, type TtrpcTransport } from "@skiff/shim/ttrpc";
+import { Agent, type PingResponse } from "./proto/agent_pb.ts";
 
 /** A connected agent client. */
 export interface AgentConnection {

@@ -145,7 +145,8 @@ async function run(cmd: string, args: string[], opts: { cwd?: string } = {}): Pr
 /** The agent as one minified file, cached under its content's hash. */
 async function bundleAgent(cache: string): Promise<string> {
   const entry = new URL("./agent/main.ts", import.meta.url).pathname;
-  const root = new URL("../..", import.meta.url).pathname;
+  // Bundled from here: deno finds the project's deno.json (its import map) above this folder.
+  const here = new URL(".", import.meta.url).pathname;
   const tmp = await Deno.makeTempFile({ dir: cache, prefix: "agent-", suffix: ".js" });
   try {
     await run(Deno.execPath(), [
@@ -157,7 +158,7 @@ async function bundleAgent(cache: string): Promise<string> {
       "-o",
       tmp,
       entry,
-    ], { cwd: root });
+    ], { cwd: here });
     const code = await Deno.readFile(tmp);
     const hash = Array.from(new Uint8Array(await crypto.subtle.digest("SHA-256", code)))
       .slice(0, 8).map((b) => b.toString(16).padStart(2, "0")).join("");

@@ -22,7 +22,7 @@ import {
   type SandboxContext,
   type SandboxRuntime,
   Shim,
-} from "../../mod.ts";
+} from "@skiff/shim";
 import { currentVmImage } from "./image.ts";
 import { Pod } from "./pod.ts";
 import { AgentRuntime } from "./runtime.ts";

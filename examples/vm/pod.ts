@@ -11,9 +11,8 @@
  */
 
 import { Code, ConnectError } from "@connectrpc/connect";
-import { unmountAll } from "../../sdk/linux/mount.ts";
-import type { Logger } from "../../sdk/shim/logger.ts";
-import type { SandboxStarted } from "../../sdk/shim/sandbox.ts";
+import { unmountAll } from "@skiff/shim/linux";
+import type { Logger, SandboxStarted } from "@skiff/shim/seam";
 import { buildVmImage, type VmImage } from "./image.ts";
 import { guestSpec } from "./spec.ts";
 import { Vm } from "./vm.ts";

@@ -16,7 +16,7 @@ import type {
   RuntimeExecOptions,
   RuntimeProcess,
   RuntimeStdio,
-} from "../../sdk/shim/runtime.ts";
+} from "@skiff/shim/seam";
 import type { Pod } from "./pod.ts";
 import { guestProcess } from "./spec.ts";
 import { pumpStdio, wanted } from "./stdio.ts";

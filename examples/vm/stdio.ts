@@ -8,8 +8,8 @@
  */
 
 import type { Client } from "@connectrpc/connect";
-import type { Agent } from "../../proto/gen/skiff/agent/v1/agent_pb.ts";
-import type { RuntimeStreams } from "../../sdk/shim/runtime.ts";
+import type { Agent } from "./proto/agent_pb.ts";
+import type { RuntimeStreams } from "@skiff/shim/seam";
 
 /** Which streams the agent should give the process, from the streams containerd asked for. */
 export function wanted(

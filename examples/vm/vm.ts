@@ -12,8 +12,8 @@
  */
 
 import type { Client } from "@connectrpc/connect";
-import type { Agent, PingResponse } from "../../proto/gen/skiff/agent/v1/agent_pb.ts";
-import { unmountAll } from "../../sdk/linux/mount.ts";
+import type { Agent, PingResponse } from "./proto/agent_pb.ts";
+import { unmountAll } from "@skiff/shim/linux";
 import { type AgentConnection, waitForAgent } from "./client.ts";
 import { AGENT_PORT, GUEST_SHARED, type VmImage } from "./image.ts";
 

@@ -1,14 +1,16 @@
 /**
- * Linux mechanics a containerd shim needs: the child subreaper, process stdio (FIFOs,
- * `file://`, `binary://` loggers), the console socket and pty, rootfs mounts, cgroup
- * statistics and OOM notification.
+ * Linux mechanics for a shim, or for a guest agent that runs containers inside a VM: the child
+ * subreaper, process stdio (FIFOs, `file://`, `binary://` loggers), the console socket and pty,
+ * rootfs mounts, cgroup statistics, OOM notification, pid files and signals by number.
  *
- * This barrel is internal to skiff (the `Shim` base class uses it); it is not a published
- * entry point and its API may change.
+ * The `Shim` base class uses all of these for you; import them when your runtime does the same
+ * work somewhere else: the VM example's guest agent (examples/vm/agent) reaps, mounts, reads
+ * cgroups and watches OOM inside the guest with exactly these names. Everything here needs Linux,
+ * and most of it root (mounts, cgroups, the subreaper).
  *
  * @example Usage
  * ```ts ignore
- * import { ProcessIo, Reaper } from "./mod.ts";
+ * import { ProcessIo, Reaper } from "@skiff/shim/linux";
  *
  * const reaper = Reaper.start();
  * const io = await ProcessIo.open(
@@ -36,6 +38,6 @@ export { ConsoleSocket, Pty } from "./console.ts";
 export { type Mount, mountAll, parseMountOptions, unmountAll } from "./mount.ts";
 export { CgroupNotFoundError, cgroupStats, cgroupVersion } from "./cgroups.ts";
 export { type OomWatch, watchOom } from "./oom.ts";
-export { ErrnoError } from "./libc.ts";
+export { ErrnoError, kill } from "./libc.ts";
 export { FdStream, type FdStreamOptions } from "./fd_stream.ts";
 export { readPidFile, type ReadPidFileOptions } from "./pid_file.ts";

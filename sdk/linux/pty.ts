@@ -8,6 +8,7 @@ import { check, libc } from "./libc.ts";
 import { FdStream } from "./fd_stream.ts";
 
 const TIOCSWINSZ = 0x5414;
+const FIONREAD = 0x541b;
 
 /**
  * The master side of a container's terminal. Reads end when the container side closes (the
@@ -76,6 +77,23 @@ export class Pty {
       `resize pty (fd ${this.fd}) to ${width}x${height}`,
       libc().ioctl(this.fd, BigInt(TIOCSWINSZ), ws),
     );
+  }
+
+  /**
+   * Bytes the terminal's output holds that nobody has read yet (`FIONREAD`); 0 when the kernel
+   * cannot say. A shim that ends a terminal's output after its process exited (a background
+   * process may hold the terminal open) drains until this is 0, as containerd's shim does.
+   *
+   * @example Usage
+   * ```ts ignore
+   * while (pty.unread() > 0) await new Promise((r) => setTimeout(r, 10));
+   * await pty.close();
+   * ```
+   */
+  unread(): number {
+    const n = new Int32Array(1);
+    if (libc().ioctl(this.fd, BigInt(FIONREAD), new Uint8Array(n.buffer)) === -1) return 0;
+    return n[0];
   }
 
   /** Stops pending reads and writes and closes the master; idempotent. */

@@ -46,6 +46,7 @@ export {
   type BusyboxBundleOptions,
   createBusyboxBundle,
   createOciSpec,
+  findBusybox,
   type OciMount,
   type OciSpec,
   type OciSpecOptions,

@@ -13,6 +13,7 @@ const entries = [
   "sdk/testing/mod.ts",
   "sdk/ops/mod.ts",
   "proto/mod.ts",
+  "sdk/linux/mod.ts",
 ];
 const external = new Set([
   "Any",

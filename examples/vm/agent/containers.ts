@@ -14,11 +14,14 @@
 
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Any } from "@bufbuild/protobuf/wkt";
-import { cgroupStats } from "../../../sdk/linux/cgroups.ts";
-import { kill as killPid } from "../../../sdk/linux/libc.ts";
-import { type OomWatch, watchOom } from "../../../sdk/linux/oom.ts";
-import { readPidFile } from "../../../sdk/linux/pid_file.ts";
-import type { Reaper } from "../../../sdk/linux/reaper.ts";
+import {
+  cgroupStats,
+  kill as killPid,
+  type OomWatch,
+  readPidFile,
+  type Reaper,
+  watchOom,
+} from "@skiff/shim/linux";
 import type { ExitTable } from "./exits.ts";
 import { type Exit, GuestProcess } from "./process.ts";
 import { ConsoleListener } from "./terminal.ts";

@@ -8,7 +8,7 @@
  * @module
  */
 
-import type { ProcessExit, Reaper } from "../../../sdk/linux/reaper.ts";
+import type { ProcessExit, Reaper } from "@skiff/shim/linux";
 
 /** Exits held for pids nobody claimed yet; a guest runs few processes. */
 const MAX_UNCLAIMED = 1024;

@@ -15,9 +15,9 @@
  * @module
  */
 
-import { TtrpcServer } from "../../../sdk/ttrpc/server.ts";
-import { Reaper } from "../../../sdk/linux/reaper.ts";
-import { Agent } from "../../../proto/gen/skiff/agent/v1/agent_pb.ts";
+import { TtrpcServer } from "@skiff/shim/ttrpc";
+import { Reaper } from "@skiff/shim/linux";
+import { Agent } from "../proto/agent_pb.ts";
 import { createServiceImplSpec } from "@connectrpc/connect";
 import { Containers } from "./containers.ts";
 import { ExitTable } from "./exits.ts";

@@ -13,7 +13,7 @@
  * @module
  */
 
-import type { TtrpcByteStream, TtrpcServer } from "../../../sdk/ttrpc/server.ts";
+import type { TtrpcByteStream, TtrpcServer } from "@skiff/shim/ttrpc";
 
 /** The two descriptors of the port. */
 export interface PortFiles {

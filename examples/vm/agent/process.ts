@@ -6,7 +6,7 @@
  */
 
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { Pty } from "../../../sdk/linux/console.ts";
+import type { Pty } from "@skiff/shim/linux";
 import { Output } from "./output.ts";
 import { shutdownAtExit } from "./terminal.ts";
 

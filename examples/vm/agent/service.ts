@@ -7,7 +7,7 @@
 
 import type { ServiceImpl } from "@connectrpc/connect";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import type { Agent } from "../../../proto/gen/skiff/agent/v1/agent_pb.ts";
+import type { Agent } from "../proto/agent_pb.ts";
 import type { Containers, StdioWanted } from "./containers.ts";
 
 /** The agent's version, as Ping reports it. */

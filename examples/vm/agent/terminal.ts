@@ -12,8 +12,7 @@
  * @module
  */
 
-import { ConsoleSocket, type Pty } from "../../../sdk/linux/console.ts";
-import { libc } from "../../../sdk/linux/libc.ts";
+import { ConsoleSocket, type Pty } from "@skiff/shim/linux";
 
 /** How long the agent waits for the master once runc has finished (containerd's shim: 30 s). */
 const MASTER_TIMEOUT_MS = 30_000;
@@ -21,7 +20,6 @@ const MASTER_TIMEOUT_MS = 30_000;
 const EXIT_GRACE_MS = 1_000;
 /** Between two looks at what the master still holds after the exit. */
 const DRAIN_POLL_MS = 10;
-const FIONREAD = 0x541B;
 
 /** A console socket runc is about to connect to, with the master it will send. */
 export class ConsoleListener {
@@ -96,15 +94,8 @@ export async function shutdownAtExit(t: OpenTerminal, outputEnded: Promise<void>
   let ended = false;
   void outputEnded.then(() => ended = true);
   await Promise.race([outputEnded, sleep(EXIT_GRACE_MS)]);
-  while (!ended && t.open() && unread(t.pty) > 0) await sleep(DRAIN_POLL_MS);
+  while (!ended && t.open() && t.pty.unread() > 0) await sleep(DRAIN_POLL_MS);
   if (!ended) await t.close();
-}
-
-/** Bytes the master holds that nobody has read yet (0 when it cannot say). */
-function unread(pty: Pty): number {
-  const n = new Int32Array(1);
-  if (libc().ioctl(pty.fd, BigInt(FIONREAD), new Uint8Array(n.buffer)) === -1) return 0;
-  return n[0];
 }
 
 function sleep(ms: number): Promise<void> {

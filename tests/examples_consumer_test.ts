@@ -1,0 +1,141 @@
+/**
+ * The examples as a runtime author's project would hold them: each example folder is copied into
+ * a new project outside the checkout whose import map names only the package's declared exports
+ * (deno.json `exports`), resolved into a copy of the files `deno publish --dry-run` lists, with
+ * the package's own bare specifiers unfurled as JSR does when it publishes. The project adds the
+ * npm packages an author adds (Connect, protobuf-es) and nothing else, then type-checks. An
+ * example that reaches into the repository (`../../sdk/...`), or imports a name the package
+ * does not export, fails here.
+ */
+import assert from "node:assert/strict";
+import { dirname, join, relative } from "node:path";
+
+const ROOT = new URL("..", import.meta.url).pathname.replace(/\/$/, "");
+const CONFIG = JSON.parse(Deno.readTextFileSync(`${ROOT}/deno.json`)) as {
+  name: string;
+  exports: Record<string, string>;
+  imports: Record<string, string>;
+};
+/** The npm packages an author adds next to skiff (`deno add npm:@connectrpc/connect ...`). */
+const AUTHOR_NPM = /^@(connectrpc\/connect|bufbuild\/protobuf)(\/|$)/;
+const EXAMPLES = ["runc", "crun", "runsc", "vm"];
+
+/** The files `deno publish --dry-run` would upload, relative to the checkout. */
+async function publishedFiles(): Promise<string[]> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["publish", "--dry-run", "--allow-dirty"],
+    cwd: ROOT,
+    env: { NO_COLOR: "1" },
+  }).output();
+  const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
+  assert.ok(out.success, `deno publish --dry-run failed:\n${text}`);
+  const files = [...text.matchAll(/^\s+file:\/\/(\S+) \(/gm)].map((m) => relative(ROOT, m[1]));
+  assert.ok(files.includes("mod.ts"), `no file list in deno publish's output:\n${text}`);
+  return files;
+}
+
+/** What JSR does to a published module: its import-map specifiers become what they map to. */
+function unfurl(file: string, source: string): string {
+  return source.replace(
+    /(\bfrom\s*|\bimport\s*\(\s*|\bimport\s+)(["'])([^"'./][^"']*)\2/g,
+    (whole, lead: string, quote: string, spec: string) => {
+      const target = CONFIG.imports[spec];
+      if (target === undefined) return whole;
+      if (!target.startsWith("./")) return `${lead}${quote}${target}${quote}`;
+      let rel = relative(dirname(file), target.slice(2));
+      if (!rel.startsWith(".")) rel = `./${rel}`;
+      return `${lead}${quote}${rel}${quote}`;
+    },
+  );
+}
+
+/** Copies `from` (a folder) into `to`, recursively. */
+async function copyTree(from: string, to: string): Promise<void> {
+  await Deno.mkdir(to, { recursive: true });
+  for await (const e of Deno.readDir(from)) {
+    if (e.isDirectory) await copyTree(join(from, e.name), join(to, e.name));
+    else await Deno.copyFile(join(from, e.name), join(to, e.name));
+  }
+}
+
+Deno.test("every example builds in a project of its own, from the package as published and its declared exports only", async () => {
+  const files = await publishedFiles();
+  const tmp = await Deno.makeTempDir({ prefix: "skiff-consumer-" });
+  try {
+    // The package as JSR serves it (its deno.json is metadata there, not the project's config).
+    const pkg = `${tmp}/jsr/skiff`;
+    for (const f of files) {
+      if (f === "deno.json") continue;
+      await Deno.mkdir(dirname(`${pkg}/${f}`), { recursive: true });
+      const text = await Deno.readFile(`${ROOT}/${f}`);
+      if (f.endsWith(".ts")) {
+        const source = new TextDecoder().decode(text);
+        await Deno.writeTextFile(`${pkg}/${f}`, unfurl(f, source));
+      } else await Deno.writeFile(`${pkg}/${f}`, text);
+    }
+    const imports: Record<string, string> = {};
+    for (const [key, path] of Object.entries(CONFIG.exports)) {
+      imports[key === "." ? CONFIG.name : `${CONFIG.name}${key.slice(1)}`] = `../jsr/skiff/${
+        path.slice(2)
+      }`;
+    }
+    for (const [key, target] of Object.entries(CONFIG.imports)) {
+      if (AUTHOR_NPM.test(key)) imports[key] = target;
+    }
+    for (const name of EXAMPLES) {
+      const project = `${tmp}/${name}`;
+      await copyTree(`${ROOT}/examples/${name}`, project);
+      await Deno.writeTextFile(`${project}/deno.json`, JSON.stringify({ imports }, null, 2));
+      const out = await new Deno.Command(Deno.execPath(), {
+        args: ["check", "--quiet", "--no-lock", "--config", `${project}/deno.json`, project],
+        cwd: project,
+        env: { NO_COLOR: "1" },
+      }).output();
+      assert.ok(
+        out.success,
+        `examples/${name} does not build outside the checkout:\n${
+          new TextDecoder().decode(out.stderr)
+        }`,
+      );
+    }
+    // And runs there: the runc example's `-v`, through the published package's resolution.
+    const v = await new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "-A",
+        "--quiet",
+        "--no-lock",
+        "--config",
+        `${tmp}/runc/deno.json`,
+        "main.ts",
+        "-v",
+      ],
+      cwd: `${tmp}/runc`,
+      env: { NO_COLOR: "1" },
+    }).output();
+    const said = new TextDecoder().decode(v.stdout);
+    assert.ok(v.success, `runc example -v failed: ${new TextDecoder().decode(v.stderr)}`);
+    assert.match(said, /Version:/);
+  } finally {
+    await Deno.remove(tmp, { recursive: true });
+  }
+});
+
+Deno.test("the consumer check fails an example that reaches into the repository", async () => {
+  // The check above must be able to fail: a project with a repository path in it does not build.
+  const tmp = await Deno.makeTempDir({ prefix: "skiff-consumer-neg-" });
+  try {
+    await Deno.writeTextFile(`${tmp}/deno.json`, JSON.stringify({ imports: {} }));
+    await Deno.writeTextFile(
+      `${tmp}/main.ts`,
+      'import { Reaper } from "../../sdk/linux/reaper.ts";\nconsole.log(Reaper);\n',
+    );
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["check", "--quiet", "--no-lock", "--config", `${tmp}/deno.json`, tmp],
+      cwd: tmp,
+    }).output();
+    assert.equal(out.success, false);
+  } finally {
+    await Deno.remove(tmp, { recursive: true });
+  }
+});
