@@ -15,7 +15,7 @@
  * @module
  */
 import { parseArgs } from "node:util";
-import { installShims } from "../sdk/install/install.ts";
+import { installExampleShims } from "../sdk/install/examples.ts";
 import { containerdVersions } from "../sdk/testing/containerd.ts";
 
 /** Medians, ms. */
@@ -250,7 +250,7 @@ if (import.meta.main) {
   let launchers = positionals;
   if (launchers.length === 0) {
     prefix = await Deno.makeTempDir({ prefix: "skiff-cold-install-" });
-    launchers = [(await installShims({ prefix, spare: false }))[0]];
+    launchers = [(await installExampleShims({ prefix, spare: false }))[0]];
   }
   try {
     console.log((await runColdServerBench(launchers, Number(values.runs))).markdown);

@@ -1,6 +1,6 @@
 /**
  * What each part of a cold server's module graph costs to evaluate: one small entry per part,
- * bundled as `installShims` bundles a shim (`deno bundle --code-splitting --minify --keep-names`),
+ * bundled as `installExampleShims` bundles a shim (`deno bundle --code-splitting --minify --keep-names`),
  * run with the bundle launchers' Deno and V8 flags; each entry times its own `await import()` and
  * reports V8's used heap after a full collection. Parts are cumulative (each includes what it
  * imports), so the differences between rows are what a part adds. Rounds are interleaved.

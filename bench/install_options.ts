@@ -1,11 +1,12 @@
 /**
  * The `--mode bundle|source`, `--v8-flags a,b` and `--inline` (one bundle file, no chunks) arguments the benchmarks take, as
- * `installShims` options: how the measured skiff shim is installed (bench/main.ts compares them).
+ * `installExampleShims` options: how the measured skiff shim is installed (bench/main.ts compares them).
  *
  * @module
  */
 import { parseArgs } from "node:util";
-import type { InstallMode, InstallShimsOptions } from "../sdk/install/install.ts";
+import type { ExampleInstallOptions } from "../sdk/install/examples.ts";
+import type { InstallMode } from "../sdk/install/install.ts";
 
 /**
  * Parses `--mode`, `--v8-flags` (`--v8-flags=` for none) and `--inline`; other arguments are
@@ -17,7 +18,7 @@ import type { InstallMode, InstallShimsOptions } from "../sdk/install/install.ts
  * console.assert(benchInstallOptions(["--mode", "source"]).mode === "source");
  * ```
  */
-export function benchInstallOptions(args: string[]): Omit<InstallShimsOptions, "prefix"> {
+export function benchInstallOptions(args: string[]): Omit<ExampleInstallOptions, "prefix"> {
   const { values } = parseArgs({
     args,
     strict: false,
@@ -27,7 +28,7 @@ export function benchInstallOptions(args: string[]): Omit<InstallShimsOptions, "
       inline: { type: "boolean" },
     },
   });
-  const out: Omit<InstallShimsOptions, "prefix"> = {};
+  const out: Omit<ExampleInstallOptions, "prefix"> = {};
   if (typeof values.mode === "string") {
     if (values.mode !== "bundle" && values.mode !== "source") {
       throw new TypeError(`--mode "${values.mode}": expected bundle or source`);

@@ -6,7 +6,7 @@
  * @module
  */
 import { skiffCacheDir } from "../sdk/testing/containerd.ts";
-import { checkoutRoot } from "../sdk/install/install.ts";
+import { checkoutRoot } from "../sdk/install/examples.ts";
 
 /** Its runtime type: containerd runs `containerd-shim-runc-v2-rs` for it. */
 export const RUST_RUNTIME = "io.containerd.runc.v2-rs";

@@ -25,7 +25,7 @@
  */
 
 import { parseArgs } from "node:util";
-import type { InstallShimsOptions } from "../sdk/install/install.ts";
+import type { ExampleInstallOptions } from "../sdk/install/examples.ts";
 import { benchInstallOptions } from "./install_options.ts";
 import { loadavg, type ScaleNode, type Side, SIDES, startNode } from "./scale_node.ts";
 import { CTR_NS, ctrContainers, type ShimsFigure, warmUp } from "./scale_ctr.ts";
@@ -50,7 +50,7 @@ export interface ScaleBenchOptions {
   /** Parts to run. Default all. */
   only?: Part[];
   /** How skiff is installed (bench/install_options.ts). */
-  install?: Omit<InstallShimsOptions, "prefix">;
+  install?: Omit<ExampleInstallOptions, "prefix">;
 }
 
 /** One part's figures for both sides, and the machine's state around it. */

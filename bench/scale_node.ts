@@ -15,7 +15,7 @@ import {
   startContainerd,
 } from "../sdk/testing/containerd.ts";
 import { launchedBy, type ShimProcess } from "../sdk/testing/containerd_shims.ts";
-import { installShims, type InstallShimsOptions } from "../sdk/install/install.ts";
+import { type ExampleInstallOptions, installExampleShims } from "../sdk/install/examples.ts";
 import { processMemory } from "../sdk/linux/smaps.ts";
 import { readSpareStatsSync, spareDir } from "../sdk/shim/spare/mod.ts";
 import { sleep } from "../sdk/testing/processes.ts";
@@ -69,13 +69,13 @@ function criHandlers(version: string): Record<string, RuntimeConfig> {
  */
 export async function startNode(
   want: string,
-  opts: { cri?: boolean; install?: Omit<InstallShimsOptions, "prefix"> } = {},
+  opts: { cri?: boolean; install?: Omit<ExampleInstallOptions, "prefix"> } = {},
 ): Promise<ScaleNode> {
   const v = containerdVersions().find((x) => x.version.startsWith(want));
   if (!v) throw new Error(`containerd ${want} not found; run tests/setup/prepare.sh`);
   const prefix = await Deno.makeTempDir({ prefix: "skiff-scale-" });
   try {
-    const [launcher] = await installShims({
+    const [launcher] = await installExampleShims({
       ...opts.install,
       prefix,
       shims: { "containerd-shim-skiff-runc-v2": "examples/runc/main.ts" },

@@ -25,7 +25,11 @@ import {
   startContainerd,
 } from "../sdk/testing/containerd.ts";
 import { ctrRun } from "../sdk/testing/ctr.ts";
-import { EXAMPLE_SHIMS, installShims, type InstallShimsOptions } from "../sdk/install/install.ts";
+import {
+  EXAMPLE_SHIMS,
+  type ExampleInstallOptions,
+  installExampleShims,
+} from "../sdk/install/examples.ts";
 import { benchInstallOptions } from "./install_options.ts";
 import { ensureRustShim, RUST_MISSING, RUST_RUNTIME } from "./rust_shim.ts";
 import { processMemory } from "../sdk/linux/smaps.ts";
@@ -124,15 +128,16 @@ const ROUNDS = 4;
  * the spare, which must load between two of them).
  */
 export async function runShimBench(
-  opts: { containerd?: string; runs?: number; install?: Omit<InstallShimsOptions, "prefix"> } = {},
+  opts: { containerd?: string; runs?: number; install?: Omit<ExampleInstallOptions, "prefix"> } =
+    {},
 ): Promise<ShimBenchResult> {
   const want = opts.containerd ?? "2.1";
   const runs = opts.runs ?? 20;
   const v = containerdVersions().find((x) => x.version.startsWith(want));
   if (!v) throw new Error(`containerd ${want} not found; run tests/setup/prepare.sh`);
   const prefix = await Deno.makeTempDir({ prefix: "skiff-bench-" });
-  const [runcLauncher] = await installShims({ ...opts.install, prefix });
-  await installShims({
+  const [runcLauncher] = await installExampleShims({ ...opts.install, prefix });
+  await installExampleShims({
     ...opts.install,
     prefix,
     shims: { [SKIFF_COLD_LAUNCHER]: EXAMPLE_SHIMS["containerd-shim-skiff-runc-v2"] },

@@ -15,7 +15,11 @@ import { ShimHarness } from "../sdk/testing/harness.ts";
 import { containerdVersions } from "../sdk/testing/containerd.ts";
 import { spareDir } from "../sdk/shim/spare/mod.ts";
 import { createBusyboxBundle } from "../sdk/testing/bundle.ts";
-import { EXAMPLE_SHIMS, installShims, type InstallShimsOptions } from "../sdk/install/install.ts";
+import {
+  EXAMPLE_SHIMS,
+  type ExampleInstallOptions,
+  installExampleShims,
+} from "../sdk/install/examples.ts";
 import { benchInstallOptions } from "./install_options.ts";
 import { ensureRustShim, RUST_MISSING } from "./rust_shim.ts";
 
@@ -185,13 +189,13 @@ async function timeCommand(cmd: string, args: string[], empty: EmptyDeno): Promi
 
 /** Runs the start-up benchmark. */
 export async function runStartupBench(
-  install: Omit<InstallShimsOptions, "prefix"> = {},
+  install: Omit<ExampleInstallOptions, "prefix"> = {},
 ): Promise<StartupBenchResult> {
   const prefix = await Deno.makeTempDir({ prefix: "skiff-startup-" });
   try {
-    const [skiff] = await installShims({ ...install, prefix });
+    const [skiff] = await installExampleShims({ ...install, prefix });
     // The same shim under a second name with its warm spare off: every `start` is cold.
-    const [cold] = await installShims({
+    const [cold] = await installExampleShims({
       ...install,
       prefix,
       shims: {

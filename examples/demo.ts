@@ -4,7 +4,8 @@
  * starts a container, runs an exec in it, waits for both, deletes, shuts down, and prints the
  * container's output and the events the shim published.
  */
-import { createBusyboxBundle, findBusybox, installShims, ShimHarness } from "@skiff/shim/testing";
+import { installShims } from "@skiff/shim/install";
+import { createBusyboxBundle, findBusybox, ShimHarness } from "@skiff/shim/testing";
 
 /** `key=value` pairs of an event, without protobuf bookkeeping. */
 function summary(message: unknown): string {
@@ -34,7 +35,11 @@ if (missing.length > 0) {
 }
 
 const prefix = await Deno.makeTempDir({ prefix: "skiff-demo-" });
-const [runcShim] = await installShims({ prefix });
+const [runcShim] = await installShims({
+  prefix,
+  root: new URL("..", import.meta.url).pathname,
+  shims: { "containerd-shim-skiff-runc-v2": "examples/runc/main.ts" },
+});
 const { bundle, cleanup } = await createBusyboxBundle({
   args: ["sh", "-c", "echo hello from a skiff-managed container; sleep 1; exit 3"],
 });

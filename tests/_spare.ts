@@ -17,7 +17,7 @@ import {
   type StartContainerdOptions,
 } from "../sdk/testing/containerd.ts";
 import { ctrRun, type CtrRunOptions } from "../sdk/testing/ctr.ts";
-import { installShims } from "../sdk/install/install.ts";
+import { installExampleShims } from "../sdk/install/examples.ts";
 import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc/v1/oci_pb.ts";
 import { processAlive } from "../sdk/linux/proc_stat.ts";
 import { spareDir } from "../sdk/shim/spare/mod.ts";
@@ -221,7 +221,7 @@ export interface Kit {
 export async function kit(binDir: string, installed?: string): Promise<Kit> {
   const prefix = installed ?? await Deno.makeTempDir({ prefix: "skiff-spare-" });
   if (!installed) {
-    await installShims({ prefix, shims: { [LAUNCHER]: "examples/runc/main.ts" } });
+    await installExampleShims({ prefix, shims: { [LAUNCHER]: "examples/runc/main.ts" } });
   }
   const runtimeConfigs = new Map<PrivateContainerd, string>();
   const imported = new Set<string>();

@@ -9,7 +9,7 @@
  * @module
  */
 
-import { installShims } from "../sdk/install/install.ts";
+import { installExampleShims } from "../sdk/install/examples.ts";
 import { buildVmImage, skiffCache } from "../examples/vm/image.ts";
 
 /** The VM example's runtime type and launcher. */
@@ -95,7 +95,7 @@ export async function until(
  */
 export async function installVmShim(prefix: string): Promise<string> {
   await buildVmImage();
-  const [launcher] = await installShims({
+  const [launcher] = await installExampleShims({
     prefix,
     shims: { [VM_LAUNCHER]: "examples/vm/main.ts" },
   });

@@ -11,7 +11,7 @@ import assert from "node:assert/strict";
 import { integrationTest } from "./_integration.ts";
 import { guestUnavailable, runInGuest } from "../sdk/testing/guest.ts";
 import { containerdVersions, skiffCacheDir } from "../sdk/testing/containerd.ts";
-import { installShims } from "../sdk/install/install.ts";
+import { installExampleShims } from "../sdk/install/examples.ts";
 
 /** Files run in the guest: its own checks and host tests whose v2 branches only a v2 host runs. */
 const IN_GUEST = [
@@ -52,7 +52,7 @@ async function testInGuest(
   const prefix = await Deno.makeTempDir({ prefix: "shims-", dir: `${skiffCacheDir()}/guest` });
   let r;
   try {
-    await installShims({ prefix });
+    await installExampleShims({ prefix });
     r = await runInGuest({
       cwd: repo,
       init,

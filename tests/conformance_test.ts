@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { integrationTest } from "./_integration.ts";
 import { containerdVersions } from "../sdk/testing/containerd.ts";
-import { installShims } from "../sdk/install/install.ts";
+import { installExampleShims } from "../sdk/install/examples.ts";
 import { runConformance } from "../sdk/testing/conformance/runner.ts";
 import { CATALOGUE } from "../sdk/testing/conformance/catalogue.ts";
 import { shimBinaryName } from "../sdk/testing/conformance/kit.ts";
@@ -193,7 +193,7 @@ integrationTest(
   async () => {
     const prefix = await Deno.makeTempDir({ prefix: "skiff-conf-test-" });
     try {
-      await installShims({ prefix });
+      await installExampleShims({ prefix });
       const report = await runConformance({
         runtime: "io.containerd.skiff-runc.v2",
         shimDir: `${prefix}/bin`,
@@ -250,7 +250,7 @@ integrationTest(
   async (t) => {
     const prefix = await Deno.makeTempDir({ prefix: "skiff-conf-broken-" });
     try {
-      await installShims({
+      await installExampleShims({
         prefix,
         shims: { "containerd-shim-skiff-broken-v2": "tests/fixtures/conformance/broken_shim.ts" },
       });
@@ -347,7 +347,7 @@ integrationTest(
   async () => {
     const prefix = await Deno.makeTempDir({ prefix: "skiff-conf-runsc-" });
     try {
-      await installShims({ prefix });
+      await installExampleShims({ prefix });
       const report = await runConformance({
         runtime: "io.containerd.skiff-runsc.v2",
         shimDir: `${prefix}/bin`,

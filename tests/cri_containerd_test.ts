@@ -22,7 +22,7 @@ import {
 } from "../sdk/testing/containerd.ts";
 import { CRI_NAMESPACE, type CriClient, criClient } from "../sdk/testing/cri_client.ts";
 import { type CriHandler, criPlugins, criRuntimePlugin } from "../sdk/testing/cri_config.ts";
-import { installShims } from "../sdk/install/install.ts";
+import { installExampleShims } from "../sdk/install/examples.ts";
 import { BUSYBOX_IMAGE_REF, PAUSE_IMAGE_REF } from "../sdk/testing/image.ts";
 import { criContainerConfig, criPodConfig } from "../sdk/testing/cri_container.ts";
 import { parse as parseToml } from "smol-toml";
@@ -378,7 +378,7 @@ for (const v of containerdVersions().filter((v) => /^(1\.6|1\.7|2\.4)\./.test(v.
       const prefix = await Deno.makeTempDir({ prefix: "skiff-cri-" });
       let c: PrivateContainerd | undefined;
       try {
-        await installShims({ prefix });
+        await installExampleShims({ prefix });
         c = await startContainerd({
           binDir: v.binDir,
           extraPath: [`${prefix}/bin`],

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { integrationTest } from "./_integration.ts";
 import { containerdVersions, startContainerd } from "../sdk/testing/containerd.ts";
 import { ctrRun } from "../sdk/testing/ctr.ts";
-import { installShims } from "../sdk/install/install.ts";
+import { installExampleShims } from "../sdk/install/examples.ts";
 
 const CRUN = "io.containerd.skiff-crun.v2";
 const LAUNCHER = "containerd-shim-skiff-crun-v2";
@@ -30,7 +30,7 @@ for (const v of containerdVersions().filter((v) => v.version.startsWith("1.6."))
     { root: true, binaries: ["crun", "/bin/busybox"] },
     async () => {
       const prefix = await Deno.makeTempDir({ prefix: "skiff-crun-" });
-      const [launcher] = await installShims({
+      const [launcher] = await installExampleShims({
         prefix,
         shims: { [LAUNCHER]: "examples/crun/main.ts" },
       });

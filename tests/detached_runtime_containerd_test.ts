@@ -24,7 +24,7 @@ import { createBusyboxBundle, createOciSpec } from "../sdk/testing/bundle.ts";
 import { createFifoSet, readFifo } from "../sdk/testing/fifo_set.ts";
 import { EventRecorder } from "../sdk/testing/conformance/events.ts";
 import { ctrRun } from "../sdk/testing/ctr.ts";
-import { installShims } from "../sdk/install/install.ts";
+import { installExampleShims } from "../sdk/install/examples.ts";
 import { ADDRESS_FILE, socketPath } from "../sdk/shim/boot/socket_address.ts";
 import { processAlive } from "../sdk/linux/proc_stat.ts";
 import { ProcessDetailsSchema } from "../proto/gen/containerd/runc/v1/oci_pb.ts";
@@ -112,7 +112,7 @@ for (const v of VERSIONS) {
       // Undone in reverse, whatever failed: nothing this test started outlives it.
       const undo: (() => unknown)[] = [() => Deno.remove(tmp, { recursive: true }).catch(() => {})];
       try {
-        const [launcher] = await installShims({
+        const [launcher] = await installExampleShims({
           prefix: tmp,
           shims: { [LAUNCHER]: "tests/fixtures/detached_runtime/shim.ts" },
           spare: false,

@@ -9,6 +9,9 @@
  */
 import assert from "node:assert/strict";
 import { dirname, join, relative } from "node:path";
+import { integrationTest } from "./_integration.ts";
+import { containerdVersions, startContainerd } from "../sdk/testing/containerd.ts";
+import { ctrRun } from "../sdk/testing/ctr.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname.replace(/\/$/, "");
 const CONFIG = JSON.parse(Deno.readTextFileSync(`${ROOT}/deno.json`)) as {
@@ -19,6 +22,7 @@ const CONFIG = JSON.parse(Deno.readTextFileSync(`${ROOT}/deno.json`)) as {
 /** The npm packages an author adds next to skiff (`deno add npm:@connectrpc/connect ...`). */
 const AUTHOR_NPM = /^@(connectrpc\/connect|bufbuild\/protobuf)(\/|$)/;
 const EXAMPLES = ["runc", "crun", "runsc", "vm"];
+const NS = "skiff-consumer";
 
 /** The files `deno publish --dry-run` would upload, relative to the checkout. */
 async function publishedFiles(): Promise<string[]> {
@@ -58,34 +62,44 @@ async function copyTree(from: string, to: string): Promise<void> {
   }
 }
 
-Deno.test("every example builds in a project of its own, from the package as published and its declared exports only", async () => {
+/**
+ * A folder outside the checkout with the package as JSR would serve it (`jsr/skiff/`) and one
+ * project per example (`<name>/`), whose deno.json maps only the declared exports to it.
+ */
+async function consumerProjects(): Promise<string> {
   const files = await publishedFiles();
   const tmp = await Deno.makeTempDir({ prefix: "skiff-consumer-" });
+  // The package as JSR serves it (its deno.json is metadata there, not the project's config).
+  const pkg = `${tmp}/jsr/skiff`;
+  for (const f of files) {
+    if (f === "deno.json") continue;
+    await Deno.mkdir(dirname(`${pkg}/${f}`), { recursive: true });
+    const text = await Deno.readFile(`${ROOT}/${f}`);
+    if (f.endsWith(".ts")) {
+      await Deno.writeTextFile(`${pkg}/${f}`, unfurl(f, new TextDecoder().decode(text)));
+    } else await Deno.writeFile(`${pkg}/${f}`, text);
+  }
+  const imports: Record<string, string> = {};
+  for (const [key, path] of Object.entries(CONFIG.exports)) {
+    const name = key === "." ? CONFIG.name : `${CONFIG.name}${key.slice(1)}`;
+    imports[name] = `../jsr/skiff/${path.slice(2)}`;
+  }
+  for (const [key, target] of Object.entries(CONFIG.imports)) {
+    if (AUTHOR_NPM.test(key)) imports[key] = target;
+  }
+  for (const name of EXAMPLES) {
+    const project = `${tmp}/${name}`;
+    await copyTree(`${ROOT}/examples/${name}`, project);
+    await Deno.writeTextFile(`${project}/deno.json`, JSON.stringify({ imports }, null, 2));
+  }
+  return tmp;
+}
+
+Deno.test("every example builds in a project of its own, from the package as published and its declared exports only", async () => {
+  const tmp = await consumerProjects();
   try {
-    // The package as JSR serves it (its deno.json is metadata there, not the project's config).
-    const pkg = `${tmp}/jsr/skiff`;
-    for (const f of files) {
-      if (f === "deno.json") continue;
-      await Deno.mkdir(dirname(`${pkg}/${f}`), { recursive: true });
-      const text = await Deno.readFile(`${ROOT}/${f}`);
-      if (f.endsWith(".ts")) {
-        const source = new TextDecoder().decode(text);
-        await Deno.writeTextFile(`${pkg}/${f}`, unfurl(f, source));
-      } else await Deno.writeFile(`${pkg}/${f}`, text);
-    }
-    const imports: Record<string, string> = {};
-    for (const [key, path] of Object.entries(CONFIG.exports)) {
-      imports[key === "." ? CONFIG.name : `${CONFIG.name}${key.slice(1)}`] = `../jsr/skiff/${
-        path.slice(2)
-      }`;
-    }
-    for (const [key, target] of Object.entries(CONFIG.imports)) {
-      if (AUTHOR_NPM.test(key)) imports[key] = target;
-    }
     for (const name of EXAMPLES) {
       const project = `${tmp}/${name}`;
-      await copyTree(`${ROOT}/examples/${name}`, project);
-      await Deno.writeTextFile(`${project}/deno.json`, JSON.stringify({ imports }, null, 2));
       const out = await new Deno.Command(Deno.execPath(), {
         args: ["check", "--quiet", "--no-lock", "--config", `${project}/deno.json`, project],
         cwd: project,
@@ -98,28 +112,61 @@ Deno.test("every example builds in a project of its own, from the package as pub
         }`,
       );
     }
-    // And runs there: the runc example's `-v`, through the published package's resolution.
-    const v = await new Deno.Command(Deno.execPath(), {
-      args: [
-        "run",
-        "-A",
-        "--quiet",
-        "--no-lock",
-        "--config",
-        `${tmp}/runc/deno.json`,
-        "main.ts",
-        "-v",
-      ],
-      cwd: `${tmp}/runc`,
-      env: { NO_COLOR: "1" },
-    }).output();
-    const said = new TextDecoder().decode(v.stdout);
-    assert.ok(v.success, `runc example -v failed: ${new TextDecoder().decode(v.stderr)}`);
-    assert.match(said, /Version:/);
   } finally {
     await Deno.remove(tmp, { recursive: true });
   }
 });
+
+for (const v of containerdVersions().filter((v) => /^(1\.6|2\.4)\./.test(v.version))) {
+  integrationTest(
+    `containerd ${v.version}: the runc example, copied out and installed by the published installer, runs a container`,
+    { root: true, binaries: ["runc", "/bin/busybox"] },
+    async () => {
+      const tmp = await consumerProjects();
+      let c: Awaited<ReturnType<typeof startContainerd>> | undefined;
+      try {
+        // What the package's docs tell an author to run, from their project.
+        const prefix = `${tmp}/usr`;
+        const install = await new Deno.Command(Deno.execPath(), {
+          args: [
+            "run",
+            "-A",
+            "--no-lock",
+            "--config",
+            `${tmp}/runc/deno.json`,
+            `${tmp}/jsr/skiff/sdk/install/mod.ts`,
+            "--prefix",
+            prefix,
+            "containerd-shim-skiff-runc-v2=main.ts",
+          ],
+          cwd: `${tmp}/runc`,
+          env: { NO_COLOR: "1" },
+        }).output();
+        const said = new TextDecoder().decode(install.stdout);
+        assert.equal(install.code, 0, new TextDecoder().decode(install.stderr));
+        assert.match(said, /runtime io\.containerd\.skiff-runc\.v2/);
+        c = await startContainerd({ binDir: v.binDir, extraPath: [`${prefix}/bin`] });
+        const image = await c.importBusyboxImage(NS);
+        const r = await ctrRun(c, {
+          image,
+          id: "copied",
+          namespace: NS,
+          runtime: "io.containerd.skiff-runc.v2",
+          args: ["sh", "-c", "echo from-a-copied-example; exit 3"],
+        });
+        assert.equal(r.code, 3, r.stderr);
+        assert.match(r.stdout, /from-a-copied-example/);
+        // The launcher ran the bundle installed under the prefix, not the checkout.
+        const launcher = await Deno.readTextFile(`${prefix}/bin/containerd-shim-skiff-runc-v2`);
+        assert.ok(launcher.includes(`${prefix}/lib/skiff/`), launcher);
+        assert.ok(!launcher.includes(ROOT + "/"), launcher);
+      } finally {
+        await c?.stop();
+        await Deno.remove(tmp, { recursive: true });
+      }
+    },
+  );
+}
 
 Deno.test("the consumer check fails an example that reaches into the repository", async () => {
   // The check above must be able to fail: a project with a repository path in it does not build.

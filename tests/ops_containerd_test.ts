@@ -13,7 +13,7 @@ import {
   startContainerd,
 } from "../sdk/testing/containerd.ts";
 import { ctrRun } from "../sdk/testing/ctr.ts";
-import { installShims } from "../sdk/install/install.ts";
+import { installExampleShims } from "../sdk/install/examples.ts";
 import { type MetricFamily, parseExposition } from "../sdk/ops/metrics.ts";
 import { opsSocketPath } from "../sdk/shim/boot/socket_address.ts";
 import { serveMonitor } from "../sdk/ops/monitor.ts";
@@ -120,7 +120,7 @@ for (const want of ["1.6", "2.4"]) {
       let ops = "";
       let ops3 = "";
       try {
-        await installShims({
+        await installExampleShims({
           prefix,
           shims: { "containerd-shim-skiff-runc-v2": "examples/runc/main.ts" },
           // Step 6 counts warm spares, which only bundle launchers use.
@@ -345,7 +345,7 @@ integrationTest(
     let c: PrivateContainerd | undefined;
     const sockets: string[] = [];
     try {
-      await installShims({ prefix });
+      await installExampleShims({ prefix });
       c = await startContainerd({
         binDir: latest!.binDir,
         extraPath: [`${prefix}/bin`],

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { exists, integrationTest } from "./_integration.ts";
 import { ShimHarness } from "../sdk/testing/harness.ts";
-import { installShims } from "../sdk/install/install.ts";
+import { installExampleShims } from "../sdk/install/examples.ts";
 import { parseExposition } from "../sdk/ops/metrics.ts";
 import { opsSocketPath } from "../sdk/shim/boot/socket_address.ts";
 import { unixGet } from "../sdk/ops/unix_http.ts";
@@ -30,7 +30,7 @@ async function withShim(
   const bundle = await Deno.makeTempDir({ prefix: "skiff-ops-bundle-" });
   let h: ShimHarness | undefined;
   try {
-    const [launcher] = await installShims({
+    const [launcher] = await installExampleShims({
       prefix,
       shims: { [LAUNCHER]: "examples/runc/main.ts" },
     });

@@ -13,7 +13,7 @@ import { integrationTest } from "./_integration.ts";
 import { containerdVersions, startContainerd } from "../sdk/testing/containerd.ts";
 import { containerdClient } from "../sdk/testing/containerd_client.ts";
 import { createBusyboxBundle, createOciSpec } from "../sdk/testing/bundle.ts";
-import { installShims } from "../sdk/install/install.ts";
+import { installExampleShims } from "../sdk/install/examples.ts";
 import { createFifoSet, readFifo } from "../sdk/testing/fifo_set.ts";
 import { processState } from "../sdk/linux/proc_stat.ts";
 import { deadline } from "./linux_support_test.ts";
@@ -76,7 +76,7 @@ for (const v of versions) {
     },
     async (t) => {
       const tmp = await Deno.makeTempDir({ prefix: "skiff-eof-" });
-      const [skiffRunc] = await installShims({ prefix: tmp });
+      const [skiffRunc] = await installExampleShims({ prefix: tmp });
       const c = await startContainerd({
         binDir: v.binDir,
         extraPath: [skiffRunc.slice(0, skiffRunc.lastIndexOf("/"))],

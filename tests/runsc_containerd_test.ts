@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { integrationTest } from "./_integration.ts";
 import { containerdVersions, startContainerd } from "../sdk/testing/containerd.ts";
 import { ctrRun } from "../sdk/testing/ctr.ts";
-import { installShims } from "../sdk/install/install.ts";
+import { installExampleShims } from "../sdk/install/examples.ts";
 
 const RUNSC = "io.containerd.skiff-runsc.v2";
 const NS = "skiff-test";
@@ -16,7 +16,7 @@ for (const v of containerdVersions().filter((v) => /^(1\.6|2\.4)\./.test(v.versi
     { root: true, binaries: ["runsc"] },
     async (t) => {
       const prefix = await Deno.makeTempDir({ prefix: "skiff-runsc-" });
-      const [runcShim] = await installShims({ prefix });
+      const [runcShim] = await installExampleShims({ prefix });
       const c = await startContainerd({
         binDir: v.binDir,
         extraPath: [runcShim.slice(0, runcShim.lastIndexOf("/"))],

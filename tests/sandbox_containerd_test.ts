@@ -11,7 +11,7 @@ import { exists, integrationTest } from "./_integration.ts";
 import { containerdVersions, startContainerd } from "../sdk/testing/containerd.ts";
 import { containerdClient } from "../sdk/testing/containerd_client.ts";
 import { createBusyboxBundle, createOciSpec, mountsUnder } from "../sdk/testing/bundle.ts";
-import { installShims } from "../sdk/install/install.ts";
+import { installExampleShims } from "../sdk/install/examples.ts";
 import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc/v1/oci_pb.ts";
 import { OptionsSchema as CriOptionsSchema } from "../proto/gen/runtimeoptions/v1/api_pb.ts";
 import { MetricsSchema as CgroupsV1MetricsSchema } from "../proto/gen/io/containerd/cgroups/v1/metrics_pb.ts";
@@ -99,7 +99,7 @@ for (const want of ["2.1", "2.2"]) {
       },
       async () => {
         const tmp = await Deno.makeTempDir({ prefix: "skiff-sbx-" });
-        const [runcShim] = await installShims({ prefix: tmp });
+        const [runcShim] = await installExampleShims({ prefix: tmp });
         const binDir = runcShim.slice(0, runcShim.lastIndexOf("/"));
         const c = await startContainerd({ binDir: v21!.binDir, extraPath: [binDir] });
         const cl = containerdClient(c.address, NS);

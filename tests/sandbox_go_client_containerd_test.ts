@@ -14,7 +14,7 @@ import assert from "node:assert/strict";
 import { exists, findExecutable, integrationTest } from "./_integration.ts";
 import { containerdVersions, skiffCacheDir, startContainerd } from "../sdk/testing/containerd.ts";
 import { createBusyboxBundle, mountsUnder } from "../sdk/testing/bundle.ts";
-import { installShims } from "../sdk/install/install.ts";
+import { installExampleShims } from "../sdk/install/examples.ts";
 import { shimSocketAddress, socketPath } from "../sdk/shim/boot/socket_address.ts";
 
 const NS = "skiff-go";
@@ -147,7 +147,7 @@ for (const v of versions) {
       async () => {
         const bin = await goClient(v.version);
         const tmp = await Deno.makeTempDir({ prefix: "skiff-goclient-" });
-        const [runcShim] = await installShims({ prefix: tmp });
+        const [runcShim] = await installExampleShims({ prefix: tmp });
         const shimDir = runcShim!.slice(0, runcShim!.lastIndexOf("/"));
         const c = await startContainerd({ binDir: v.binDir, extraPath: [shimDir] });
         const rootfs = await createBusyboxBundle({ args: ["true"] });

@@ -1,7 +1,7 @@
 /**
  * The scale benchmark's floor (bench/scale_floor.ts) runs idle Deno processes "exactly as the
  * launcher starts its shim": its launcher is the installed launcher's text with only the entry
- * swapped. Checked on the texts `installShims` writes in both modes, and on a real idle process
+ * swapped. Checked on the texts `installExampleShims` writes in both modes, and on a real idle process
  * started from such a text (it runs, and it runs with the launcher's flags and environment).
  */
 import assert from "node:assert/strict";

@@ -7,7 +7,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { integrationTest } from "./_integration.ts";
 import { ShimHarness } from "../sdk/testing/harness.ts";
 import { createBusyboxBundle } from "../sdk/testing/bundle.ts";
-import { installShims } from "../sdk/install/install.ts";
+import { installExampleShims } from "../sdk/install/examples.ts";
 import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc/v1/oci_pb.ts";
 import { TaskOOMSchema } from "../proto/gen/containerd/events/task_pb.ts";
 
@@ -20,7 +20,7 @@ integrationTest(
   { root: true, binaries: ["runc", "busybox"] },
   async () => {
     const prefix = await Deno.makeTempDir({ prefix: "skiff-bad-" });
-    const [shim] = await installShims({ prefix });
+    const [shim] = await installExampleShims({ prefix });
     const { bundle, cleanup } = await createBusyboxBundle({ args: ["sh", "-c", "exit 4"] });
     const h = await ShimHarness.start({ shim, bundle, id: "bad-input" });
     try {
@@ -76,7 +76,7 @@ integrationTest(
   { root: true, binaries: ["runc", "busybox"] },
   async () => {
     const prefix = await Deno.makeTempDir({ prefix: "skiff-dead-" });
-    const [shim] = await installShims({ prefix });
+    const [shim] = await installExampleShims({ prefix });
     const { bundle, cleanup } = await createBusyboxBundle({ args: ["sh", "-c", "exit 6"] });
     const h = await ShimHarness.start({
       shim,

@@ -24,7 +24,7 @@ import {
   RUNC_RUNTIME,
   shellQuote,
 } from "../sdk/testing/ctr.ts";
-import { installShims } from "../sdk/install/install.ts";
+import { installExampleShims } from "../sdk/install/examples.ts";
 import { processAlive } from "../sdk/linux/proc_stat.ts";
 
 const RUNTIME = "io.containerd.skiff-runc.v2";
@@ -289,7 +289,7 @@ for (const v of versions) {
     NEEDS,
     async (t) => {
       const prefix = await Deno.makeTempDir({ prefix: "skiff-shim-ctrd-" });
-      await installShims({ prefix, shims: { [LAUNCHER]: "examples/runc/main.ts" } });
+      await installExampleShims({ prefix, shims: { [LAUNCHER]: "examples/runc/main.ts" } });
       const c = await startContainerd({
         binDir: v.binDir,
         runtimes: { skiff: { runtimeType: RUNTIME, binaryDir: `${prefix}/bin` } },

@@ -21,7 +21,7 @@ import {
 } from "../sdk/testing/containerd.ts";
 import { type ContainerdClient, containerdClient } from "../sdk/testing/containerd_client.ts";
 import { createBusyboxBundle, createOciSpec } from "../sdk/testing/bundle.ts";
-import { installShims } from "../sdk/install/install.ts";
+import { installExampleShims } from "../sdk/install/examples.ts";
 import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc/v1/oci_pb.ts";
 import {
   RuntimeInfoSchema,
@@ -120,7 +120,7 @@ for (const v of containerdVersions().filter((v) => /^(1\.6|2\.1|2\.4)\./.test(v.
     NEEDS,
     async (t) => {
       const tmp = await Deno.makeTempDir({ prefix: "skiff-runc-opts-" });
-      await installShims({
+      await installExampleShims({
         prefix: tmp,
         shims: { "containerd-shim-skiff-runc-v2": "examples/runc/main.ts" },
       });

@@ -8,7 +8,7 @@ import { AnySchema } from "@bufbuild/protobuf/wkt";
 import { integrationTest } from "./_integration.ts";
 import { ShimHarness } from "../sdk/testing/harness.ts";
 import { createBusyboxBundle } from "../sdk/testing/bundle.ts";
-import { installShims } from "../sdk/install/install.ts";
+import { installExampleShims } from "../sdk/install/examples.ts";
 import { containerdVersions } from "../sdk/testing/containerd.ts";
 import { BootstrapParamsSchema } from "../proto/gen/containerd/runtime/bootstrap/v1/bootstrap_pb.ts";
 import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc/v1/oci_pb.ts";
@@ -18,7 +18,7 @@ integrationTest(
   { root: true, binaries: ["runc", "busybox"] },
   async (t) => {
     const prefix = await Deno.makeTempDir({ prefix: "skiff-dialects-" });
-    const [shim] = await installShims({ prefix });
+    const [shim] = await installExampleShims({ prefix });
     const binOf = (v: string) => containerdVersions().find((x) => x.version.startsWith(v))?.binDir;
     const run = async (
       id: string,

@@ -1,7 +1,7 @@
 /**
  * The warm spare server (sdk/shim/spare/spare.ts, sdk/shim/spare/handoff.ts) under real
  * containerd 1.6 and 2.x with real runc and the skiff runc example shim installed by
- * `installShims` (spares on, as by default):
+ * `installExampleShims` (spares on, as by default):
  *
  * - adoption: the first start is cold, a later one is served by the spare that waited;
  * - an adopted spare is indistinguishable from a cold server: working directory, cgroups,
@@ -18,7 +18,7 @@
 import assert from "node:assert/strict";
 import { integrationTest } from "./_integration.ts";
 import { containerdVersions } from "../sdk/testing/containerd.ts";
-import { installShims } from "../sdk/install/install.ts";
+import { installExampleShims } from "../sdk/install/examples.ts";
 import { spareDir } from "../sdk/shim/spare/mod.ts";
 import {
   alive,
@@ -130,7 +130,7 @@ for (const v of chosen) {
         await t.step("a spare of reinstalled code is not adopted, and exits", async () => {
           const prefix = await Deno.makeTempDir({ prefix: "skiff-spare-reinstall-" });
           try {
-            await installShims({ prefix, shims: { [LAUNCHER]: "examples/runc/main.ts" } });
+            await installExampleShims({ prefix, shims: { [LAUNCHER]: "examples/runc/main.ts" } });
             const c = await k.containerd({
               runtimes: { skiff: { runtimeType: RUNTIME, binaryDir: `${prefix}/bin` } },
             });
@@ -139,7 +139,7 @@ for (const v of chosen) {
             const old = await waitingSpare(c);
             await statsReach(c, { adopted: 0, cold: 1 });
             // Other V8 flags: other launcher text, so other code.
-            await installShims({
+            await installExampleShims({
               prefix,
               shims: { [LAUNCHER]: "examples/runc/main.ts" },
               v8Flags: ["--max-semi-space-size=2"],

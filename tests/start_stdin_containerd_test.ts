@@ -8,7 +8,7 @@ import { fromBinary } from "@bufbuild/protobuf";
 import { integrationTest } from "./_integration.ts";
 import { containerdVersions, startContainerd } from "../sdk/testing/containerd.ts";
 import { ctrRun } from "../sdk/testing/ctr.ts";
-import { installShims } from "../sdk/install/install.ts";
+import { installExampleShims } from "../sdk/install/examples.ts";
 import { parseStartInput } from "../sdk/shim/boot/start.ts";
 import { BootstrapResultSchema } from "../proto/gen/containerd/runtime/bootstrap/v1/bootstrap_pb.ts";
 import { OptionsSchema as CriOptionsSchema } from "../proto/gen/runtimeoptions/v1/api_pb.ts";
@@ -43,7 +43,7 @@ integrationTest(
   { root: true, binaries: ["runc", "busybox", "bash", "tee"] },
   async (t) => {
     const prefix = await Deno.makeTempDir({ prefix: "skiff-rec-" });
-    await installShims({
+    await installExampleShims({
       prefix,
       shims: { "containerd-shim-skiff-runc-v2": "examples/runc/main.ts" },
     });

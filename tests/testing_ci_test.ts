@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { integrationTest } from "./_integration.ts";
-import { checkoutRoot } from "../sdk/install/install.ts";
+import { checkoutRoot } from "../sdk/install/examples.ts";
 import { skiffCacheDir } from "../sdk/testing/containerd.ts";
 
 const root = checkoutRoot();

@@ -1,11 +1,9 @@
 import assert from "node:assert/strict";
+import { checkoutRoot, EXAMPLE_SHIMS, installExampleShims } from "../sdk/install/examples.ts";
 import {
   bundleLauncherScript,
-  checkoutRoot,
   currentDenoDir,
   deleteFastPath,
-  EXAMPLE_SHIMS,
-  installShims,
   launcherScript,
 } from "../sdk/install/install.ts";
 import { parseInstallArgs } from "../sdk/install/cli.ts";
@@ -20,10 +18,10 @@ import { Logger } from "../sdk/shim/logger.ts";
 
 const dec = new TextDecoder();
 
-Deno.test("installShims() in source mode writes launchers that run the checkout", async () => {
+Deno.test("installExampleShims() in source mode writes launchers that run the checkout", async () => {
   const prefix = await Deno.makeTempDir({ prefix: "skiff-install-" });
   try {
-    const paths = await installShims({ prefix, mode: "source" });
+    const paths = await installExampleShims({ prefix, mode: "source" });
     const root = checkoutRoot();
     assert.deepEqual(paths, [
       `${await Deno.realPath(prefix)}/bin/containerd-shim-skiff-runc-v2`,
@@ -47,7 +45,7 @@ Deno.test("installShims() in source mode writes launchers that run the checkout"
       assert.ok(text.includes(`DENO_DIR='${await currentDenoDir()}'\n`), text);
     }
     // Installing again replaces the launchers in place.
-    assert.deepEqual(await installShims({ prefix, mode: "source" }), paths);
+    assert.deepEqual(await installExampleShims({ prefix, mode: "source" }), paths);
     assert.deepEqual([...Deno.readDirSync(`${prefix}/bin`)].map((e) => e.name).sort(), [
       "containerd-shim-skiff-crun-v2",
       "containerd-shim-skiff-runc-v2",
@@ -76,7 +74,7 @@ Deno.test("a launcher runs its entry from any cwd with args, pinned DENO_DIR and
         `console.log(JSON.stringify({ greeting, args: Deno.args, denoDir: Deno.env.get("DENO_DIR"), ` +
         `cwd: Deno.cwd() }));\n`,
     );
-    const [launcher] = await installShims({
+    const [launcher] = await installExampleShims({
       prefix,
       root,
       mode: "source",
@@ -123,7 +121,7 @@ Deno.test("a bundled launcher needs neither the checkout nor deno's cache, and k
     await Deno.writeTextFile(`${root}/probe.ts`, probe("v1"));
     await Deno.writeTextFile(`${root}/lazy.ts`, `export const lazy = "loaded";\n`);
     const install = () =>
-      installShims({ prefix, root, shims: { "containerd-shim-probe-v1": "probe.ts" } });
+      installExampleShims({ prefix, root, shims: { "containerd-shim-probe-v1": "probe.ts" } });
     const [launcher] = await install();
     const text = await Deno.readTextFile(launcher!);
     assert.match(
@@ -180,13 +178,77 @@ Deno.test("launcherScript() quotes paths with spaces and quotes", () => {
   assert.ok(s.includes(`exec '/opt/my deno/deno' run`));
 });
 
-Deno.test("parseInstallArgs() defaults to /usr/local and accepts --prefix", () => {
-  assert.deepEqual(parseInstallArgs([]), { prefix: "/usr/local", help: false });
-  assert.deepEqual(parseInstallArgs(["--prefix", "/opt/x"]), { prefix: "/opt/x", help: false });
-  assert.deepEqual(parseInstallArgs(["--prefix=/p"]), { prefix: "/p", help: false });
+Deno.test("parseInstallArgs() takes NAME=ENTRY pairs and the options, and names what is wrong", () => {
+  assert.deepEqual(parseInstallArgs(["containerd-shim-mine-v1=main.ts"]), {
+    help: false,
+    options: { prefix: "/usr/local", shims: { "containerd-shim-mine-v1": "main.ts" } },
+  });
+  assert.deepEqual(
+    parseInstallArgs([
+      "--prefix=/p",
+      "--root",
+      "/src",
+      "--source",
+      "--no-spare",
+      "containerd-shim-a-v1=a.ts",
+      "containerd-shim-b-v2=b/main.ts",
+    ]),
+    {
+      help: false,
+      options: {
+        prefix: "/p",
+        root: "/src",
+        mode: "source",
+        spare: false,
+        shims: { "containerd-shim-a-v1": "a.ts", "containerd-shim-b-v2": "b/main.ts" },
+      },
+    },
+  );
   assert.equal(parseInstallArgs(["--help"]).help, true);
-  assert.throws(() => parseInstallArgs(["--prefix"]), TypeError);
-  assert.throws(() => parseInstallArgs(["--bogus"]), TypeError);
+  const bad = (args: string[], message: RegExp) =>
+    assert.throws(() => parseInstallArgs(args), (e: Error) => message.test(e.message));
+  bad(["--prefix"], /prefix/);
+  bad(["--bogus", "containerd-shim-a-v1=a.ts"], /bogus/);
+  bad([], /at least one shim/);
+  bad(["main.ts"], /"main\.ts": expected NAME=ENTRY/);
+  bad(["mine=main.ts"], /"mine": containerd runs runtime io\.containerd\.<name>\.<version>/);
+  bad(["containerd-shim-a-v1=a.ts", "containerd-shim-a-v1=b.ts"], /named twice/);
+});
+
+Deno.test("the installer CLI installs an author's shim from their project, and refuses a missing entry", async () => {
+  const root = await Deno.realPath(await Deno.makeTempDir({ prefix: "skiff-install-author-" }));
+  try {
+    await Deno.writeTextFile(`${root}/deno.json`, "{}");
+    await Deno.writeTextFile(`${root}/main.ts`, 'console.log("mine", Deno.args.join(" "));\n');
+    const cli = (args: string[]) =>
+      new Deno.Command(Deno.execPath(), {
+        args: ["run", "-A", `${checkoutRoot()}/sdk/install/mod.ts`, ...args],
+        cwd: root,
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+    const ok = await cli(["--prefix", `${root}/usr`, "containerd-shim-mine-v1=main.ts"]);
+    assert.equal(ok.code, 0, dec.decode(ok.stderr));
+    assert.match(
+      dec.decode(ok.stdout),
+      new RegExp(
+        `installed ${root}/usr/bin/containerd-shim-mine-v1 \\(runtime io\\.containerd\\.mine\\.v1\\)`,
+      ),
+    );
+    const run = await new Deno.Command(`${root}/usr/bin/containerd-shim-mine-v1`, {
+      args: ["-v"],
+      stdout: "piped",
+    }).output();
+    assert.equal(dec.decode(run.stdout), "mine -v\n", "the launcher runs the author's bundle");
+    const missing = await cli(["--prefix", `${root}/usr`, "containerd-shim-x-v1=nope.ts"]);
+    assert.equal(missing.code, 2);
+    assert.match(
+      dec.decode(missing.stderr),
+      new RegExp(`containerd-shim-x-v1: its entry ${root}/nope\\.ts is not a file`),
+    );
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
 });
 
 Deno.test("deno task install --prefix installs through the CLI", async () => {
@@ -229,7 +291,7 @@ Deno.test("a bundled launcher reads a dynamically imported chunk only when the i
       `if (Deno.args[0] === "never") await import("./never.ts");\nconsole.log("ran");\n`,
     );
     await Deno.writeTextFile(`${root}/never.ts`, `export const never = 1;\n`);
-    const [launcher] = await installShims({
+    const [launcher] = await installExampleShims({
       prefix,
       root,
       shims: { "containerd-shim-probe-v1": "probe.ts" },

@@ -8,7 +8,7 @@
 
 import assert from "node:assert/strict";
 import { integrationTest } from "./_integration.ts";
-import { installShims } from "../sdk/install/install.ts";
+import { installExampleShims } from "../sdk/install/examples.ts";
 import { buildVmImage, vmUnavailable } from "../examples/vm/image.ts";
 import { runConformance } from "../sdk/testing/conformance/runner.ts";
 import { markdownReport } from "../sdk/testing/conformance/report.ts";
@@ -28,7 +28,7 @@ integrationTest(
     const prefix = await Deno.makeTempDir({ prefix: "skiff-vm-conformance-" });
     try {
       await buildVmImage();
-      await installShims({ prefix });
+      await installExampleShims({ prefix });
       const report = await runConformance({
         runtime: "io.containerd.skiff-vm.v2",
         shimDir: `${prefix}/bin`,

@@ -23,7 +23,7 @@ import {
 } from "../../sdk/testing/containerd.ts";
 import { type ContainerdClient, containerdClient } from "../../sdk/testing/containerd_client.ts";
 import { ctrRun, RUNC_RUNTIME } from "../../sdk/testing/ctr.ts";
-import { installShims } from "../../sdk/install/install.ts";
+import { installExampleShims } from "../../sdk/install/examples.ts";
 import { removeTree } from "../../sdk/testing/bundle.ts";
 
 /** The skiff runc example shim's runtime type. */
@@ -79,7 +79,7 @@ export async function startBed(
   const prefix = await Deno.makeTempDir({ prefix: "skiff-soak-" });
   let c: PrivateContainerd | undefined;
   try {
-    await installShims({ prefix, shims: { [LAUNCHER]: "examples/runc/main.ts" } });
+    await installExampleShims({ prefix, shims: { [LAUNCHER]: "examples/runc/main.ts" } });
     c = await startContainerd({
       binDir,
       runtimes: { skiff: { runtimeType: SKIFF_RUNTIME, binaryDir: `${prefix}/bin` } },

@@ -1,74 +1,134 @@
 /**
- * `deno task install [--prefix DIR]`: installs the example shims' launchers into
- * `<prefix>/bin` (default `/usr/local/bin`).
- *
- * @example Usage
- * ```sh
- * deno task install --prefix /opt/skiff
- * ```
+ * The installer's command line: `deno run -A jsr:@skiff/shim/install [options] NAME=ENTRY...`
+ * installs a runtime author's shims (here, `deno task install` installs skiff's examples).
  *
  * @module
  */
 
-import { EXAMPLE_SHIMS, installShims } from "./install.ts";
+import { parseArgs } from "node:util";
+import { installShims, type InstallShimsOptions } from "./install.ts";
 
-const USAGE = `usage: deno task install [--prefix DIR]
+/** What the installer prints for `--help` and after a usage error. */
+export const INSTALL_USAGE = `usage: install [options] NAME=ENTRY...
 
-Writes launchers for skiff's example shims into DIR/bin (default /usr/local/bin):
-${Object.entries(EXAMPLE_SHIMS).map(([n, e]) => `  ${n}  →  ${e}`).join("\n")}
+Installs each shim as a launcher DIR/bin/NAME that containerd runs, bundled (deno bundle) into
+DIR/lib/skiff/NAME/<hash>/ unless --source is given.
+  NAME    the binary containerd looks for: containerd-shim-<name>-<version> serves the
+          runtime io.containerd.<name>.<version> (e.g. containerd-shim-mine-v1)
+  ENTRY   the shim's main module (the one that calls runShim), relative to --root
+
+options:
+  --prefix DIR   install under DIR (launchers in DIR/bin); default /usr/local
+  --root DIR     the project holding deno.json (its import map); default: the current directory
+  --source       launchers that run the sources through deno's cache instead of a bundle
+  --no-spare     launchers that never keep a warm spare server
+  -h, --help     this text
 `;
 
+/** A parsed command line: the options for {@linkcode installShims}, or a request for help. */
+export type InstallCommand = { help: true } | { help: false; options: InstallShimsOptions };
+
 /**
- * Parses the command line.
+ * Parses the installer's command line. Throws a TypeError naming the argument at fault.
  *
- * @param args `Deno.args`
- * @returns the prefix, or `help: true`
+ * @param args the arguments, e.g. `Deno.args`
+ * @example Usage
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import { parseInstallArgs } from "./cli.ts";
+ * const cmd = parseInstallArgs(["--prefix", "/opt", "containerd-shim-mine-v1=main.ts"]);
+ * deepStrictEqual(cmd, {
+ *   help: false,
+ *   options: { prefix: "/opt", shims: { "containerd-shim-mine-v1": "main.ts" } },
+ * });
+ * ```
+ */
+export function parseInstallArgs(args: string[]): InstallCommand {
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    strict: true,
+    options: {
+      prefix: { type: "string", default: "/usr/local" },
+      root: { type: "string" },
+      source: { type: "boolean", default: false },
+      "no-spare": { type: "boolean", default: false },
+      help: { type: "boolean", short: "h", default: false },
+    },
+  });
+  if (values.help) return { help: true };
+  if (!values.prefix) throw new TypeError("--prefix needs a directory");
+  if (positionals.length === 0) throw new TypeError("name at least one shim: NAME=ENTRY");
+  const shims: Record<string, string> = {};
+  for (const p of positionals) {
+    const eq = p.indexOf("=");
+    const name = eq < 0 ? "" : p.slice(0, eq);
+    const entry = eq < 0 ? "" : p.slice(eq + 1);
+    if (!name || !entry) throw new TypeError(`"${p}": expected NAME=ENTRY`);
+    if (!/^containerd-shim-[A-Za-z0-9_.-]+-v[0-9]+$/.test(name)) {
+      throw new TypeError(
+        `"${name}": containerd runs runtime io.containerd.<name>.<version> as ` +
+          `containerd-shim-<name>-<version> (e.g. containerd-shim-mine-v1)`,
+      );
+    }
+    if (name in shims) throw new TypeError(`"${name}" is named twice`);
+    shims[name] = entry;
+  }
+  return {
+    help: false,
+    options: {
+      prefix: values.prefix,
+      shims,
+      ...(values.root ? { root: values.root } : {}),
+      ...(values.source ? { mode: "source" as const } : {}),
+      ...(values["no-spare"] ? { spare: false } : {}),
+    },
+  };
+}
+
+/**
+ * Runs the installer: parses `args`, checks every entry exists, installs, and prints a line per
+ * launcher with the runtime name containerd's configuration uses. Returns the exit code.
  *
+ * @param args the arguments, e.g. `Deno.args`
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { parseInstallArgs } from "./cli.ts";
- * strictEqual(parseInstallArgs(["--prefix", "/opt"]).prefix, "/opt");
+ * import { runInstallCli } from "./cli.ts";
+ * strictEqual(await runInstallCli(["--bogus"]), 2); // and the usage on stderr
  * ```
  */
-export function parseInstallArgs(args: string[]): { prefix: string; help: boolean } {
-  let prefix = "/usr/local";
-  for (let i = 0; i < args.length; i++) {
-    const a = args[i]!;
-    if (a === "-h" || a === "--help") return { prefix, help: true };
-    if (a === "--prefix") {
-      const v = args[++i];
-      if (!v) throw new TypeError("--prefix needs a directory");
-      prefix = v;
-    } else if (a.startsWith("--prefix=")) {
-      prefix = a.slice("--prefix=".length);
-    } else {
-      throw new TypeError(`unknown argument: "${a}"`);
+export async function runInstallCli(args: string[]): Promise<number> {
+  let cmd: InstallCommand;
+  try {
+    cmd = parseInstallArgs(args);
+  } catch (e) {
+    console.error(`install: ${(e as Error).message}\n\n${INSTALL_USAGE}`);
+    return 2;
+  }
+  if (cmd.help) {
+    console.log(INSTALL_USAGE);
+    return 0;
+  }
+  const root = cmd.options.root ?? Deno.cwd();
+  for (const [name, entry] of Object.entries(cmd.options.shims)) {
+    const path = entry.startsWith("/") ? entry : `${root}/${entry}`;
+    if (!(await Deno.stat(path).then((s) => s.isFile, () => false))) {
+      console.error(`install: ${name}: its entry ${path} is not a file`);
+      return 2;
     }
   }
-  return { prefix, help: false };
-}
-
-if (import.meta.main) {
-  let parsed: { prefix: string; help: boolean };
+  let paths: string[];
   try {
-    parsed = parseInstallArgs(Deno.args);
+    paths = await installShims(cmd.options);
   } catch (e) {
-    console.error(`${(e as Error).message}\n\n${USAGE}`);
-    Deno.exit(2);
+    console.error(`install: ${(e as Error).message}`);
+    return 1;
   }
-  if (parsed.help) {
-    console.log(USAGE);
-    Deno.exit(0);
-  }
-  const paths = await installShims({ prefix: parsed.prefix });
   for (const p of paths) {
-    const entry = (await Deno.readTextFile(p)).match(/'([^']+\.ts)' "\$@"/)?.[1];
-    const missing = entry && !(await Deno.stat(entry).then(() => true, () => false));
-    console.log(`installed ${p}${missing ? ` (warning: ${entry} does not exist yet)` : ""}`);
+    const name = p.slice(p.lastIndexOf("/") + 1);
+    const runtime = name.replace(/^containerd-shim-(.+)-(v[0-9]+)$/, "io.containerd.$1.$2");
+    console.log(`installed ${p} (runtime ${runtime})`);
   }
-  console.log(
-    `containerd finds them on its PATH; runtime names: io.containerd.skiff-runc.v2, ` +
-      `io.containerd.skiff-runsc.v2, io.containerd.skiff-crun.v2`,
-  );
+  return 0;
 }

@@ -26,7 +26,7 @@
 import { startContainerd } from "./containerd.ts";
 import { skiffCacheDir } from "./containerd_versions.ts";
 import type { PrivateContainerd } from "./private_containerd.ts";
-import { installShims } from "../install/install.ts";
+import { installExampleShims } from "../install/examples.ts";
 import { buildBusyboxImage, buildPauseImage } from "./image.ts";
 import { type LocalRegistry, startRegistry } from "./registry.ts";
 
@@ -543,7 +543,7 @@ export async function runCritestMatrix(opts: CritestMatrixOptions): Promise<Crit
   let c: PrivateContainerd | undefined;
   const runs: CritestRun[] = [];
   try {
-    await installShims({ prefix: `${work}/prefix` });
+    await installExampleShims({ prefix: `${work}/prefix` });
     registry = await startRegistry({ dir: work });
     const images = await serveCritestImages(registry, work);
     const cniConf = `${work}/cni/net.d`;

@@ -10,7 +10,7 @@
  *   state and sockets (optionally with CRI and runtime handlers), {@link containerdClient}
  *   talks gRPC to it as CRI would, and {@link criClient} talks CRI to it as kubelet would;
  * - {@link startRegistry} serves locally built images from a private registry on 127.0.0.1;
- * - {@link installShims} writes launcher scripts for shims written with skiff;
+ * - installing a shim to test it: `installShims` from `@skiff/shim/install`;
  * - {@link runInGuest} runs one command of the checkout on cgroup v2, in a QEMU guest over the
  *   host's own root (`deno task guest` is its command line);
  * - {@link runConformance} runs the conformance catalogue (a scenario × containerd version
@@ -94,13 +94,6 @@ export {
   guestUnavailable,
   runInGuest,
 } from "./guest.ts";
-export {
-  bundleShim,
-  DEFAULT_SHIM_V8_FLAGS,
-  type InstallMode,
-  installShims,
-  type InstallShimsOptions,
-} from "../install/install.ts";
 export { type ConformanceOptions, NOT_COVERED, runConformance } from "./conformance/runner.ts";
 export {
   compareReports,

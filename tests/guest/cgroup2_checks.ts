@@ -16,7 +16,7 @@ import {
   skiffCacheDir,
   startContainerd,
 } from "../../sdk/testing/containerd.ts";
-import { installShims } from "../../sdk/install/install.ts";
+import { installExampleShims } from "../../sdk/install/examples.ts";
 import { runConformance } from "../../sdk/testing/conformance/runner.ts";
 import { markdownReport } from "../../sdk/testing/conformance/report.ts";
 import { ctrRun, DEFAULT_NAMESPACE, RUNC_RUNTIME } from "../../sdk/testing/ctr.ts";
@@ -41,7 +41,7 @@ function shims(): Promise<string> {
   if (host) return Promise.resolve(host);
   prefix ??= (async () => {
     const dir = await Deno.makeTempDir({ prefix: "skiff-guest-shims-" });
-    await installShims({ prefix: dir });
+    await installExampleShims({ prefix: dir });
     return `${dir}/bin`;
   })();
   return prefix;

@@ -8,7 +8,7 @@
 // --runc-systemd-cgroup) and for skiff's runc example (SystemdCgroup in its TOML options).
 import assert from "node:assert/strict";
 import { containerdVersions, startContainerd } from "../../sdk/testing/containerd.ts";
-import { installShims } from "../../sdk/install/install.ts";
+import { installExampleShims } from "../../sdk/install/examples.ts";
 import { ctrRun, DEFAULT_NAMESPACE, RUNC_RUNTIME } from "../../sdk/testing/ctr.ts";
 
 const v21 = containerdVersions().find((v) => v.version.startsWith("2.1."));
@@ -29,7 +29,7 @@ async function shimDir(): Promise<string> {
   const host = Deno.env.get("SKIFF_GUEST_SHIMS");
   if (host) return host;
   const dir = await Deno.makeTempDir({ prefix: "skiff-guest-shims-" });
-  await installShims({ prefix: dir });
+  await installExampleShims({ prefix: dir });
   return `${dir}/bin`;
 }
 

@@ -14,6 +14,7 @@ const entries = [
   "sdk/ops/mod.ts",
   "proto/mod.ts",
   "sdk/linux/mod.ts",
+  "sdk/install/mod.ts",
 ];
 const external = new Set([
   "Any",

@@ -17,7 +17,7 @@
  */
 
 import { containerdVersions, skiffCacheDir } from "../../../sdk/testing/containerd.ts";
-import { installShims } from "../../../sdk/install/install.ts";
+import { installExampleShims } from "../../../sdk/install/examples.ts";
 import { registryBinary, startRegistry } from "../../../sdk/testing/registry.ts";
 import { buildSuiteImage, buildWhiteoutImage } from "./image.ts";
 import type { LocalRegistry } from "../../../sdk/testing/registry.ts";
@@ -652,7 +652,10 @@ export async function runMatrix(opts: RunMatrixOptions): Promise<SuiteRun[]> {
     await reg.stop();
     let skiffBin: string | undefined;
     if (opts.shims.includes("skiff")) {
-      await installShims({ prefix: work, shims: { [SKIFF_LAUNCHER]: "examples/runc/main.ts" } });
+      await installExampleShims({
+        prefix: work,
+        shims: { [SKIFF_LAUNCHER]: "examples/runc/main.ts" },
+      });
       skiffBin = `${work}/bin`;
     }
     for (const version of opts.versions) {
