@@ -8,50 +8,14 @@
  * does not export, fails here.
  */
 import assert from "node:assert/strict";
-import { dirname, join, relative } from "node:path";
+import { join } from "node:path";
+import { authorImports, ROOT, writePublishedPackage } from "./_published.ts";
 import { integrationTest } from "./_integration.ts";
 import { containerdVersions, startContainerd } from "../sdk/testing/containerd.ts";
 import { ctrRun } from "../sdk/testing/ctr.ts";
 
-const ROOT = new URL("..", import.meta.url).pathname.replace(/\/$/, "");
-const CONFIG = JSON.parse(Deno.readTextFileSync(`${ROOT}/deno.json`)) as {
-  name: string;
-  exports: Record<string, string>;
-  imports: Record<string, string>;
-};
-/** The npm packages an author adds next to skiff (`deno add npm:@connectrpc/connect ...`). */
-const AUTHOR_NPM = /^@(connectrpc\/connect|bufbuild\/protobuf)(\/|$)/;
 const EXAMPLES = ["runc", "crun", "runsc", "vm"];
 const NS = "skiff-consumer";
-
-/** The files `deno publish --dry-run` would upload, relative to the checkout. */
-async function publishedFiles(): Promise<string[]> {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["publish", "--dry-run", "--allow-dirty"],
-    cwd: ROOT,
-    env: { NO_COLOR: "1" },
-  }).output();
-  const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
-  assert.ok(out.success, `deno publish --dry-run failed:\n${text}`);
-  const files = [...text.matchAll(/^\s+file:\/\/(\S+) \(/gm)].map((m) => relative(ROOT, m[1]));
-  assert.ok(files.includes("mod.ts"), `no file list in deno publish's output:\n${text}`);
-  return files;
-}
-
-/** What JSR does to a published module: its import-map specifiers become what they map to. */
-function unfurl(file: string, source: string): string {
-  return source.replace(
-    /(\bfrom\s*|\bimport\s*\(\s*|\bimport\s+)(["'])([^"'./][^"']*)\2/g,
-    (whole, lead: string, quote: string, spec: string) => {
-      const target = CONFIG.imports[spec];
-      if (target === undefined) return whole;
-      if (!target.startsWith("./")) return `${lead}${quote}${target}${quote}`;
-      let rel = relative(dirname(file), target.slice(2));
-      if (!rel.startsWith(".")) rel = `./${rel}`;
-      return `${lead}${quote}${rel}${quote}`;
-    },
-  );
-}
 
 /** Copies `from` (a folder) into `to`, recursively. */
 async function copyTree(from: string, to: string): Promise<void> {
@@ -67,26 +31,9 @@ async function copyTree(from: string, to: string): Promise<void> {
  * project per example (`<name>/`), whose deno.json maps only the declared exports to it.
  */
 async function consumerProjects(): Promise<string> {
-  const files = await publishedFiles();
   const tmp = await Deno.makeTempDir({ prefix: "skiff-consumer-" });
-  // The package as JSR serves it (its deno.json is metadata there, not the project's config).
-  const pkg = `${tmp}/jsr/skiff`;
-  for (const f of files) {
-    if (f === "deno.json") continue;
-    await Deno.mkdir(dirname(`${pkg}/${f}`), { recursive: true });
-    const text = await Deno.readFile(`${ROOT}/${f}`);
-    if (f.endsWith(".ts")) {
-      await Deno.writeTextFile(`${pkg}/${f}`, unfurl(f, new TextDecoder().decode(text)));
-    } else await Deno.writeFile(`${pkg}/${f}`, text);
-  }
-  const imports: Record<string, string> = {};
-  for (const [key, path] of Object.entries(CONFIG.exports)) {
-    const name = key === "." ? CONFIG.name : `${CONFIG.name}${key.slice(1)}`;
-    imports[name] = `../jsr/skiff/${path.slice(2)}`;
-  }
-  for (const [key, target] of Object.entries(CONFIG.imports)) {
-    if (AUTHOR_NPM.test(key)) imports[key] = target;
-  }
+  await writePublishedPackage(`${tmp}/jsr/skiff`);
+  const imports = authorImports("../jsr/skiff");
   for (const name of EXAMPLES) {
     const project = `${tmp}/${name}`;
     await copyTree(`${ROOT}/examples/${name}`, project);

@@ -15,6 +15,7 @@ const entries = [
   "proto/mod.ts",
   "sdk/linux/mod.ts",
   "sdk/install/mod.ts",
+  "sdk/init/mod.ts",
 ];
 const external = new Set([
   "Any",
