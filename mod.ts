@@ -48,6 +48,7 @@ export {
 // The runtime seam (its option types: @skiff/shim/seam).
 export type { ContainerRuntime, RuntimeStdio } from "./sdk/shim/runtime.ts";
 export { Logger } from "./sdk/shim/logger.ts";
+export { SKIFF_VERSION } from "./sdk/shim/version.ts";
 // OCI runtimes (the rest: @skiff/shim/oci).
 export { OciRuntimeCli } from "./sdk/oci/cli.ts";
 export type { OciRuntimeCliOptions } from "./sdk/oci/options.ts";

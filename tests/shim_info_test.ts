@@ -6,6 +6,8 @@ import { RuntimeInfoSchema } from "../proto/gen/containerd/types/introspection_p
 import { OptionsSchema as RuncOptionsSchema } from "../proto/gen/containerd/runc/v1/oci_pb.ts";
 import { OptionsSchema as CriOptionsSchema } from "../proto/gen/runtimeoptions/v1/api_pb.ts";
 import { runInfo } from "../sdk/shim/boot/info.ts";
+import { runShimWith } from "../sdk/shim/boot/run.ts";
+import { SKIFF_VERSION } from "../sdk/shim/version.ts";
 import { optionsMessage, RUNC_OPTIONS_CODEC } from "../sdk/shim/options.ts";
 import { Shim } from "../sdk/shim/shim.ts";
 import type { ContainerRuntime } from "../sdk/shim/runtime.ts";
@@ -194,3 +196,37 @@ integrationTest(
     assert.deepEqual(decodeOciFeatures(named.info.features!), await features(runc));
   },
 );
+
+Deno.test("-v names skiff's version beside the shim's, and says when the shim set none", async () => {
+  class Unversioned extends Shim<{ x: number }> {
+    readonly runtimeName = "io.containerd.unversioned.v1";
+    readonly options = { defaults: () => ({ x: 1 }) };
+    runtime(): never {
+      throw new Error("not here");
+    }
+  }
+  class Versioned extends Unversioned {
+    override readonly version = "4.2.0";
+  }
+  const printed: string[] = [];
+  const log = console.log;
+  const exit = Deno.exit;
+  console.log = (s: string) => void printed.push(s);
+  Deno.exit = (() => {
+    throw new Error("exit");
+  }) as typeof Deno.exit;
+  try {
+    for (const shim of [new Unversioned(), new Versioned()]) {
+      await runShimWith(shim, ["-v"], () => Promise.resolve([])).catch(() => {});
+    }
+  } finally {
+    console.log = log;
+    Deno.exit = exit;
+  }
+  assert.deepEqual(printed, [
+    `io.containerd.unversioned.v1 (skiff ${SKIFF_VERSION})\n  Version: unset (the shim sets Shim.version)`,
+    `io.containerd.unversioned.v1 (skiff ${SKIFF_VERSION})\n  Version: 4.2.0`,
+  ]);
+  const config = JSON.parse(await Deno.readTextFile(new URL("../deno.json", import.meta.url)));
+  assert.equal(SKIFF_VERSION, config.version, "SKIFF_VERSION is deno.json's version");
+});

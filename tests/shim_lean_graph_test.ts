@@ -15,6 +15,7 @@ const SHARED = [
   "sdk/shim/boot/run.ts",
   "proto/wire.ts",
   "sdk/shim/boot/flags.ts",
+  "sdk/shim/version.ts",
   "sdk/shim/shim.ts",
   "sdk/shim/options.ts",
   "sdk/shim/endpoint.ts",

@@ -1,3 +1,4 @@
+import { SKIFF_VERSION } from "../sdk/shim/version.ts";
 import assert from "node:assert/strict";
 import { checkoutRoot, EXAMPLE_SHIMS, installExampleShims } from "../sdk/install/examples.ts";
 import {
@@ -16,6 +17,7 @@ import { parseShimFlags } from "../sdk/shim/boot/flags.ts";
 import type { Shim } from "../sdk/shim/shim.ts";
 import { Logger } from "../sdk/shim/logger.ts";
 
+const SKIFF_VERSION_RE = SKIFF_VERSION.replaceAll(".", "\\.");
 const dec = new TextDecoder();
 
 Deno.test("installExampleShims() in source mode writes launchers that run the checkout", async () => {
@@ -273,7 +275,9 @@ Deno.test("deno task install --prefix installs through the CLI", async () => {
       }).output();
       assert.match(
         dec.decode(v.stdout),
-        new RegExp(`^io\\.containerd\\.skiff-${runtime}\\.v2 \\(skiff\\)\n`),
+        new RegExp(
+          `^io\\.containerd\\.skiff-${runtime}\\.v2 \\(skiff ${SKIFF_VERSION_RE}\\)\n  Version: ${SKIFF_VERSION_RE}\n`,
+        ),
       );
     }
   } finally {

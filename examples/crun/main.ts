@@ -11,6 +11,7 @@ type CrunOptions = skiff.OciShimOptions;
 /** The crun shim: crun takes runc's command line, so OciShim's defaults are all it needs. */
 export class CrunShim extends skiff.OciShim<CrunOptions> {
   readonly runtimeName = "io.containerd.skiff-crun.v2";
+  override readonly version = skiff.SKIFF_VERSION; // skiff's examples go with skiff
   readonly options = {
     defaults: (): CrunOptions => ({ binaryName: "crun", root: "/run/containerd/crun" }),
     messages: [skiff.optionsMessage(skiff.RUNC_OPTIONS_CODEC, (m, base: CrunOptions) => ({

@@ -10,6 +10,7 @@ import {
   RUNC_OPTIONS_CODEC,
   runShim,
   type RuntimeContext,
+  SKIFF_VERSION,
 } from "@skiff/shim";
 
 /** The runc settings this shim honours. */
@@ -25,6 +26,7 @@ export interface RuncOptions {
 /** The runc shim: options in, an OCI runtime CLI out. */
 export class RuncShim extends OciShim<RuncOptions> {
   readonly runtimeName = "io.containerd.skiff-runc.v2";
+  override readonly version = SKIFF_VERSION; // skiff's examples go with skiff
   readonly options = {
     defaults: (): RuncOptions => ({
       binaryName: "runc",

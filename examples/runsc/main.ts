@@ -9,7 +9,13 @@
  *   network = "none"
  *   platform = "ptrace"
  */
-import { type OciRuntimeCliOptions, OciShim, runShim, type RuntimeContext } from "@skiff/shim";
+import {
+  type OciRuntimeCliOptions,
+  OciShim,
+  runShim,
+  type RuntimeContext,
+  SKIFF_VERSION,
+} from "@skiff/shim";
 import { makeCgroupParent } from "./cgroup_parent.ts";
 
 /** The runsc settings this shim honours. */
@@ -23,6 +29,7 @@ export interface RunscOptions {
 /** The runsc shim: TOML options in, an OCI runtime CLI with runsc's flags out. */
 export class RunscShim extends OciShim<RunscOptions> {
   readonly runtimeName = "io.containerd.skiff-runsc.v2";
+  override readonly version = SKIFF_VERSION; // skiff's examples go with skiff
   readonly options = {
     defaults: (): RunscOptions => ({
       binaryName: "runsc",

@@ -22,6 +22,7 @@ import {
   type SandboxContext,
   type SandboxRuntime,
   Shim,
+  SKIFF_VERSION,
 } from "@skiff/shim";
 import { currentVmImage } from "./image.ts";
 import { Pod } from "./pod.ts";
@@ -42,6 +43,7 @@ function positive(key: string, v: unknown): number {
 /** The VM shim: one pod, one VM, every container through the guest's agent. */
 export class VmShim extends Shim<VmShimOptions> {
   readonly runtimeName = "io.containerd.skiff-vm.v2";
+  override readonly version = SKIFF_VERSION; // skiff's examples go with skiff
   readonly options = {
     defaults: (): VmShimOptions => ({ memoryMiB: 1024, cpus: 1 }),
     fromToml: (t: Record<string, unknown>, base: VmShimOptions): VmShimOptions => ({

@@ -61,8 +61,11 @@ export abstract class Shim<T extends object = object> {
   abstract readonly options: RuntimeOptions<T>;
   /** Builds the runtime that drives one container. */
   abstract runtime(ctx: RuntimeContext<T>): ContainerRuntime;
-  /** Version printed by `-v` and returned by `-info`. */
-  readonly version: string = "0.1.0";
+  /**
+   * Your shim's version, printed by `-v` (beside skiff's) and returned by `-info`. Empty until
+   * you set it: `-v` then says it is unset rather than passing skiff's version off as yours.
+   */
+  readonly version: string = "";
   /**
    * The Task API version advertised at `start`. Version 3 lets containerd 2.x route a pod's
    * containers to one shim without a per-container `start`; both v2 and v3 are served anyway.

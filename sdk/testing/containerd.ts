@@ -15,7 +15,7 @@
  * for (const { version, binDir } of containerdVersions()) {
  *   const c = await startContainerd({ binDir });
  *   try {
- *     const ref = await c.importBusyboxImage("test");
+ *     const ref = await c.importBusyboxImage(); // into DEFAULT_NAMESPACE, ctrRun's
  *     console.log(version, ref);
  *   } finally {
  *     await c.stop();
@@ -179,8 +179,8 @@ async function importPauseImage(c: PrivateContainerd): Promise<void> {
  * ```ts ignore
  * const c = await startContainerd({ binDir: "/usr/bin", extraPath: ["/tmp/prefix/bin"] });
  * try {
- *   const ref = await c.importBusyboxImage("test");
- *   const r = await c.ctr(["run", "--rm", ref, "hello", "echo", "hello"], { namespace: "test" });
+ *   const image = await c.importBusyboxImage();
+ *   const r = await ctrRun(c, { image, id: "hello", args: ["echo", "hello"] });
  *   console.log(r.stdout); // "hello\n"
  * } finally {
  *   await c.stop();

@@ -17,7 +17,9 @@
  * @module
  */
 
-import type { CtrResult } from "./ctr_command.ts";
+import { type CtrResult, DEFAULT_NAMESPACE } from "./ctr_command.ts";
+
+export { DEFAULT_NAMESPACE } from "./ctr_command.ts";
 import type { PrivateContainerd } from "./private_containerd.ts";
 
 /**
@@ -41,27 +43,6 @@ import type { PrivateContainerd } from "./private_containerd.ts";
  * ```
  */
 export const RUNC_RUNTIME: string = "io.containerd.runc.v2";
-
-/**
- * The namespace {@linkcode ctrRun} uses unless told otherwise.
- *
- * @example Usage
- * ```ts
- * import { strictEqual } from "node:assert/strict";
- * import type { PrivateContainerd } from "./private_containerd.ts";
- * import { ctrRunArgs, DEFAULT_NAMESPACE } from "./ctr.ts";
- * // The fields of a PrivateContainerd that ctrRunArgs reads (startContainerd makes a real one).
- * const c = {
- *   fifoDir: "/tmp/c/fifo",
- *   runcRoot: "/tmp/c/runc",
- *   cgroupParent: "skiff-c",
- *   runtimes: { "skiff-runc": { runtimeType: "io.containerd.skiff-runc.v2" } },
- * } as unknown as PrivateContainerd;
- * const args = ctrRunArgs(c, { image: "localhost/skiff/busybox:latest", id: "x" });
- * strictEqual(args[args.indexOf("--cgroup") + 1], `/skiff-c/${DEFAULT_NAMESPACE}/x`);
- * ```
- */
-export const DEFAULT_NAMESPACE: string = "skiff-test";
 
 /**
  * Options of {@linkcode ctrRun}.

@@ -9,6 +9,29 @@
 const dec = new TextDecoder();
 
 /**
+ * The namespace the testing kit works in unless told otherwise: `ctrRun`, `ShimHarness` and
+ * `importBusyboxImage`.
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { PrivateContainerd } from "./private_containerd.ts";
+ * import { ctrRunArgs } from "./ctr.ts";
+ * import { DEFAULT_NAMESPACE } from "./ctr_command.ts";
+ * // The fields of a PrivateContainerd that ctrRunArgs reads (startContainerd makes a real one).
+ * const c = {
+ *   fifoDir: "/tmp/c/fifo",
+ *   runcRoot: "/tmp/c/runc",
+ *   cgroupParent: "skiff-c",
+ *   runtimes: { "skiff-runc": { runtimeType: "io.containerd.skiff-runc.v2" } },
+ * } as unknown as PrivateContainerd;
+ * const args = ctrRunArgs(c, { image: "localhost/skiff/busybox:latest", id: "x" });
+ * strictEqual(args[args.indexOf("--cgroup") + 1], `/skiff-c/${DEFAULT_NAMESPACE}/x`);
+ * ```
+ */
+export const DEFAULT_NAMESPACE: string = "skiff-test";
+
+/**
  * Options of {@linkcode PrivateContainerd.ctr}.
  *
  * @example Usage

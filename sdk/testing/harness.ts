@@ -20,6 +20,7 @@ import { Events } from "../../proto/gen/containerd/services/events/ttrpc/v1/even
 import type { Envelope } from "../../proto/gen/containerd/types/event_pb.ts";
 import * as taskEvents from "../../proto/gen/containerd/events/task_pb.ts";
 import { BootstrapResultSchema } from "../../proto/gen/containerd/runtime/bootstrap/v1/bootstrap_pb.ts";
+import { DEFAULT_NAMESPACE } from "./ctr_command.ts";
 import { DeleteResponseSchema } from "../../proto/gen/containerd/task/v2/shim_pb.ts";
 import type { DeleteResponse } from "../../proto/gen/containerd/task/v2/shim_pb.ts";
 import { TtrpcServer } from "../ttrpc/server.ts";
@@ -109,7 +110,7 @@ export interface ShimHarnessOptions {
   bundle: string;
   /** Container id; default "skiff-harness". */
   id?: string;
-  /** Namespace; default "skiff-test". */
+  /** Namespace; default {@linkcode DEFAULT_NAMESPACE} ("skiff-test"). */
   namespace?: string;
   /** Pass `-debug`. */
   debug?: boolean;
@@ -228,7 +229,7 @@ export class ShimHarness {
     this.#opts = init.opts;
     this.startMs = init.startMs;
     this.id = init.opts.id ?? "skiff-harness";
-    this.namespace = init.opts.namespace ?? "skiff-test";
+    this.namespace = init.opts.namespace ?? DEFAULT_NAMESPACE;
     this.bundle = init.opts.bundle;
     this.address = init.address;
     this.version = init.version;
@@ -266,7 +267,7 @@ export class ShimHarness {
   static async start(opts: ShimHarnessOptions): Promise<ShimHarness> {
     // long: containerd's side of a shim start in order (events server, log FIFO, start, dial)
     const dir = await Deno.makeTempDir({ prefix: "skiff-harness-" });
-    const namespace = opts.namespace ?? "skiff-test";
+    const namespace = opts.namespace ?? DEFAULT_NAMESPACE;
     const events: RecordedEvent[] = [];
     let notify = () => {};
     const eventsServer = new TtrpcServer();

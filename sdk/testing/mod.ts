@@ -85,7 +85,7 @@ export {
   criPlugins,
   criRuntimePlugin,
 } from "./cri_config.ts";
-export { ctrRun, type CtrRunOptions } from "./ctr.ts";
+export { ctrRun, type CtrRunOptions, DEFAULT_NAMESPACE } from "./ctr.ts";
 export {
   type GuestImage,
   guestImage,

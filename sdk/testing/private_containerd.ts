@@ -10,7 +10,13 @@
 
 import { mountsUnder, removeTree } from "./bundle.ts";
 import { buildBusyboxImage, BUSYBOX_IMAGE_REF } from "./image.ts";
-import { ctrEnv, type CtrOptions, type CtrResult, runCtr } from "./ctr_command.ts";
+import {
+  ctrEnv,
+  type CtrOptions,
+  type CtrResult,
+  DEFAULT_NAMESPACE,
+  runCtr,
+} from "./ctr_command.ts";
 import { launchedBy, shimsAmong, sparesAmong } from "./containerd_shims.ts";
 import {
   deleteRuncContainers,
@@ -291,7 +297,7 @@ export class PrivateContainerd {
    *
    * @example Usage
    * ```ts ignore
-   * const r = await c.ctr(["images", "ls", "-q"], { namespace: "test" });
+   * const r = await c.ctr(["images", "ls", "-q"], { namespace: DEFAULT_NAMESPACE });
    * ```
    */
   ctr(args: string[], opts: CtrOptions = {}): Promise<CtrResult> {
@@ -301,16 +307,17 @@ export class PrivateContainerd {
   /**
    * Imports the busybox test image (see `buildBusyboxImage`) into a namespace and unpacks it.
    *
-   * @param namespace containerd namespace
+   * @param namespace containerd namespace; default `skiff-test` ({@linkcode DEFAULT_NAMESPACE},
+   *   where `ctrRun` and `ShimHarness` run too)
    * @returns the image reference, `localhost/skiff/busybox:latest` ({@linkcode BUSYBOX_IMAGE_REF})
    *
    * @example Usage
    * ```ts ignore
-   * const ref = await c.importBusyboxImage("test");
-   * await c.ctr(["run", "--rm", ref, "x", "echo", "hi"], { namespace: "test" });
+   * const image = await c.importBusyboxImage();
+   * const r = await ctrRun(c, { image, id: "x", args: ["echo", "hi"] }); // the same namespace
    * ```
    */
-  async importBusyboxImage(namespace: string): Promise<string> {
+  async importBusyboxImage(namespace: string = DEFAULT_NAMESPACE): Promise<string> {
     const tar = await buildBusyboxImage();
     const r = await this.ctr(["images", "import", tar], { namespace });
     if (r.code !== 0) {

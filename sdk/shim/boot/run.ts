@@ -6,6 +6,7 @@
  * @module
  */
 
+import { SKIFF_VERSION } from "../version.ts";
 import { parseShimFlags, type ShimFlags } from "./flags.ts";
 import type { Shim } from "../shim.ts";
 import type { ServerExtension } from "../server/extension.ts";
@@ -60,7 +61,11 @@ export async function runShimWith<T extends object>(
   }
   const enc = new TextEncoder();
   if (flags.version) {
-    console.log(`${shim.runtimeName} (skiff)\n  Version: ${shim.version}`);
+    console.log(
+      `${shim.runtimeName} (skiff ${SKIFF_VERSION})\n  Version: ${
+        shim.version || "unset (the shim sets Shim.version)"
+      }`,
+    );
     Deno.exit(0);
   }
   try {

@@ -131,10 +131,46 @@ async function bounded(p: Promise<void>, ms: number): Promise<void> {
   }
 }
 
-function firstLine(e: unknown): string {
-  // Node's assertion diffs ("+ actual - expected ...") add nothing to a one-line reason.
+/**
+ * A failure as one line for the report: the check's message and, for an assertion that compared
+ * two values, what it expected and what it got (the shim's answer is what a reader needs).
+ *
+ * @param e what the scenario threw
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import assert from "node:assert/strict";
+ * import { failureReason } from "./runner.ts";
+ * let thrown: unknown;
+ * try {
+ *   assert.equal("hello\n", "hi\n", "stdout");
+ * } catch (e) {
+ *   thrown = e;
+ * }
+ * strictEqual(failureReason(thrown), 'stdout: expected "hi\\n", got "hello\\n"');
+ * ```
+ */
+export function failureReason(e: unknown): string {
+  // Node's assertion diffs ("+ actual - expected ...") are multi-line; the values say it in one.
   const msg = (e instanceof Error ? e.message : String(e)).split(/\n\s*\+ actual/)[0]!;
-  return msg.split("\n").map((l) => l.trim()).filter(Boolean).slice(0, 3).join(" ").slice(0, 240);
+  let line = msg.split("\n").map((l) => l.trim()).filter(Boolean).slice(0, 3).join(" ");
+  const a = e as { name?: string; actual?: unknown; expected?: unknown; operator?: string };
+  if (a?.name === "AssertionError" && "expected" in a && "actual" in a && a.operator !== "fail") {
+    // The check's own words (its first line), then both values, quoted alike.
+    const first = msg.split("\n")[0]!.trim();
+    line = `${first.slice(0, 160)}: expected ${show(a.expected)}, got ${show(a.actual)}`;
+  }
+  return line.slice(0, 400);
+}
+
+function show(v: unknown): string {
+  let text: string;
+  try {
+    text = typeof v === "string" ? JSON.stringify(v) : Deno.inspect(v, { compact: true, depth: 2 });
+  } catch {
+    text = String(v);
+  }
+  return text.length > 120 ? `${text.slice(0, 117)}...` : text;
 }
 
 /**
@@ -211,7 +247,7 @@ async function runVersion(
     });
   } catch (e) {
     for (const s of scenarios) {
-      record({ scenario: s.id, containerd: v.version, status: "fail", reason: firstLine(e) });
+      record({ scenario: s.id, containerd: v.version, status: "fail", reason: failureReason(e) });
     }
     return;
   }
@@ -250,7 +286,7 @@ async function runVersion(
         record({
           ...base,
           status: skip ? "skip" : "fail",
-          reason: firstLine(e),
+          reason: failureReason(e),
           ms: Date.now() - started,
         });
       } finally {
