@@ -79,3 +79,32 @@ export type ExampleInstallOptions = Omit<InstallShimsOptions, "shims"> & {
 export function installExampleShims(opts: ExampleInstallOptions): Promise<string[]> {
   return installShims({ root: checkoutRoot(), ...opts, shims: opts.shims ?? EXAMPLE_SHIMS });
 }
+
+/**
+ * `deno task install [options]`: the published installer's command line applied to the examples,
+ * then the VM example's boot image (kernel, initramfs and the agent's bundle, which an installed
+ * bundle cannot build: it has no agent sources), so every installed example runs.
+ */
+async function main(): Promise<number> {
+  const { runInstallCli } = await import("./cli.ts");
+  const pairs = Object.entries(EXAMPLE_SHIMS).map(([name, entry]) => `${name}=${entry}`);
+  const args = Deno.args.includes("--root") ? Deno.args : [...Deno.args, "--root", checkoutRoot()];
+  const code = await runInstallCli([...args, ...pairs]);
+  if (code !== 0 || Deno.args.includes("--help") || Deno.args.includes("-h")) return code;
+  // A child process: sdk/ imports nothing from examples/.
+  const image = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", `${checkoutRoot()}/examples/vm/image.ts`],
+    stdout: "null",
+    stderr: "piped",
+  }).output();
+  if (image.success) console.log("built the VM example's boot image (examples/vm/image.ts)");
+  else {
+    console.log(
+      `note: containerd-shim-skiff-vm-v2 cannot boot a VM until its image is built ` +
+        `(deno task vm-image): ${new TextDecoder().decode(image.stderr).trim()}`,
+    );
+  }
+  return 0;
+}
+
+if (import.meta.main) Deno.exit(await main());
