@@ -13,8 +13,8 @@ import { type Any, AnySchema } from "@bufbuild/protobuf/wkt";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { packAny } from "./any.ts";
- * import { TaskOOMSchema } from "./gen/containerd/events/task_pb.ts";
+ * import { packAny } from "@skiff/shim/proto";
+ * import { TaskOOMSchema } from "@skiff/shim/proto";
  * const any = packAny(TaskOOMSchema, { containerId: "c1" });
  * strictEqual(any.typeUrl, "containerd.events.TaskOOM");
  * ```

@@ -27,7 +27,7 @@ export interface MessageCodec<M> {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { schemaCodec } from "./schema_codec.ts";
+ * import { schemaCodec } from "@skiff/shim/proto";
  * import { OptionsSchema } from "./gen/containerd/runc/v1/oci_pb.ts";
  * const codec = schemaCodec(OptionsSchema);
  * strictEqual(codec.decode(new Uint8Array([0x32, 1, 0x78])).binaryName, "x");

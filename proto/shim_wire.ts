@@ -26,7 +26,7 @@ function tables(): WireRegistry {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { shimCodec } from "./shim_wire.ts";
+ * import { shimCodec } from "@skiff/shim/proto";
  * const exit = shimCodec("containerd.events.TaskExit");
  * strictEqual(exit.decode(exit.encode({ containerId: "c1", exitStatus: 7 })).exitStatus, 7);
  * ```
@@ -85,7 +85,7 @@ export function shimFieldNames(
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { timestampOf } from "./shim_wire.ts";
+ * import { timestampOf } from "@skiff/shim/proto";
  * strictEqual(timestampOf(new Date(1500)).nanos, 500_000_000);
  * ```
  */
@@ -109,7 +109,7 @@ export function timestampOf(date: Date): ShimWireTypes["google.protobuf.Timestam
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { packShimAny } from "./shim_wire.ts";
+ * import { packShimAny } from "@skiff/shim/proto";
  * strictEqual(packShimAny("containerd.events.TaskOOM", { containerId: "c1" }).typeUrl, "containerd.events.TaskOOM");
  * ```
  */

@@ -224,7 +224,7 @@ function parseMapKey(scalar: number, key: string): unknown {
  * @example Decode and encode one message
  * ```ts
  * import { deepStrictEqual } from "node:assert/strict";
- * import { Scalar, WireRegistry } from "./wire_table.ts";
+ * import { Scalar, WireRegistry } from "@skiff/shim/proto";
  *
  * const registry = new WireRegistry([
  *   { typeName: "x.Pair", fields: [[1, "key", "s", Scalar.STRING], [2, "n", "s", Scalar.INT64]] },

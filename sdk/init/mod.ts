@@ -46,7 +46,7 @@ export interface InitOptions {
  * @example Usage
  * ```ts
  * import { ok } from "node:assert/strict";
- * import { defaultSkiffSource } from "./mod.ts";
+ * import { defaultSkiffSource } from "@skiff/shim/init";
  * const s = await defaultSkiffSource();
  * ok("jsr" in s || s.exports["."] === "./mod.ts");
  * ```
@@ -124,7 +124,7 @@ io.containerd.<name>.v1, run by containerd as containerd-shim-<name>-v1.
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { runInitCli } from "./mod.ts";
+ * import { runInitCli } from "@skiff/shim/init";
  * strictEqual(await runInitCli([]), 2); // no directory: the usage on stderr
  * ```
  */

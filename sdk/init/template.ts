@@ -30,7 +30,7 @@ export interface TemplateOptions {
  * @example Usage
  * ```ts
  * import { ok } from "node:assert/strict";
- * import { projectFiles } from "./template.ts";
+ * import { projectFiles } from "@skiff/shim/init";
  * const files = projectFiles({
  *   name: "mine",
  *   kind: "oci",

@@ -35,7 +35,7 @@ export type InstallCommand = { help: true } | { help: false; options: InstallShi
  * @example Usage
  * ```ts
  * import { deepStrictEqual } from "node:assert/strict";
- * import { parseInstallArgs } from "./cli.ts";
+ * import { parseInstallArgs } from "@skiff/shim/install";
  * const cmd = parseInstallArgs(["--prefix", "/opt", "containerd-shim-mine-v1=main.ts"]);
  * deepStrictEqual(cmd, {
  *   help: false,
@@ -94,7 +94,7 @@ export function parseInstallArgs(args: string[]): InstallCommand {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { runInstallCli } from "./cli.ts";
+ * import { runInstallCli } from "@skiff/shim/install";
  * strictEqual(await runInstallCli(["--bogus"]), 2); // and the usage on stderr
  * ```
  */

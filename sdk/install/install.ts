@@ -47,7 +47,7 @@ import { ADDRESS_FILE } from "../shim/boot/socket_address.ts";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { InstallShimsOptions } from "./install.ts";
+ * import type { InstallShimsOptions } from "@skiff/shim/install";
  * const opts: InstallShimsOptions = {
  *   prefix: "/opt/skiff",
  *   root: "/src/mine", // the runtime author's project: its deno.json and main.ts
@@ -527,7 +527,7 @@ export async function currentDenoDir(deno: string = Deno.execPath()): Promise<st
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { installShims } from "./install.ts";
+ * import { installShims } from "@skiff/shim/install";
  * // A runtime author's own project, installed under a temporary prefix (e.g. /usr/local):
  * const root = await Deno.realPath(await Deno.makeTempDir());
  * await Deno.writeTextFile(`${root}/main.ts`, "// the shim\n");

@@ -20,7 +20,7 @@ import type { Reaper } from "./reaper.ts";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { BinaryLoggerOptions } from "./binary_logger.ts";
+ * import type { BinaryLoggerOptions } from "@skiff/shim/linux";
  * // From `binary-v2:///usr/bin/my-logger?tag=web`:
  * const options: BinaryLoggerOptions = {
  *   path: "/usr/bin/my-logger",
@@ -58,7 +58,7 @@ const LAUNCHER = 'o=$1 e=$2 w=$3; shift 3; exec "$@" 3<"$o" 4<"$e" 5>"$w"';
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { BinaryLogger } from "./binary_logger.ts";
+ * import { BinaryLogger } from "@skiff/shim/linux";
  * // A logger in the binary-v2 style: signals ready on fd 5, copies fd 3 into the file it is given.
  * const dir = Deno.makeTempDirSync();
  * const path = `${dir}/my-logger`;

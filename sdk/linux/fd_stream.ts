@@ -14,7 +14,7 @@ import { Canceller, POLLIN, POLLOUT, waitFd } from "./poll.ts";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { FdStreamOptions } from "./fd_stream.ts";
+ * import type { FdStreamOptions } from "@skiff/shim/linux";
  * // A pty master reads EIO once the last slave closes: for a terminal that is end of file.
  * const options: FdStreamOptions = { eioIsEof: true };
  * strictEqual(options.eioIsEof, true);
@@ -33,7 +33,7 @@ export interface FdStreamOptions {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { FdStream } from "./fd_stream.ts";
+ * import { FdStream } from "@skiff/shim/linux";
  * import { mkfifo, O, open } from "./libc.ts";
  * const dir = Deno.makeTempDirSync();
  * mkfifo(`${dir}/stdout`, 0o600);

@@ -186,7 +186,7 @@ export const Errno = {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { ErrnoError, kill } from "./libc.ts";
+ * import { ErrnoError, kill } from "@skiff/shim/linux";
  * let code = "";
  * try {
  *   kill(2 ** 22 + 1, 0); // above any pid_max: no such process
@@ -472,7 +472,7 @@ export function getpid(): number {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { kill } from "./libc.ts";
+ * import { kill } from "@skiff/shim/linux";
  * const child = new Deno.Command("sleep", { args: ["60"] }).spawn();
  * kill(child.pid, 9);
  * strictEqual((await child.status).signal, "SIGKILL");

@@ -13,7 +13,7 @@ import { cleanPath } from "./clean_path.ts";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { Mount } from "./mount.ts";
+ * import type { Mount } from "@skiff/shim/linux";
  * const m: Mount = { type: "bind", source: "/var/lib/x", options: ["rbind", "ro"] };
  * strictEqual(m.target, undefined); // the rootfs itself
  * ```

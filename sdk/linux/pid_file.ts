@@ -10,7 +10,7 @@
  *
  * @example Usage
  * ```ts
- * import type { ReadPidFileOptions } from "./pid_file.ts";
+ * import type { ReadPidFileOptions } from "@skiff/shim/linux";
  * const opts: ReadPidFileOptions = { attempts: 50, intervalMs: 20 };
  * ```
  */
@@ -32,7 +32,7 @@ export interface ReadPidFileOptions {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { readPidFile } from "./pid_file.ts";
+ * import { readPidFile } from "@skiff/shim/linux";
  * const path = Deno.makeTempFileSync({ suffix: ".pid" });
  * Deno.writeTextFileSync(path, "4242"); // runc writes no newline
  * strictEqual(await readPidFile(path), 4242);

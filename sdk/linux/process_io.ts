@@ -19,7 +19,7 @@ import type { Reaper } from "./reaper.ts";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { StdioSpec } from "./process_io.ts";
+ * import type { StdioSpec } from "@skiff/shim/linux";
  * // What `ctr run` without a terminal sends: FIFOs for stdout and stderr, no stdin.
  * const spec: StdioSpec = { stdin: "", stdout: "/run/x/stdout", stderr: "/run/x/stderr", terminal: false };
  * strictEqual(spec.stdin, "");
@@ -42,7 +42,7 @@ export interface StdioSpec {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { ProcessIoContext } from "./process_io.ts";
+ * import type { ProcessIoContext } from "@skiff/shim/linux";
  * const ctx: ProcessIoContext = { containerId: "web", namespace: "default" };
  * strictEqual(ctx.reaper, undefined); // loggers are then spawned without a reaper
  * ```
@@ -64,7 +64,7 @@ export interface ProcessIoContext {
  * @example Usage
  * ```ts
  * import { deepStrictEqual } from "node:assert/strict";
- * import { type CommandStdio, ProcessIo } from "./process_io.ts";
+ * import { type CommandStdio, ProcessIo } from "@skiff/shim/linux";
  * const dir = Deno.makeTempDirSync();
  * const io = await ProcessIo.open(
  *   { stdin: "", stdout: `file://${dir}/log`, stderr: `file://${dir}/log`, terminal: false },
@@ -165,7 +165,7 @@ async function openOutputs(
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { ProcessIo } from "./process_io.ts";
+ * import { ProcessIo } from "@skiff/shim/linux";
  * const dir = Deno.makeTempDirSync();
  * const io = await ProcessIo.open(
  *   { stdin: "", stdout: `file://${dir}/log`, stderr: `file://${dir}/log`, terminal: false },

@@ -26,7 +26,7 @@ import { processStartTime, processState } from "./proc_stat.ts";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { ProcessExit } from "./reaper.ts";
+ * import type { ProcessExit } from "@skiff/shim/linux";
  * // A process killed by SIGKILL (9): status 128 + 9, as containerd reports it.
  * const exit: ProcessExit = { pid: 4242, startTime: 1234, status: 137, exitedAt: new Date() };
  * strictEqual(exit.status - 128, 9);

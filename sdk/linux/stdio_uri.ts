@@ -11,7 +11,7 @@
  * @example Usage
  * ```ts
  * import { deepStrictEqual } from "node:assert/strict";
- * import { type OutputTarget, parseOutputTarget } from "./stdio_uri.ts";
+ * import { type OutputTarget, parseOutputTarget } from "@skiff/shim/linux";
  * const target: OutputTarget = parseOutputTarget("fifo:///run/x/stdout", "/run/x/stderr");
  * deepStrictEqual(target, { kind: "fifo", stdout: "/run/x/stdout", stderr: "/run/x/stderr" });
  * ```
@@ -32,7 +32,7 @@ export type OutputTarget =
  * @example Usage
  * ```ts
  * import { deepStrictEqual } from "node:assert/strict";
- * import { parseOutputTarget } from "./stdio_uri.ts";
+ * import { parseOutputTarget } from "@skiff/shim/linux";
  * deepStrictEqual(parseOutputTarget("binary:///usr/bin/log?tag=web", "binary:///usr/bin/log?tag=web"), {
  *   kind: "binary",
  *   path: "/usr/bin/log",

@@ -47,7 +47,7 @@ import type {
  *
  * @example Usage
  * ```ts ignore
- * import { OciRuntimeCli } from "./cli.ts";
+ * import { OciRuntimeCli } from "@skiff/shim";
  * const cli = new OciRuntimeCli({
  *   root: "/run/containerd/runc/default",
  *   log: `${bundle}/log.json`,
@@ -82,7 +82,7 @@ export class OciRuntimeCli {
    * @example Usage
    * ```ts
    * import { strictEqual } from "node:assert/strict";
-   * import { OciRuntimeCli } from "./cli.ts";
+   * import { OciRuntimeCli } from "@skiff/shim";
    * strictEqual(new OciRuntimeCli().binary, "runc");
    * ```
    */
@@ -96,7 +96,7 @@ export class OciRuntimeCli {
    * @example Usage
    * ```ts
    * import { strictEqual } from "node:assert/strict";
-   * import { OciRuntimeCli } from "./cli.ts";
+   * import { OciRuntimeCli } from "@skiff/shim";
    * const cli = new OciRuntimeCli({ root: "/run/r/default", log: "/b/log.json" });
    * strictEqual(cli.globalArgs.join(" "), "--root /run/r/default --log /b/log.json --log-format json");
    * ```
@@ -119,7 +119,7 @@ export class OciRuntimeCli {
    * @example Usage
    * ```ts
    * import { strictEqual } from "node:assert/strict";
-   * import { OciRuntimeCli } from "./cli.ts";
+   * import { OciRuntimeCli } from "@skiff/shim";
    * const base = new OciRuntimeCli({ root: "/run/r/default" });
    * const perBundle = base.withOptions({ log: "/b/log.json" });
    * strictEqual(perBundle.globalArgs.includes("/b/log.json"), true);
@@ -208,7 +208,7 @@ export class OciRuntimeCli {
    * @example Usage
    * ```ts
    * import { strictEqual } from "node:assert/strict";
-   * import { OciRuntimeCli } from "./cli.ts";
+   * import { OciRuntimeCli } from "@skiff/shim";
    * // A stand-in runtime that prints what `runc state web` prints.
    * const bin = await Deno.makeTempFile();
    * await Deno.writeTextFile(bin, `#!/bin/sh\necho '{"ociVersion":"1.0.2","id":"web","pid":4242,"status":"running","bundle":"/b"}'\n`);
@@ -243,7 +243,7 @@ export class OciRuntimeCli {
    * @example Usage
    * ```ts
    * import { strictEqual } from "node:assert/strict";
-   * import { OciRuntimeCli } from "./cli.ts";
+   * import { OciRuntimeCli } from "@skiff/shim";
    * // A stand-in runtime that records its arguments in <binary>.args.
    * const bin = await Deno.makeTempFile();
    * await Deno.writeTextFile(bin, `#!/bin/sh\necho "$@" > "$0.args"\n`);
@@ -283,8 +283,8 @@ export class OciRuntimeCli {
    * @example Usage
    * ```ts
    * import { strictEqual } from "node:assert/strict";
-   * import { OciRuntimeCli } from "./cli.ts";
-   * import { isNotExist } from "./errors.ts";
+   * import { OciRuntimeCli } from "@skiff/shim";
+   * import { isNotExist } from "@skiff/shim/oci";
    * // A stand-in runtime that knows no container, in runc's words.
    * const bin = await Deno.makeTempFile();
    * await Deno.writeTextFile(bin, `#!/bin/sh\necho "container does not exist" >&2; exit 1\n`);
@@ -360,7 +360,7 @@ export class OciRuntimeCli {
    * @example Usage
    * ```ts
    * import { deepStrictEqual } from "node:assert/strict";
-   * import { OciRuntimeCli } from "./cli.ts";
+   * import { OciRuntimeCli } from "@skiff/shim";
    * // A stand-in for `runc ps --format json web`.
    * const bin = await Deno.makeTempFile();
    * await Deno.writeTextFile(bin, `#!/bin/sh\necho '[4242,4250]'\n`);
@@ -390,7 +390,7 @@ export class OciRuntimeCli {
    * @example Usage
    * ```ts
    * import { strictEqual } from "node:assert/strict";
-   * import { OciRuntimeCli } from "./cli.ts";
+   * import { OciRuntimeCli } from "@skiff/shim";
    * // A stand-in runtime that records its arguments in <binary>.args.
    * const bin = await Deno.makeTempFile();
    * await Deno.writeTextFile(bin, `#!/bin/sh\necho "$@" > "$0.args"\n`);
@@ -548,7 +548,7 @@ export class OciRuntimeCli {
    * @example Usage
    * ```ts
    * import { strictEqual } from "node:assert/strict";
-   * import { OciRuntimeCli } from "./cli.ts";
+   * import { OciRuntimeCli } from "@skiff/shim";
    * // A stand-in for `runsc --version`.
    * const bin = await Deno.makeTempFile();
    * await Deno.writeTextFile(bin, `#!/bin/sh\necho "runsc version release-20240513.0"; echo "spec: 1.1.0-rc.1"\n`);
@@ -573,7 +573,7 @@ export class OciRuntimeCli {
    * @example Usage
    * ```ts
    * import { strictEqual } from "node:assert/strict";
-   * import { OciRuntimeCli } from "./cli.ts";
+   * import { OciRuntimeCli } from "@skiff/shim";
    * // A stand-in for `runc features` (runc 1.1 and later).
    * const bin = await Deno.makeTempFile();
    * await Deno.writeTextFile(bin, `#!/bin/sh\necho '{"ociVersionMin":"1.0.0","ociVersionMax":"1.2.0","mountOptions":["ro","rro"]}'\n`);

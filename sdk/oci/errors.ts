@@ -15,7 +15,7 @@ import { Code, isStatusError, statusError } from "../ttrpc/status_error.ts";
  *
  * @example Usage
  * ```ts
- * import type { OciRuntimeErrorInit } from "./errors.ts";
+ * import type { OciRuntimeErrorInit } from "@skiff/shim/oci";
  * const init: OciRuntimeErrorInit = {
  *   binary: "runc",
  *   command: "start",
@@ -48,7 +48,7 @@ export interface OciRuntimeErrorInit {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { OciRuntimeError } from "./errors.ts";
+ * import { OciRuntimeError } from "@skiff/shim/oci";
  * const e = new OciRuntimeError({
  *   binary: "runc",
  *   command: "start",
@@ -113,7 +113,7 @@ const GONE_PATTERNS: readonly RegExp[] = [
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { saysGone } from "./errors.ts";
+ * import { saysGone } from "@skiff/shim/oci";
  * strictEqual(saysGone("container not running"), true);
  * ```
  */
@@ -134,7 +134,7 @@ export function saysGone(text: string): boolean {
  * ```ts
  * import { strictEqual } from "node:assert/strict";
  * import { Code } from "@connectrpc/connect";
- * import { mapKillError } from "./errors.ts";
+ * import { mapKillError } from "@skiff/shim/oci";
  * const e = mapKillError(new Error("container not running"));
  * strictEqual(e.code, Code.NotFound);
  * ```
@@ -171,7 +171,7 @@ export function mapKillError(e: unknown): ConnectError {
  * ```ts
  * import { strictEqual } from "node:assert/strict";
  * import { Code } from "@connectrpc/connect";
- * import { processGone } from "./errors.ts";
+ * import { processGone } from "@skiff/shim/oci";
  * strictEqual(processGone("connection refused").code, Code.NotFound);
  * ```
  */
@@ -190,7 +190,7 @@ export function processGone(message: string, cause?: unknown): ConnectError {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { isNotExist, OciRuntimeError } from "./errors.ts";
+ * import { isNotExist, OciRuntimeError } from "@skiff/shim/oci";
  * const e = new OciRuntimeError({
  *   binary: "runc",
  *   command: "delete",

@@ -24,7 +24,7 @@ export const OCI_FEATURES_TYPE_URL: string =
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { OciFeatures } from "./features.ts";
+ * import type { OciFeatures } from "@skiff/shim/oci";
  * const f: OciFeatures = { ociVersionMin: "1.0.0", mountOptions: ["ro", "rro"] };
  * strictEqual(f.mountOptions?.includes("rro"), true);
  * ```
@@ -54,7 +54,7 @@ export interface OciFeatures {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { OCI_FEATURES_TYPE_URL, ociFeaturesAny } from "./features.ts";
+ * import { OCI_FEATURES_TYPE_URL, ociFeaturesAny } from "@skiff/shim/oci";
  * const any = ociFeaturesAny({ mountOptions: ["rro"] });
  * strictEqual(any.typeUrl, OCI_FEATURES_TYPE_URL);
  * ```
@@ -76,7 +76,7 @@ export function ociFeaturesAny(features: OciFeatures): Any {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { decodeOciFeatures, ociFeaturesAny } from "./features.ts";
+ * import { decodeOciFeatures, ociFeaturesAny } from "@skiff/shim/oci";
  * const back = decodeOciFeatures(ociFeaturesAny({ hooks: ["prestart"] }));
  * strictEqual(back.hooks?.[0], "prestart");
  * ```
@@ -98,7 +98,7 @@ export function decodeOciFeatures(any: Any): OciFeatures {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { parseOciFeatures } from "./features.ts";
+ * import { parseOciFeatures } from "@skiff/shim/oci";
  * strictEqual(parseOciFeatures('{"mountOptions":["rro"]}').mountOptions?.[0], "rro");
  * ```
  */

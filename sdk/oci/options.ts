@@ -36,7 +36,7 @@ export type ProcessStdio = RuntimePipes;
  *
  * @example Usage
  * ```ts
- * import type { SpawnFn } from "./options.ts";
+ * import type { SpawnFn } from "@skiff/shim/oci";
  * const spawn: SpawnFn = (cmd) => cmd.spawn();
  * ```
  */
@@ -47,7 +47,7 @@ export type SpawnFn = (cmd: Deno.Command) => Deno.ChildProcess;
  *
  * @example Usage
  * ```ts
- * import type { OciRuntimeCliOptions } from "./options.ts";
+ * import type { OciRuntimeCliOptions } from "@skiff/shim";
  * const opts: OciRuntimeCliOptions = {
  *   binary: "runsc",
  *   root: "/run/containerd/runsc/default",
@@ -112,7 +112,7 @@ export interface OciRuntimeCliOptions {
  *
  * @example Usage
  * ```ts
- * import type { CreateOptions } from "./options.ts";
+ * import type { CreateOptions } from "@skiff/shim/oci";
  * const opts: CreateOptions = { bundle: "/b", noPivot: true };
  * ```
  */
@@ -142,7 +142,7 @@ export interface CreateOptions {
  *
  * @example Usage
  * ```ts
- * import type { ExecOptions } from "./options.ts";
+ * import type { ExecOptions } from "@skiff/shim/oci";
  * const opts: ExecOptions = { pidFile: "/b/exec1.pid", detach: true };
  * ```
  */
@@ -167,7 +167,7 @@ export interface ExecOptions {
  *
  * @example Usage
  * ```ts
- * import type { KillOptions } from "./options.ts";
+ * import type { KillOptions } from "@skiff/shim/oci";
  * const opts: KillOptions = { all: true };
  * ```
  */
@@ -181,7 +181,7 @@ export interface KillOptions {
  *
  * @example Usage
  * ```ts
- * import type { DeleteOptions } from "./options.ts";
+ * import type { DeleteOptions } from "@skiff/shim/oci";
  * const opts: DeleteOptions = { force: true };
  * ```
  */
@@ -195,7 +195,7 @@ export interface DeleteOptions {
  *
  * @example Usage
  * ```ts
- * import type { CriuOptions } from "./options.ts";
+ * import type { CriuOptions } from "@skiff/shim/oci";
  * const opts: CriuOptions = { imagePath: "/var/ckpt", tcpEstablished: true };
  * ```
  */
@@ -223,7 +223,7 @@ export interface CriuOptions {
  *
  * @example Usage
  * ```ts
- * import type { CheckpointOptions } from "./options.ts";
+ * import type { CheckpointOptions } from "@skiff/shim/oci";
  * const opts: CheckpointOptions = { imagePath: "/var/ckpt", leaveRunning: true };
  * ```
  */
@@ -239,7 +239,7 @@ export interface CheckpointOptions extends CriuOptions {
  *
  * @example Usage
  * ```ts
- * import type { RestoreOptions } from "./options.ts";
+ * import type { RestoreOptions } from "@skiff/shim/oci";
  * const opts: RestoreOptions = {
  *   bundle: "/b",
  *   imagePath: "/var/ckpt",
@@ -271,7 +271,7 @@ export interface RestoreOptions extends CriuOptions {
  *
  * @example Usage
  * ```ts
- * import type { EventsOptions } from "./options.ts";
+ * import type { EventsOptions } from "@skiff/shim/oci";
  * const opts: EventsOptions = { stats: true };
  * ```
  */
@@ -286,7 +286,7 @@ export interface EventsOptions {
  *
  * @example Usage
  * ```ts
- * import type { OciState } from "./options.ts";
+ * import type { OciState } from "@skiff/shim/oci";
  * const s: OciState = { id: "web", pid: 42, status: "running", bundle: "/b" };
  * ```
  */
@@ -316,7 +316,7 @@ export interface OciState {
  *
  * @example Usage
  * ```ts
- * import type { OciEvent } from "./options.ts";
+ * import type { OciEvent } from "@skiff/shim/oci";
  * const e: OciEvent = { type: "stats", id: "web", data: { pids: { current: 1 } } };
  * ```
  */

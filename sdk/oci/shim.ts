@@ -17,7 +17,7 @@ import type { OciRuntimeCliOptions } from "./options.ts";
  *
  * @example Usage
  * ```ts
- * import type { OciShimOptions } from "./shim.ts";
+ * import type { OciShimOptions } from "@skiff/shim";
  * const o: OciShimOptions = { binaryName: "crun", root: "/run/containerd/crun" };
  * ```
  */
@@ -41,7 +41,7 @@ export interface OciShimOptions {
  * @example A crun shim
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { OciShim, type OciShimOptions } from "./shim.ts";
+ * import { OciShim, type OciShimOptions } from "@skiff/shim";
  *
  * class CrunShim extends OciShim<OciShimOptions> {
  *   readonly runtimeName = "io.containerd.my-crun.v2";
@@ -75,9 +75,9 @@ export abstract class OciShim<T extends OciShimOptions> extends Shim<T> {
    * @example Usage
    * ```ts
    * import { strictEqual } from "node:assert/strict";
-   * import type { RuntimeContext } from "../shim/shim.ts";
-   * import type { OciRuntimeCliOptions } from "./options.ts";
-   * import { OciShim, type OciShimOptions } from "./shim.ts";
+   * import type { RuntimeContext } from "@skiff/shim";
+   * import type { OciRuntimeCliOptions } from "@skiff/shim";
+   * import { OciShim, type OciShimOptions } from "@skiff/shim";
    *
    * interface RuncOptions extends OciShimOptions {
    *   noPivotRoot?: boolean;
@@ -116,8 +116,8 @@ export abstract class OciShim<T extends OciShimOptions> extends Shim<T> {
    * @example Usage
    * ```ts
    * import { strictEqual } from "node:assert/strict";
-   * import type { RuntimeContext } from "../shim/shim.ts";
-   * import { OciShim, type OciShimOptions } from "./shim.ts";
+   * import type { RuntimeContext } from "@skiff/shim";
+   * import { OciShim, type OciShimOptions } from "@skiff/shim";
    *
    * class CrunShim extends OciShim<OciShimOptions> {
    *   readonly runtimeName = "io.containerd.my-crun.v2";
@@ -163,7 +163,7 @@ export abstract class OciShim<T extends OciShimOptions> extends Shim<T> {
    * @example Usage
    * ```ts
    * import { strictEqual } from "node:assert/strict";
-   * import { OciShim, type OciShimOptions } from "./shim.ts";
+   * import { OciShim, type OciShimOptions } from "@skiff/shim";
    *
    * class MyShim extends OciShim<OciShimOptions> {
    *   readonly runtimeName = "io.containerd.my-runc.v2";

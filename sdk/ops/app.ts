@@ -17,7 +17,7 @@ const DEFAULT_EVENT_LIMIT = 100;
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { OpsAppSource } from "./app.ts";
+ * import type { OpsAppSource } from "@skiff/shim/ops";
  * const src: OpsAppSource = { metrics: () => "", state: () => ({}), events: () => [], maxEvents: 10 };
  * strictEqual(src.maxEvents, 10);
  * ```
@@ -50,7 +50,7 @@ function json(value: unknown): Response {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { createOpsApp } from "./app.ts";
+ * import { createOpsApp } from "@skiff/shim/ops";
  * const app = createOpsApp({ metrics: () => "up 1\n", state: () => ({}), events: () => [], maxEvents: 1 });
  * const res = await app.request("/metrics", { method: "POST" });
  * strictEqual(res.status, 405);

@@ -15,7 +15,7 @@ import type { ServerExtension } from "../shim/server/extension.ts";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { OpsSettings } from "./extension.ts";
+ * import type { OpsSettings } from "@skiff/shim/ops";
  * const s: OpsSettings = { endpoint: true, rpcLog: false };
  * strictEqual(s.endpoint, true);
  * ```
@@ -39,7 +39,7 @@ export interface OpsSettings {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { opsSettings } from "./extension.ts";
+ * import { opsSettings } from "@skiff/shim/ops";
  * strictEqual(opsSettings(false, "1").endpoint, true);
  * strictEqual(!opsSettings(true, "0").endpoint, true);
  * ```

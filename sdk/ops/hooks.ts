@@ -14,7 +14,7 @@ import type { PublisherStats } from "../shim/server/events.ts";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { OpsProcessView } from "./hooks.ts";
+ * import type { OpsProcessView } from "@skiff/shim/ops";
  * const p: OpsProcessView = { execId: "", pid: 42, state: "running", exit: undefined,
  *   stdio: { stdin: "", stdout: "", stderr: "", terminal: false } };
  * strictEqual(p.pid, 42);
@@ -39,7 +39,7 @@ export interface OpsProcessView {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { OpsContainerView } from "./hooks.ts";
+ * import type { OpsContainerView } from "@skiff/shim/ops";
  * const stdio = { stdin: "", stdout: "", stderr: "", terminal: false };
  * const view: OpsContainerView = {
  *   id: "web",
@@ -78,7 +78,7 @@ export interface OpsContainerView {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { ShimOpsContext } from "./hooks.ts";
+ * import type { ShimOpsContext } from "@skiff/shim/ops";
  * const ctx: ShimOpsContext = {
  *   origin: "cold",
  *   spareStats: undefined, // spares off

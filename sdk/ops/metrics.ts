@@ -41,7 +41,7 @@ export interface HistogramOptions extends MetricOptions {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { DEFAULT_BUCKETS } from "./metrics.ts";
+ * import { DEFAULT_BUCKETS } from "@skiff/shim/ops";
  * strictEqual(DEFAULT_BUCKETS[0], 0.0005);
  * ```
  */
@@ -103,7 +103,7 @@ export interface MetricFamily {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { formatValue } from "./metrics.ts";
+ * import { formatValue } from "@skiff/shim/ops";
  * strictEqual(formatValue(Infinity), "+Inf");
  * strictEqual(formatValue(0.5), "0.5");
  * ```
@@ -218,7 +218,7 @@ class ValueTable extends SeriesTable<{ v: number }> {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { MetricsRegistry } from "./metrics.ts";
+ * import { MetricsRegistry } from "@skiff/shim/ops";
  * const r = new MetricsRegistry();
  * const c = r.counter({ name: "x_total", help: "Xs.", labelNames: ["result"] });
  * c.inc({ result: "ok" });
@@ -262,7 +262,7 @@ export class Counter {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { MetricsRegistry } from "./metrics.ts";
+ * import { MetricsRegistry } from "@skiff/shim/ops";
  * const r = new MetricsRegistry();
  * let n = 3;
  * r.gauge({ name: "things", help: "Things.", read: () => n });
@@ -305,7 +305,7 @@ export class Gauge {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { MetricsRegistry } from "./metrics.ts";
+ * import { MetricsRegistry } from "@skiff/shim/ops";
  * const r = new MetricsRegistry();
  * const h = r.histogram({ name: "d_seconds", help: "D.", buckets: [0.1, 1] });
  * h.observe(undefined, 0.5);
@@ -400,7 +400,7 @@ export class Histogram {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { MetricsRegistry } from "./metrics.ts";
+ * import { MetricsRegistry } from "@skiff/shim/ops";
  * const r = new MetricsRegistry();
  * r.counter({ name: "jobs_total", help: "Jobs run." }).inc();
  * strictEqual(r.render(), "# HELP jobs_total Jobs run.\n# TYPE jobs_total counter\njobs_total 1\n");
@@ -453,7 +453,7 @@ export class MetricsRegistry {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { renderExposition } from "./metrics.ts";
+ * import { renderExposition } from "@skiff/shim/ops";
  * const t = renderExposition([{ name: "up", help: "Up.", type: "gauge", samples: [
  *   { name: "up", labels: [["job", "a\"b"]], value: "1" }] }]);
  * strictEqual(t.endsWith('up{job="a\\"b"} 1\n'), true);
@@ -539,7 +539,7 @@ function parseLabels(
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { parseExposition } from "./metrics.ts";
+ * import { parseExposition } from "@skiff/shim/ops";
  * const [f] = parseExposition('# TYPE up gauge\nup{job="a"} 1\n');
  * strictEqual(f.type, "gauge");
  * strictEqual(f.samples[0].labels[0][1], "a");

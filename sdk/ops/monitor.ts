@@ -29,7 +29,7 @@ import { unixGet } from "./unix_http.ts";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { DEFAULT_OPS_SOCKET_DIR } from "./monitor.ts";
+ * import { DEFAULT_OPS_SOCKET_DIR } from "@skiff/shim/ops";
  * strictEqual(DEFAULT_OPS_SOCKET_DIR, "/run/containerd/s");
  * ```
  */
@@ -54,7 +54,7 @@ const SHIM_LABELS = ["namespace", "id", "runtime"] as const;
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { NodeMonitorOptions } from "./monitor.ts";
+ * import type { NodeMonitorOptions } from "@skiff/shim/ops";
  * const o: NodeMonitorOptions = { socketDirs: ["/run/containerd/s"], timeoutMs: 2000 };
  * strictEqual(o.timeoutMs, 2000);
  * ```
@@ -76,7 +76,7 @@ export interface NodeMonitorOptions {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { ShimIdentityLabels } from "./monitor.ts";
+ * import type { ShimIdentityLabels } from "@skiff/shim/ops";
  * const s: ShimIdentityLabels = { namespace: "k8s.io", id: "abc", runtime: "io.containerd.skiff-runc.v2" };
  * strictEqual(s.namespace, "k8s.io");
  * ```
@@ -96,8 +96,8 @@ export interface ShimIdentityLabels {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { NodeMonitor, type ShimScrape } from "./monitor.ts";
- * import { serveUnixHttp } from "./unix_http.ts";
+ * import { NodeMonitor, type ShimScrape } from "@skiff/shim/ops";
+ * import { serveUnixHttp } from "@skiff/shim/ops";
  * const dir = Deno.makeTempDirSync();
  * // A shim whose endpoint fails: reported, never thrown.
  * const shim = await serveUnixHttp(`${dir}/ab12.ops`, () => new Response("boom", { status: 500 }));
@@ -129,7 +129,7 @@ export interface ShimScrape {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { NodeMonitor, type NodeScrape } from "./monitor.ts";
+ * import { NodeMonitor, type NodeScrape } from "@skiff/shim/ops";
  * const dir = Deno.makeTempDirSync(); // no shims: the monitor's own metrics only
  * const { shims, text }: NodeScrape = await new NodeMonitor({ socketDirs: [dir] }).scrape();
  * strictEqual(shims.length, 0);
@@ -191,7 +191,7 @@ function relabel(families: MetricFamily[], shim: ShimIdentityLabels): MetricFami
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { mergeFamilies } from "./monitor.ts";
+ * import { mergeFamilies } from "@skiff/shim/ops";
  * const f = (v: string) => [{ name: "up", help: "Up.", type: "gauge" as const, samples: [{ name: "up", labels: [], value: v }] }];
  * strictEqual(mergeFamilies([f("1"), f("0")])[0].samples.length, 2);
  * ```
@@ -246,8 +246,8 @@ async function refuses(socket: string): Promise<boolean> {
  * @example Usage
  * ```ts
  * import { deepStrictEqual, strictEqual } from "node:assert/strict";
- * import { NodeMonitor } from "./monitor.ts";
- * import { serveUnixHttp } from "./unix_http.ts";
+ * import { NodeMonitor } from "@skiff/shim/ops";
+ * import { serveUnixHttp } from "@skiff/shim/ops";
  * const dir = Deno.makeTempDirSync(); // stands in for /run/containerd/s
  * const info = 'skiff_shim_info{namespace="default",id="web",runtime="io.containerd.skiff-runc.v2"} 1';
  * const shim = await serveUnixHttp(`${dir}/ab12.ops`, () =>
@@ -428,7 +428,7 @@ export class NodeMonitor {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { createMonitorApp, NodeMonitor } from "./monitor.ts";
+ * import { createMonitorApp, NodeMonitor } from "@skiff/shim/ops";
  * const app = createMonitorApp(new NodeMonitor({ socketDirs: [] }));
  * strictEqual(await (await app.request("/healthz")).text(), "ok\n");
  * strictEqual((await app.request("/metrics", { method: "POST" })).status, 405); // GET only
@@ -454,7 +454,7 @@ export function createMonitorApp(monitor: NodeMonitor): Hono {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { ServeMonitorOptions } from "./monitor.ts";
+ * import type { ServeMonitorOptions } from "@skiff/shim/ops";
  * const o: ServeMonitorOptions = { hostname: "127.0.0.1", port: 9464 };
  * strictEqual(o.port, 9464);
  * ```
@@ -474,7 +474,7 @@ export interface ServeMonitorOptions extends NodeMonitorOptions {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { type MonitorServer, serveMonitor } from "./monitor.ts";
+ * import { type MonitorServer, serveMonitor } from "@skiff/shim/ops";
  * const m: MonitorServer = await serveMonitor({ port: 0, socketDirs: [] }); // a free port
  * strictEqual(m.url.startsWith("http://127.0.0.1:"), true);
  * strictEqual(await (await fetch(`${m.url}/healthz`)).text(), "ok\n");
@@ -499,7 +499,7 @@ export interface MonitorServer {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { isLoopback } from "./monitor.ts";
+ * import { isLoopback } from "@skiff/shim/ops";
  * strictEqual(isLoopback("127.0.0.1"), true);
  * strictEqual(isLoopback("::1"), true);
  * strictEqual(isLoopback("0.0.0.0"), false);
@@ -520,7 +520,7 @@ export function isLoopback(hostname: string): boolean {
  * @example Usage
  * ```ts
  * import { rejects, strictEqual } from "node:assert/strict";
- * import { serveMonitor } from "./monitor.ts";
+ * import { serveMonitor } from "@skiff/shim/ops";
  * // The metrics name every container on the node: a public address needs allowRemote.
  * await rejects(serveMonitor({ hostname: "0.0.0.0", port: 0 }), RangeError);
  * const m = await serveMonitor({ hostname: "127.0.0.1", port: 0, socketDirs: [] });

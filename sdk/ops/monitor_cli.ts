@@ -28,7 +28,7 @@ const USAGE = `usage: monitor [--listen 127.0.0.1:9464] [--socket-dir /run/conta
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { parseMonitorArgs } from "./monitor_cli.ts";
+ * import { parseMonitorArgs } from "@skiff/shim/ops";
  * const o = parseMonitorArgs(["--listen", "127.0.0.1:9000", "--namespace", "k8s.io"]);
  * strictEqual(o.port, 9000);
  * strictEqual(o.hostname, "127.0.0.1");

@@ -45,7 +45,7 @@ const CODE_NAMES: Readonly<Record<number, string>> = {
  * ```ts
  * import { strictEqual } from "node:assert/strict";
  * import { Code } from "@connectrpc/connect";
- * import { grpcCodeName } from "./rpc.ts";
+ * import { grpcCodeName } from "@skiff/shim/ops";
  * strictEqual(grpcCodeName(Code.NotFound), "NotFound");
  * strictEqual(grpcCodeName(0), "OK");
  * ```
@@ -72,7 +72,7 @@ export interface RpcObservation {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { RpcInterceptorOptions, RpcObservation } from "./rpc.ts";
+ * import type { RpcInterceptorOptions, RpcObservation } from "@skiff/shim/ops";
  * const seen: RpcObservation[] = [];
  * const o: RpcInterceptorOptions = { observe: (ob) => seen.push(ob) }; // no logger: no debug lines
  * strictEqual(o.logger, undefined);
@@ -104,7 +104,7 @@ function stringField(message: unknown, key: string): string | undefined {
  * import { createClient, createServiceImplSpec } from "@connectrpc/connect";
  * import { createTtrpcTransport, TtrpcServer } from "@skiff/shim/ttrpc";
  * import { TaskService as Task } from "@skiff/shim/proto";
- * import { rpcInterceptor } from "./rpc.ts";
+ * import { rpcInterceptor } from "@skiff/shim/ops";
  *
  * const calls: string[] = [];
  * const server = new TtrpcServer({

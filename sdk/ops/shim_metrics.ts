@@ -22,7 +22,7 @@ const SANDBOX_SERVICE = "containerd.runtime.sandbox.v1.Sandbox";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { ShimIdentity } from "./shim_metrics.ts";
+ * import type { ShimIdentity } from "@skiff/shim/ops";
  * const who: ShimIdentity = { runtime: "io.containerd.skiff-runc.v2", namespace: "default", id: "c1", version: "0.1.0" };
  * strictEqual(who.id, "c1");
  * ```
@@ -44,7 +44,7 @@ export interface ShimIdentity {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { ShimMetrics, type ShimMetricsSource } from "./shim_metrics.ts";
+ * import { ShimMetrics, type ShimMetricsSource } from "@skiff/shim/ops";
  * const metrics = new ShimMetrics({
  *   runtime: "io.containerd.skiff-runc.v2",
  *   namespace: "default",
@@ -82,8 +82,8 @@ export interface ShimMetricsSource {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { OpsContainerView } from "./hooks.ts";
- * import { liveProcesses } from "./shim_metrics.ts";
+ * import type { OpsContainerView } from "@skiff/shim/ops";
+ * import { liveProcesses } from "@skiff/shim/ops";
  * const stdio = { stdin: "", stdout: "", stderr: "", terminal: false };
  * const view: OpsContainerView = {
  *   id: "web",
@@ -111,7 +111,7 @@ export function liveProcesses(containers: Iterable<OpsContainerView>): number {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { ShimMetrics } from "./shim_metrics.ts";
+ * import { ShimMetrics } from "@skiff/shim/ops";
  * const m = new ShimMetrics({ runtime: "io.containerd.skiff-runc.v2", namespace: "default", id: "c1", version: "0.1.0" });
  * m.taskCreated("error");
  * strictEqual(m.render().includes('skiff_task_create_requests_total{runtime="io.containerd.skiff-runc.v2",result="error"} 1'), true);

@@ -32,8 +32,8 @@ const EVENT_SCHEMAS: ReadonlyMap<string, DescMessage> = new Map(
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { Logger } from "../shim/logger.ts";
- * import { ShimOps, type ShimOpsOptions } from "./shim_ops.ts";
+ * import { Logger } from "@skiff/shim";
+ * import { ShimOps, type ShimOpsOptions } from "@skiff/shim/ops";
  * const opts: ShimOpsOptions = {
  *   runtime: "io.containerd.skiff-runc.v2",
  *   version: "0.1.0",
@@ -73,7 +73,7 @@ export interface ShimOpsOptions {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { EventRecord } from "./shim_ops.ts";
+ * import type { EventRecord } from "@skiff/shim/ops";
  * const e: EventRecord = { time: "2025-01-01T00:00:00.000Z", topic: "/tasks/exit", type: "containerd.events.TaskExit", event: {} };
  * strictEqual(e.topic, "/tasks/exit");
  * ```
@@ -118,9 +118,9 @@ function containerJson(c: OpsContainerView): Record<string, unknown> {
  * ```ts
  * import { strictEqual } from "node:assert/strict";
  * import { TtrpcServer } from "../ttrpc/mod.ts";
- * import { Logger } from "../shim/logger.ts";
- * import { ShimOps } from "./shim_ops.ts";
- * import { unixGet } from "./unix_http.ts";
+ * import { Logger } from "@skiff/shim";
+ * import { ShimOps } from "@skiff/shim/ops";
+ * import { unixGet } from "@skiff/shim/ops";
  * const dir = Deno.makeTempDirSync(); // stands in for /run/containerd/s
  * const lines: string[] = [];
  * const ops = new ShimOps({

@@ -19,7 +19,7 @@ import {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { serveUnixHttp, type UnixHttpServer } from "./unix_http.ts";
+ * import { serveUnixHttp, type UnixHttpServer } from "@skiff/shim/ops";
  * const dir = Deno.makeTempDirSync();
  * const s: UnixHttpServer = await serveUnixHttp(`${dir}/x.ops`, () => new Response("ok"));
  * strictEqual(s.path, `${dir}/x.ops`);
@@ -41,7 +41,7 @@ export interface UnixHttpServer {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { UnixHttpServerOptions } from "./unix_http.ts";
+ * import type { UnixHttpServerOptions } from "@skiff/shim/ops";
  * const o: UnixHttpServerOptions = { mode: 0o600 };
  * strictEqual(o.mode, 0o600);
  * ```
@@ -84,7 +84,7 @@ async function isLive(path: string): Promise<boolean> {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { serveUnixHttp, unixGet } from "./unix_http.ts";
+ * import { serveUnixHttp, unixGet } from "@skiff/shim/ops";
  * const dir = Deno.makeTempDirSync();
  * const s = await serveUnixHttp(`${dir}/x.sock`, () => new Response("hi"));
  * strictEqual(Deno.statSync(`${dir}/x.sock`).mode! & 0o777, 0o600); // owner only
@@ -171,7 +171,7 @@ export async function serveUnixHttp(
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { UnixGetOptions } from "./unix_http.ts";
+ * import type { UnixGetOptions } from "@skiff/shim/ops";
  * const o: UnixGetOptions = { timeoutMs: 2000, maxBytes: 1 << 20 };
  * strictEqual(o.timeoutMs, 2000);
  * ```
@@ -191,7 +191,7 @@ export interface UnixGetOptions {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { serveUnixHttp, unixGet, type UnixGetResult } from "./unix_http.ts";
+ * import { serveUnixHttp, unixGet, type UnixGetResult } from "@skiff/shim/ops";
  * const dir = Deno.makeTempDirSync();
  * const s = await serveUnixHttp(`${dir}/x.sock`, () => new Response("gone", { status: 404 }));
  * const { status, body }: UnixGetResult = await unixGet(`${dir}/x.sock`, "/healthz", {
@@ -226,7 +226,7 @@ export interface UnixGetResult {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { serveUnixHttp, unixGet } from "./unix_http.ts";
+ * import { serveUnixHttp, unixGet } from "@skiff/shim/ops";
  * const dir = Deno.makeTempDirSync(); // stands in for /run/containerd/s
  * const s = await serveUnixHttp(
  *   `${dir}/ab12.ops`,

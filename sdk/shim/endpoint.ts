@@ -36,7 +36,7 @@ export interface TaskApiEndpoint {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { parseTaskApiEndpoint } from "./endpoint.ts";
+ * import { parseTaskApiEndpoint } from "@skiff/shim/seam";
  * const ep = parseTaskApiEndpoint("ttrpc+unix:///run/containerd/s/abc", 3);
  * strictEqual(ep.protocol, "ttrpc");
  * strictEqual(ep.address, "unix:///run/containerd/s/abc");
@@ -71,7 +71,7 @@ export function parseTaskApiEndpoint(url: string, version?: number): TaskApiEndp
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { formatTaskApiEndpoint } from "./endpoint.ts";
+ * import { formatTaskApiEndpoint } from "@skiff/shim/seam";
  * const url = formatTaskApiEndpoint({ address: "unix:///s/a", version: 3, protocol: "ttrpc" });
  * strictEqual(url, "ttrpc+unix:///s/a");
  * ```

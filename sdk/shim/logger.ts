@@ -37,7 +37,7 @@ export interface LoggerOptions {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { Logger } from "./logger.ts";
+ * import { Logger } from "@skiff/shim";
  * const lines: string[] = [];
  * const log = new Logger({ level: "debug", sink: (l) => lines.push(l) });
  * log.info("created", { id: "c1" });

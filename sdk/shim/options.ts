@@ -60,7 +60,7 @@ export type { MessageCodec };
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { RUNC_OPTIONS_CODEC } from "./options.ts";
+ * import { RUNC_OPTIONS_CODEC } from "@skiff/shim";
  * strictEqual(RUNC_OPTIONS_CODEC.decode(new Uint8Array()).binaryName, "");
  * ```
  */
@@ -83,7 +83,7 @@ export interface OptionsMessage<T> {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { optionsMessage, RUNC_OPTIONS_CODEC } from "./options.ts";
+ * import { optionsMessage, RUNC_OPTIONS_CODEC } from "@skiff/shim";
  * const runc = optionsMessage(
  *   RUNC_OPTIONS_CODEC,
  *   (m, base: { binary: string }) => ({ binary: m.binaryName || base.binary }),
@@ -106,7 +106,7 @@ export function optionsMessage<M, T>(
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { RuntimeOptions } from "./options.ts";
+ * import type { RuntimeOptions } from "@skiff/shim";
  * interface MyOptions { debug: boolean }
  * const hook: RuntimeOptions<MyOptions> = {
  *   defaults: () => ({ debug: false }),
@@ -154,7 +154,7 @@ export function bareTypeName(typeUrl: string): string {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { resolveOptions } from "./options.ts";
+ * import { resolveOptions } from "@skiff/shim/seam";
  * const r = resolveOptions({ defaults: () => ({}) }, undefined, undefined, "io.containerd.x.v1");
  * strictEqual(r.fromCarrier, false);
  * ```

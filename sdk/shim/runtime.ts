@@ -18,14 +18,14 @@ import type { Any } from "@bufbuild/protobuf/wkt";
  *
  * @example A process the shim's reaper sees (runc, crun)
  * ```ts
- * import type { RuntimeProcess } from "./runtime.ts";
+ * import type { RuntimeProcess } from "@skiff/shim/seam";
  * const init: RuntimeProcess = { pid: 4242 };
  * ```
  *
  * @example A process whose exit the runtime reports (an agent's, a VM guest's)
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { RuntimeProcess } from "./runtime.ts";
+ * import type { RuntimeProcess } from "@skiff/shim/seam";
  * const exit = Promise.withResolvers<number>();
  * const p: RuntimeProcess = { pid: 7, exited: exit.promise, kill: () => Promise.resolve() };
  * exit.resolve(0);
@@ -65,7 +65,7 @@ export interface RuntimeProcess {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { RuntimeStreams } from "./runtime.ts";
+ * import type { RuntimeStreams } from "@skiff/shim/seam";
  * // What opts.io.streams() hands the runtime: containerd's stdin and stdout targets.
  * let output = "";
  * const { stdin, stdout }: RuntimeStreams = {
@@ -98,7 +98,7 @@ export interface RuntimeStreams {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { RuntimePipes } from "./runtime.ts";
+ * import type { RuntimePipes } from "@skiff/shim/seam";
  * // A RuntimePipes that keeps the command's stdout (ProcessIo copies it to containerd's target).
  * let output: Promise<string> = Promise.resolve("");
  * const pipes: RuntimePipes = {
@@ -132,7 +132,7 @@ export interface RuntimePipes {
  * @example Usage
  * ```ts
  * import { deepStrictEqual } from "node:assert/strict";
- * import type { RuntimeStdio } from "./runtime.ts";
+ * import type { RuntimeStdio } from "@skiff/shim";
  * // An OCI CLI's choice: the console socket with a terminal, else the pipes.
  * function createArgs(io: RuntimeStdio, id: string): string[] {
  *   const args = ["create", "--bundle", "/run/b/web"];

@@ -10,7 +10,7 @@
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { SKIFF_VERSION } from "./version.ts";
+ * import { SKIFF_VERSION } from "@skiff/shim";
  * strictEqual(/^\d+\.\d+\.\d+/.test(SKIFF_VERSION), true);
  * ```
  */

@@ -62,7 +62,7 @@ export const DEFAULT_PATH: string =
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { findBusybox } from "./bundle.ts";
+ * import { findBusybox } from "@skiff/shim/testing";
  * const bb = findBusybox(); // undefined without the busybox-static package
  * strictEqual(bb === undefined || bb.endsWith("/busybox"), true);
  * ```
@@ -159,7 +159,7 @@ export async function buildBusyboxRootfs(
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { createOciSpec, type OciMount } from "./bundle.ts";
+ * import { createOciSpec, type OciMount } from "@skiff/shim/testing";
  * const m: OciMount = { destination: "/data", type: "bind", source: "/srv", options: ["rbind"] };
  * const spec = createOciSpec({ args: ["true"], mounts: [m] });
  * strictEqual(spec.mounts.at(-1)?.destination, "/data"); // after the default mounts
@@ -183,7 +183,7 @@ export interface OciMount {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { createOciSpec, type OciSpec } from "./bundle.ts";
+ * import { createOciSpec, type OciSpec } from "@skiff/shim/testing";
  * const spec: OciSpec = createOciSpec({ args: ["true"] });
  * spec.process.cwd = "/tmp"; // callers adjust it before writing config.json
  * strictEqual(JSON.parse(JSON.stringify(spec)).process.cwd, "/tmp");
@@ -234,7 +234,7 @@ export interface OciSpec {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { createOciSpec, type OciSpecOptions } from "./bundle.ts";
+ * import { createOciSpec, type OciSpecOptions } from "@skiff/shim/testing";
  * const o: OciSpecOptions = { args: ["sh"], terminal: true, memoryLimit: 64 << 20 };
  * const spec = createOciSpec(o);
  * strictEqual(spec.linux.resources.memory?.limit, 64 << 20);
@@ -295,7 +295,7 @@ const CAPS = [
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { createOciSpec } from "./bundle.ts";
+ * import { createOciSpec } from "@skiff/shim/testing";
  * const spec = createOciSpec({ args: ["sh", "-c", "exit 3"] });
  * strictEqual(spec.root.path, "rootfs");
  * ```
@@ -404,7 +404,7 @@ export function createOciSpec(opts: OciSpecOptions): OciSpec {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { type BusyboxBundleOptions, createBusyboxBundle } from "./bundle.ts";
+ * import { type BusyboxBundleOptions, createBusyboxBundle } from "@skiff/shim/testing";
  * const dir = await Deno.realPath(await Deno.makeTempDir());
  * const opts: BusyboxBundleOptions = { dir: `${dir}/b1`, args: ["echo", "hi"] };
  * const b = await createBusyboxBundle(opts);
@@ -426,7 +426,7 @@ export interface BusyboxBundleOptions extends OciSpecOptions {
  * @example Usage
  * ```ts
  * import { deepStrictEqual } from "node:assert/strict";
- * import { type BusyboxBundle, createBusyboxBundle } from "./bundle.ts";
+ * import { type BusyboxBundle, createBusyboxBundle } from "@skiff/shim/testing";
  * const b: BusyboxBundle = await createBusyboxBundle({ args: ["true"] });
  * deepStrictEqual(JSON.parse(Deno.readTextFileSync(`${b.bundle}/config.json`)), b.spec);
  * await b.cleanup();
@@ -443,7 +443,7 @@ export interface BusyboxBundle {
    * @example Usage
    * ```ts
    * import { strictEqual } from "node:assert/strict";
-   * import { createBusyboxBundle } from "./bundle.ts";
+   * import { createBusyboxBundle } from "@skiff/shim/testing";
    * const bundle = await createBusyboxBundle({ args: ["true"] });
    * await bundle.cleanup();
    * strictEqual(await Deno.stat(bundle.bundle).catch((e) => e.name), "NotFound");

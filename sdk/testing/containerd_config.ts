@@ -19,7 +19,7 @@ import type { PrivateContainerd, RuntimeConfig } from "./private_containerd.ts";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { CriSetup } from "./containerd_config.ts";
+ * import type { CriSetup } from "@skiff/shim/testing";
  * const cri: CriSetup = { defaultHandler: "runc" };
  * strictEqual(cri.sandboxImage, undefined); // the locally built pause image
  * ```
@@ -64,7 +64,7 @@ function platform(): string {
  * ```ts
  * import { strictEqual } from "node:assert/strict";
  * import { containerdConfig } from "./containerd_config.ts";
- * import { PrivateContainerd } from "./private_containerd.ts";
+ * import { PrivateContainerd } from "@skiff/shim/testing";
  * // An instance that was never started (startContainerd makes and starts one).
  * const c = new PrivateContainerd({
  *   dir: "/tmp/skiff-ctrd-ab12",

@@ -16,7 +16,7 @@ const dec = new TextDecoder();
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { type ContainerdVersion, containerdVersions } from "./containerd_versions.ts";
+ * import { type ContainerdVersion, containerdVersions } from "@skiff/shim/testing";
  * const [oldest]: ContainerdVersion[] = containerdVersions(); // none without prepare.sh's cache
  * strictEqual(oldest === undefined || oldest.binDir.endsWith("/bin"), true);
  * ```

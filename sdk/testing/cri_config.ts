@@ -11,7 +11,7 @@
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { criPlugins } from "./cri_config.ts";
+ * import { criPlugins } from "@skiff/shim/testing";
  *
  * const plugins = criPlugins("2.1.9", {
  *   sandboxImage: "localhost/skiff/pause:latest",
@@ -29,7 +29,7 @@
  * @example Usage
  * ```ts
  * import { deepStrictEqual } from "node:assert/strict";
- * import { type CriHandler, criPlugins } from "./cri_config.ts";
+ * import { type CriHandler, criPlugins } from "@skiff/shim/testing";
  * const h: CriHandler = { runtimeType: "io.containerd.skiff-runc.v2", options: { Root: "/run/r" } };
  * const p = criPlugins("2.1.9", { sandboxImage: "localhost/skiff/pause:latest", handlers: { skiff: h } });
  * const cri = p["io.containerd.cri.v1.runtime"].containerd as { runtimes: Record<string, unknown> };
@@ -57,8 +57,8 @@ export interface CriHandler {
  * @example Usage
  * ```ts
  * import { deepStrictEqual } from "node:assert/strict";
- * import { type CriConfigOptions, criPlugins } from "./cri_config.ts";
- * import { PAUSE_IMAGE_REF } from "./image.ts";
+ * import { type CriConfigOptions, criPlugins } from "@skiff/shim/testing";
+ * import { PAUSE_IMAGE_REF } from "@skiff/shim/testing";
  * const o: CriConfigOptions = { sandboxImage: PAUSE_IMAGE_REF, handlers: {}, defaultHandler: "runc" };
  * // containerd 2.x pins the sandbox image in the images plugin.
  * deepStrictEqual(criPlugins("2.4.2", o)["io.containerd.cri.v1.images"], {
@@ -89,7 +89,7 @@ export interface CriConfigOptions {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { criRuntimePlugin } from "./cri_config.ts";
+ * import { criRuntimePlugin } from "@skiff/shim/testing";
  * strictEqual(criRuntimePlugin("1.7.24"), "io.containerd.grpc.v1.cri");
  * ```
  */
@@ -109,7 +109,7 @@ export function criRuntimePlugin(version: string): string {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { criPlugins } from "./cri_config.ts";
+ * import { criPlugins } from "@skiff/shim/testing";
  * const p = criPlugins("1.6.20", { sandboxImage: "localhost/skiff/pause:latest", handlers: {} });
  * strictEqual(p["io.containerd.grpc.v1.cri"]!.sandbox_image, "localhost/skiff/pause:latest");
  * ```

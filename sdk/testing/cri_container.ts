@@ -24,7 +24,7 @@ import { BUSYBOX_IMAGE_REF } from "./image.ts";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { CriContainerOptions } from "./cri_container.ts";
+ * import type { CriContainerOptions } from "@skiff/shim/testing";
  * // A container restored from a checkpoint archive, its log next to the pod's others.
  * const o: CriContainerOptions = { image: "/tmp/counter-checkpoint.tar", logPath: "restored.log" };
  * strictEqual(o.logPath, "restored.log");
@@ -51,8 +51,8 @@ export interface CriContainerOptions {
  * ```ts
  * import { deepStrictEqual, strictEqual } from "node:assert/strict";
  * import { NamespaceMode } from "../../proto/gen/runtime/v1/api_pb.ts";
- * import { BUSYBOX_IMAGE_REF } from "./image.ts";
- * import { criContainerConfig } from "./cri_container.ts";
+ * import { BUSYBOX_IMAGE_REF } from "@skiff/shim/testing";
+ * import { criContainerConfig } from "@skiff/shim/testing";
  * const c = criContainerConfig("svc", ["sh", "-c", "echo hi; sleep 600"]);
  * strictEqual(c.image?.image, BUSYBOX_IMAGE_REF);
  * strictEqual(c.logPath, "svc/0.log");
@@ -91,7 +91,7 @@ export function criContainerConfig(
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { CriPodOptions } from "./cri_container.ts";
+ * import type { CriPodOptions } from "@skiff/shim/testing";
  * const o: CriPodOptions = { namespace: "conformance", labels: { "skiff.test/handler": "runc" } };
  * strictEqual(o.namespace, "conformance");
  * ```
@@ -120,7 +120,7 @@ export interface CriPodOptions {
  * ```ts
  * import { strictEqual } from "node:assert/strict";
  * import { NamespaceMode } from "../../proto/gen/runtime/v1/api_pb.ts";
- * import { criPodConfig } from "./cri_container.ts";
+ * import { criPodConfig } from "@skiff/shim/testing";
  * const pod = criPodConfig({ dir: "/tmp/skiff-ctrd-1", cgroupParent: "skiff-c1" }, "web");
  * const uid = pod.metadata!.uid;
  * strictEqual(pod.logDirectory, `/tmp/skiff-ctrd-1/pods/${uid}`);

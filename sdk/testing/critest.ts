@@ -41,7 +41,7 @@ export const CRITEST_VERSION = "1.37.0";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { critestBinary, CRITEST_VERSION } from "./critest.ts";
+ * import { critestBinary, CRITEST_VERSION } from "@skiff/shim/testing";
  * const bin = critestBinary(); // ~/.cache/skiff/critest-v1.37.0/critest
  * strictEqual(bin.endsWith(`/critest-v${CRITEST_VERSION}/critest`), true);
  * ```
@@ -56,7 +56,7 @@ export function critestBinary(): string {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { CritestSkip } from "./critest.ts";
+ * import type { CritestSkip } from "@skiff/shim/testing";
  * const s: CritestSkip = { pattern: "port mapping", reason: "needs nginx" };
  * strictEqual(new RegExp(s.pattern).test("runtime should support port mapping with only container port"), true);
  * ```
@@ -75,7 +75,7 @@ export interface CritestSkip {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { CRITEST_SKIPS } from "./critest.ts";
+ * import { CRITEST_SKIPS } from "@skiff/shim/testing";
  * const skipped = (name: string) => CRITEST_SKIPS.some((s) => new RegExp(s.pattern).test(name));
  * strictEqual(skipped("[k8s.io] Security Context NoNewPrivs should not allow"), true);
  * strictEqual(skipped("[k8s.io] Container runtime should support execSync"), false);
@@ -122,7 +122,7 @@ export const CRITEST_SKIPS: readonly CritestSkip[] = [
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { CritestSpec } from "./critest.ts";
+ * import type { CritestSpec } from "@skiff/shim/testing";
  * const s: CritestSpec = { name: "[k8s.io] ... execSync", state: "passed", seconds: 2.1 };
  * strictEqual(s.message, undefined); // only a spec that did not pass has one
  * ```
@@ -144,7 +144,7 @@ export interface CritestSpec {
  * @example Usage
  * ```ts
  * import { deepStrictEqual } from "node:assert/strict";
- * import type { CritestRun, CritestSpec } from "./critest.ts";
+ * import type { CritestRun, CritestSpec } from "@skiff/shim/testing";
  * // What runCritest(c, { handler: "skiff-runc", ... }) resolves with:
  * const spec = (name: string, state: string): CritestSpec => ({ name, state, seconds: 1 });
  * const run: CritestRun = {
@@ -291,7 +291,7 @@ interface GinkgoSpecReport {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { parseGinkgoReport } from "./critest.ts";
+ * import { parseGinkgoReport } from "@skiff/shim/testing";
  * const specs = parseGinkgoReport(JSON.stringify([{ SpecReports: [{
  *   ContainerHierarchyTexts: ["[k8s.io] Pod"], LeafNodeText: "runs", LeafNodeType: "It",
  *   State: "passed", RunTime: 2e9,
@@ -415,7 +415,7 @@ export async function runCritest(
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { critestCniConfig } from "./critest.ts";
+ * import { critestCniConfig } from "@skiff/shim/testing";
  * const { bridge, conflist } = critestCniConfig(7);
  * strictEqual(bridge, "skc7");
  * strictEqual(JSON.parse(conflist).plugins[0].type, "bridge");
@@ -455,7 +455,7 @@ export const CNI_BIN_DIR = "/usr/lib/cni";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { type CritestMatrixOptions, CRITEST_HANDLERS } from "./critest.ts";
+ * import { type CritestMatrixOptions, CRITEST_HANDLERS } from "@skiff/shim/testing";
  * const binDir = "/root/.cache/skiff/containerd-v2.4.2/bin";
  * const o: CritestMatrixOptions = { binDir, handlers: ["runc", "skiff-runc"] };
  * strictEqual(o.handlers!.every((h) => CRITEST_HANDLERS.includes(h)), true);
@@ -510,7 +510,7 @@ export const CRITEST_HANDLER_FOCUS: Readonly<Record<string, string>> = {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { defaultCritestHandlers } from "./critest.ts";
+ * import { defaultCritestHandlers } from "@skiff/shim/testing";
  * strictEqual(defaultCritestHandlers("2.4.2").join(), "runc,skiff-runc");
  * ```
  */
@@ -643,7 +643,7 @@ function cell(s: CritestSpec | undefined): string {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { critestRegressions } from "./critest.ts";
+ * import { critestRegressions } from "@skiff/shim/testing";
  * const run = (handler: string, state: string) => ({
  *   handler, version: "2.4.2", code: 0, timedOut: false, seconds: 1, logPath: "",
  *   specs: [{ name: "a", state, seconds: 1 }],
@@ -687,7 +687,7 @@ export function critestRegressions(runs: CritestRun[], reference = "runc"): stri
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { type CritestRun, type CritestSpec, critestMatrix } from "./critest.ts";
+ * import { type CritestRun, type CritestSpec, critestMatrix } from "@skiff/shim/testing";
  * // With a containerd build: critestMatrix([await runCritestMatrix({ binDir })])
  * const spec = (name: string, state: string): CritestSpec => ({ name, state, seconds: 1 });
  * const run: CritestRun = {

@@ -28,7 +28,7 @@ import type { PrivateContainerd } from "./private_containerd.ts";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { PrivateContainerd } from "./private_containerd.ts";
+ * import type { PrivateContainerd } from "@skiff/shim/testing";
  * import { ctrRunArgs, RUNC_RUNTIME } from "./ctr.ts";
  * // The fields of a PrivateContainerd that ctrRunArgs reads (startContainerd makes a real one).
  * const c = {
@@ -50,7 +50,7 @@ export const RUNC_RUNTIME: string = "io.containerd.runc.v2";
  * @example Usage
  * ```ts
  * import { deepStrictEqual } from "node:assert/strict";
- * import type { PrivateContainerd } from "./private_containerd.ts";
+ * import type { PrivateContainerd } from "@skiff/shim/testing";
  * import { ctrRunArgs, type CtrRunOptions } from "./ctr.ts";
  * // The fields of a PrivateContainerd that ctrRunArgs reads (startContainerd makes a real one).
  * const c = {
@@ -124,7 +124,7 @@ export function shellQuote(s: string): string {
  * @example Usage
  * ```ts
  * import { deepStrictEqual } from "node:assert/strict";
- * import type { PrivateContainerd } from "./private_containerd.ts";
+ * import type { PrivateContainerd } from "@skiff/shim/testing";
  * import { ctrRunArgs } from "./ctr.ts";
  * // The fields of a PrivateContainerd that ctrRunArgs reads (startContainerd makes a real one).
  * const c = {

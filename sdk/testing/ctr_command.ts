@@ -15,9 +15,9 @@ const dec = new TextDecoder();
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { PrivateContainerd } from "./private_containerd.ts";
+ * import type { PrivateContainerd } from "@skiff/shim/testing";
  * import { ctrRunArgs } from "./ctr.ts";
- * import { DEFAULT_NAMESPACE } from "./ctr_command.ts";
+ * import { DEFAULT_NAMESPACE } from "@skiff/shim/testing";
  * // The fields of a PrivateContainerd that ctrRunArgs reads (startContainerd makes a real one).
  * const c = {
  *   fifoDir: "/tmp/c/fifo",

@@ -27,7 +27,7 @@ export interface FifoSet {
  * @example Usage
  * ```ts
  * import { deepStrictEqual, strictEqual } from "node:assert/strict";
- * import { createFifoSet } from "./fifo_set.ts";
+ * import { createFifoSet } from "@skiff/shim/testing";
  * const tmp = await Deno.makeTempDir();
  * const io = createFifoSet(tmp, "c1", ["stdout", "stderr"]);
  * deepStrictEqual(io, { stdin: "", stdout: `${tmp}/c1-stdout`, stderr: `${tmp}/c1-stderr` });
@@ -58,7 +58,7 @@ export function createFifoSet(
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { createFifoSet, readFifo } from "./fifo_set.ts";
+ * import { createFifoSet, readFifo } from "@skiff/shim/testing";
  * const tmp = await Deno.makeTempDir();
  * const io = createFifoSet(tmp, "c1", ["stdout"]);
  * const out = readFifo(io.stdout); // start reading before the task is created

@@ -157,7 +157,7 @@ const EVENT_TYPES: Record<string, DescMessage> = Object.fromEntries(
  * ```ts
  * import { strictEqual } from "node:assert/strict";
  * import { packAny, type TaskExit, TaskExitSchema } from "@skiff/shim/proto";
- * import { decodeTaskEvent } from "./harness.ts";
+ * import { decodeTaskEvent } from "@skiff/shim/testing";
  * // An envelope's event as the shim publishes it.
  * const event = packAny(TaskExitSchema, { containerId: "c1", exitStatus: 3 });
  * const exit = decodeTaskEvent(event) as TaskExit;
@@ -485,7 +485,7 @@ export function eventAs<Desc extends DescMessage>(
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { parseStartOutput } from "./harness.ts";
+ * import { parseStartOutput } from "@skiff/shim/testing";
  * const r = parseStartOutput(new TextEncoder().encode("unix:///run/x\n"));
  * strictEqual(r.address, "unix:///run/x");
  * strictEqual(r.version, 2);

@@ -29,7 +29,7 @@ import { buildBusyboxRootfs, findBusybox } from "./bundle.ts";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { BUSYBOX_IMAGE_REF } from "./image.ts";
+ * import { BUSYBOX_IMAGE_REF } from "@skiff/shim/testing";
  * // With a private containerd c: c.ctr(["run", "--rm", BUSYBOX_IMAGE_REF, "x", "true"], ...)
  * strictEqual(BUSYBOX_IMAGE_REF, "localhost/skiff/busybox:latest"); // never a registry's name
  * ```
@@ -42,8 +42,8 @@ export const BUSYBOX_IMAGE_REF: string = "localhost/skiff/busybox:latest";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { buildBusyboxImage, type BusyboxImageOptions } from "./image.ts";
- * import { readOciLayout } from "./oci_layout.ts";
+ * import { buildBusyboxImage, type BusyboxImageOptions } from "@skiff/shim/testing";
+ * import { readOciLayout } from "@skiff/shim/testing";
  * const dir = await Deno.makeTempDir();
  * const opts: BusyboxImageOptions = { dir, ref: "localhost/me/bb:1", cmd: ["echo", "hi"] };
  * const tar = await buildBusyboxImage(opts);
@@ -285,8 +285,8 @@ function cacheDir(): string {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { buildBusyboxImage } from "./image.ts";
- * import { readOciLayout } from "./oci_layout.ts";
+ * import { buildBusyboxImage } from "@skiff/shim/testing";
+ * import { readOciLayout } from "@skiff/shim/testing";
  * const dir = await Deno.makeTempDir();
  * const tar = await buildBusyboxImage({ dir }); // containerd: ctr -n ns images import <tar>
  * const { index, blobs } = await readOciLayout(tar);
@@ -388,7 +388,7 @@ export async function buildBusyboxImage(opts: BusyboxImageOptions = {}): Promise
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { PAUSE_IMAGE_REF } from "./image.ts";
+ * import { PAUSE_IMAGE_REF } from "@skiff/shim/testing";
  * const cfg = { sandboxImage: PAUSE_IMAGE_REF }; // CRI's sandbox image: never pulled
  * strictEqual(cfg.sandboxImage.startsWith("localhost/"), true);
  * ```
@@ -417,8 +417,8 @@ const PAUSE_COMMAND: readonly string[] = [
  * @example Usage
  * ```ts
  * import { deepStrictEqual } from "node:assert/strict";
- * import { buildPauseImage } from "./image.ts";
- * import { readOciLayout } from "./oci_layout.ts";
+ * import { buildPauseImage } from "@skiff/shim/testing";
+ * import { readOciLayout } from "@skiff/shim/testing";
  * const dir = await Deno.makeTempDir();
  * const tar = await buildPauseImage({ dir }); // ctr -n k8s.io images import <tar>
  * const { index, blobs } = await readOciLayout(tar);

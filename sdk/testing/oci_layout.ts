@@ -12,8 +12,8 @@
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { buildBusyboxImage } from "./image.ts";
- * import { type OciLayout, readOciLayout } from "./oci_layout.ts";
+ * import { buildBusyboxImage } from "@skiff/shim/testing";
+ * import { type OciLayout, readOciLayout } from "@skiff/shim/testing";
  * const dir = await Deno.makeTempDir();
  * const tar = await buildBusyboxImage({ dir });
  * const layout: OciLayout = await readOciLayout(tar);
@@ -36,7 +36,7 @@ export interface OciLayout {
  * ```ts
  * import { strictEqual } from "node:assert/strict";
  * import { sha256Digest } from "./image.ts";
- * import type { OciDescriptor } from "./oci_layout.ts";
+ * import type { OciDescriptor } from "@skiff/shim/testing";
  * const body = new TextEncoder().encode("{}");
  * const d: OciDescriptor = {
  *   mediaType: "application/vnd.oci.image.manifest.v1+json",
@@ -65,7 +65,7 @@ export interface OciDescriptor {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { OciIndex } from "./oci_layout.ts";
+ * import type { OciIndex } from "@skiff/shim/testing";
  * const index: OciIndex = { schemaVersion: 2, manifests: [] };
  * strictEqual(index.manifests[0], undefined); // an empty layout names no image
  * ```
@@ -114,8 +114,8 @@ function untar(tar: Uint8Array): Map<string, Uint8Array> {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { buildBusyboxImage } from "./image.ts";
- * import { readOciLayout } from "./oci_layout.ts";
+ * import { buildBusyboxImage } from "@skiff/shim/testing";
+ * import { readOciLayout } from "@skiff/shim/testing";
  * const dir = await Deno.makeTempDir();
  * const tar = await buildBusyboxImage({ dir });
  * const { index, blobs } = await readOciLayout(tar);

@@ -34,7 +34,7 @@ const ORPHAN_GRACE_MS = 6_000;
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { RuntimeConfig } from "./private_containerd.ts";
+ * import type { RuntimeConfig } from "@skiff/shim/testing";
  * const r: RuntimeConfig = {
  *   runtimeType: "io.containerd.skiff-runc.v2",
  *   binaryDir: "/usr/local/bin", // holds containerd-shim-skiff-runc-v2
@@ -139,7 +139,7 @@ export class PrivateContainerd {
    * @example Usage
    * ```ts
    * import { strictEqual } from "node:assert/strict";
-   * import { PrivateContainerd } from "./private_containerd.ts";
+   * import { PrivateContainerd } from "@skiff/shim/testing";
    * // An instance that was never started (startContainerd makes and starts one).
    * const c = new PrivateContainerd({
    *   dir: "/tmp/skiff-ctrd-ab12",
@@ -163,7 +163,7 @@ export class PrivateContainerd {
    * @example Usage
    * ```ts
    * import { strictEqual } from "node:assert/strict";
-   * import { PrivateContainerd } from "./private_containerd.ts";
+   * import { PrivateContainerd } from "@skiff/shim/testing";
    * // An instance that was never started (startContainerd makes and starts one).
    * const c = new PrivateContainerd({
    *   dir: "/tmp/skiff-ctrd-ab12",

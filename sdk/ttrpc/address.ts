@@ -19,7 +19,7 @@ import { Code, statusError } from "./status_error.ts";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { socketPathOf } from "./address.ts";
+ * import { socketPathOf } from "@skiff/shim/ttrpc";
  * strictEqual(socketPathOf("unix:///run/containerd/s/abc"), "/run/containerd/s/abc");
  * strictEqual(socketPathOf("ttrpc+unix:///run/x.sock?streaming_id=1"), "/run/x.sock");
  * strictEqual(socketPathOf("/run/containerd/containerd.sock.ttrpc"), "/run/containerd/containerd.sock.ttrpc");

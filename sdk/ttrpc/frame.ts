@@ -20,7 +20,7 @@ const INITIAL_PAYLOAD_BUFFER = 64 * 1024;
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { FrameType } from "./frame.ts";
+ * import { FrameType } from "@skiff/shim/ttrpc";
  * strictEqual(FrameType.Request, 1);
  * ```
  */
@@ -39,7 +39,7 @@ export const FrameType: {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { FrameFlags } from "./frame.ts";
+ * import { FrameFlags } from "@skiff/shim/ttrpc";
  * const closeMarker = FrameFlags.RemoteClosed | FrameFlags.NoData;
  * strictEqual(closeMarker, 5);
  * ```
@@ -59,7 +59,7 @@ export const FrameFlags: {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { FrameHeader } from "./frame.ts";
+ * import type { FrameHeader } from "@skiff/shim/ttrpc";
  * const h: FrameHeader = { length: 0, streamId: 1, type: 1, flags: 0 };
  * strictEqual(h.streamId, 1);
  * ```
@@ -82,7 +82,7 @@ export interface FrameHeader {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { DecodedFrame } from "./frame.ts";
+ * import type { DecodedFrame } from "@skiff/shim/ttrpc";
  * function describe(f: DecodedFrame): string {
  *   return f.oversized ? `too long on ${f.header.streamId}` : `${f.payload.length} bytes`;
  * }
@@ -118,7 +118,7 @@ export type DecodedFrame =
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { encodeFrame, FrameType } from "./frame.ts";
+ * import { encodeFrame, FrameType } from "@skiff/shim/ttrpc";
  * const bytes = encodeFrame(1, FrameType.Request, 0, new Uint8Array([7]));
  * strictEqual(bytes.length, 11);
  * strictEqual(bytes[3], 1);
@@ -166,7 +166,7 @@ export function encodeFrame(
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { encodeFrame, FrameDecoder, FrameType } from "./frame.ts";
+ * import { encodeFrame, FrameDecoder, FrameType } from "@skiff/shim/ttrpc";
  * const bytes = encodeFrame(3, FrameType.Response, 0, new Uint8Array([1, 2]));
  * const decoder = new FrameDecoder();
  * strictEqual(decoder.push(bytes.subarray(0, 4)).length, 0);

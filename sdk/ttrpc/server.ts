@@ -27,7 +27,7 @@ import { effectiveIds, PeerCredentialResolver } from "./_peer_cred.ts";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { TtrpcServerOptions } from "./server.ts";
+ * import type { TtrpcServerOptions } from "@skiff/shim/ttrpc";
  * const options: TtrpcServerOptions = { requireSameUser: true, onError: console.error };
  * strictEqual(options.requireSameUser, true);
  * ```
@@ -129,8 +129,8 @@ export const DEFAULT_WRITE_TIMEOUT_MS = 30_000;
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { WireMethod } from "./server.ts";
- * import { shimCodec } from "../../proto/shim_wire.ts";
+ * import type { WireMethod } from "@skiff/shim/ttrpc";
+ * import { shimCodec } from "@skiff/shim/proto";
  * const connect: WireMethod = {
  *   name: "Connect",
  *   input: shimCodec("containerd.task.v2.ConnectRequest"),
@@ -237,7 +237,7 @@ function wireEntry(typeName: string, list: readonly WireMethod[]): ServiceEntry 
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { TtrpcListenOptions } from "./server.ts";
+ * import type { TtrpcListenOptions } from "@skiff/shim/ttrpc";
  * const options: TtrpcListenOptions = { mode: 0o600 };
  * strictEqual(options.mode, 0o600);
  * ```
@@ -253,7 +253,7 @@ export interface TtrpcListenOptions {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { TtrpcCloseOptions } from "./server.ts";
+ * import type { TtrpcCloseOptions } from "@skiff/shim/ttrpc";
  * const options: TtrpcCloseOptions = { timeoutMs: 5000 };
  * strictEqual(options.timeoutMs, 5000);
  * ```
@@ -385,7 +385,7 @@ export class TtrpcServer {
    * import { createClient } from "@connectrpc/connect";
    * import { createTtrpcTransport, TtrpcServer } from "@skiff/shim/ttrpc";
    * import { TaskService as Task } from "@skiff/shim/proto";
-   * import { shimCodec } from "../../proto/shim_wire.ts";
+   * import { shimCodec } from "@skiff/shim/proto";
    *
    * const server = new TtrpcServer().registerWire("containerd.task.v2.Task", [{
    *   name: "Connect",

@@ -31,7 +31,7 @@ setDetailEncoder((desc, value) =>
  * ```ts
  * import { strictEqual } from "node:assert/strict";
  * import { Code, ConnectError } from "@connectrpc/connect";
- * import { statusFromError } from "./status_connect.ts";
+ * import { statusFromError } from "@skiff/shim/ttrpc";
  * const s = statusFromError(new ConnectError("task x not found", Code.NotFound));
  * strictEqual(s.code, 5);
  * strictEqual(s.message, "task x not found");
@@ -56,7 +56,7 @@ export function statusFromError(reason: unknown): Status {
  * import { create } from "@bufbuild/protobuf";
  * import { Code } from "@connectrpc/connect";
  * import { StatusSchema } from "../../proto/gen/google/rpc/status_pb.ts";
- * import { errorFromStatus } from "./status_connect.ts";
+ * import { errorFromStatus } from "@skiff/shim/ttrpc";
  * const err = errorFromStatus(create(StatusSchema, { code: 12, message: "service x" }));
  * strictEqual(err.code, Code.Unimplemented);
  * strictEqual(err.rawMessage, "service x");

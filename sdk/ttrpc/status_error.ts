@@ -20,7 +20,7 @@ import type { Code as ConnectCode, ConnectError } from "@connectrpc/connect";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { Code } from "./status_error.ts";
+ * import { Code } from "@skiff/shim";
  * strictEqual(Code.NotFound, 5);
  * ```
  */
@@ -88,7 +88,7 @@ class LightConnectError extends Error {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { Code, statusError } from "./status_error.ts";
+ * import { Code, statusError } from "@skiff/shim";
  * const e = statusError(`container "c1" not found`, Code.NotFound);
  * strictEqual(e.code, Code.NotFound);
  * strictEqual(e.rawMessage, `container "c1" not found`);
@@ -105,7 +105,7 @@ export function statusError(message: string, code: ConnectCode, cause?: unknown)
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { Code, isStatusError, statusError } from "./status_error.ts";
+ * import { Code, isStatusError, statusError } from "@skiff/shim";
  * strictEqual(isStatusError(statusError("x", Code.Internal)), true);
  * strictEqual(isStatusError(new Error("x")), false);
  * ```

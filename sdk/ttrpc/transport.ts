@@ -33,7 +33,7 @@ import { TtrpcWireClient } from "./wire_client.ts";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { TtrpcTransportOptions } from "./transport.ts";
+ * import type { TtrpcTransportOptions } from "@skiff/shim/ttrpc";
  * const options: TtrpcTransportOptions = { path: "/run/containerd/containerd.sock.ttrpc", dialTimeoutMs: 2000 };
  * strictEqual(options.dialTimeoutMs, 2000);
  * ```

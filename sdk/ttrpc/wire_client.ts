@@ -20,7 +20,7 @@ import { statusErrorOf } from "./status.ts";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { TtrpcWireClientOptions } from "./wire_client.ts";
+ * import type { TtrpcWireClientOptions } from "@skiff/shim/ttrpc";
  * const options: TtrpcWireClientOptions = { path: "/run/containerd/containerd.sock.ttrpc" };
  * strictEqual(options.dialTimeoutMs, undefined);
  * ```
@@ -38,7 +38,7 @@ export interface TtrpcWireClientOptions {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { WireCallOptions } from "./wire_client.ts";
+ * import type { WireCallOptions } from "@skiff/shim/ttrpc";
  * const options: WireCallOptions = { timeoutMs: 5000, headers: { "containerd-namespace-ttrpc": "default" } };
  * strictEqual(options.timeoutMs, 5000);
  * ```
@@ -58,7 +58,7 @@ export interface WireCallOptions {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { RawCall } from "./wire_client.ts";
+ * import type { RawCall } from "@skiff/shim/ttrpc";
  * const call: RawCall = { service: "s", method: "M", payload: new Uint8Array(), timeoutNano: 0n, metadata: [] };
  * strictEqual(call.method, "M");
  * ```
@@ -86,8 +86,8 @@ export interface RawCall {
  * import { createServiceImplSpec } from "@connectrpc/connect";
  * import { TtrpcServer } from "@skiff/shim/ttrpc";
  * import { TaskService as Task } from "@skiff/shim/proto";
- * import { shimCodec } from "../../proto/shim_wire.ts";
- * import { TtrpcWireClient } from "./wire_client.ts";
+ * import { shimCodec } from "@skiff/shim/proto";
+ * import { TtrpcWireClient } from "@skiff/shim/ttrpc";
  *
  * const server = new TtrpcServer().register(
  *   createServiceImplSpec<typeof Task>(Task, { connect: (r) => ({ shimPid: 7, version: r.id }) }),

@@ -26,8 +26,8 @@ import type { Shim } from "../shim.ts";
  * import { strictEqual } from "node:assert/strict";
  * import { fromBinary } from "@bufbuild/protobuf";
  * import { RuntimeInfoSchema } from "@skiff/shim/proto";
- * import type { ContainerRuntime } from "../runtime.ts";
- * import { Shim } from "../shim.ts";
+ * import type { ContainerRuntime } from "@skiff/shim";
+ * import { Shim } from "@skiff/shim";
  * import { runInfo } from "./info.ts";
  *
  * class MyShim extends Shim<{ binary: string }> {

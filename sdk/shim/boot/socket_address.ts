@@ -85,7 +85,7 @@ export function socketPath(address: string): string {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { OPS_SOCKET_SUFFIX } from "./socket_address.ts";
+ * import { OPS_SOCKET_SUFFIX } from "@skiff/shim/ops";
  * strictEqual(OPS_SOCKET_SUFFIX, ".ops");
  * ```
  */
@@ -99,7 +99,7 @@ export const OPS_SOCKET_SUFFIX = ".ops";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { opsSocketPath } from "./socket_address.ts";
+ * import { opsSocketPath } from "@skiff/shim/ops";
  * strictEqual(opsSocketPath("unix:///run/containerd/s/ab"), "/run/containerd/s/ab.ops");
  * ```
  */

@@ -78,7 +78,7 @@ export interface ServerHooks {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { ServerExtension } from "./extension.ts";
+ * import type { ServerExtension } from "@skiff/shim/ops";
  * const hello: ServerExtension = {
  *   name: "hello",
  *   setup: ({ logger }) => ({ onServing: () => logger.info("hello") }),

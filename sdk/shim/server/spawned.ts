@@ -27,7 +27,7 @@ type StartingCall = "create" | "exec" | "restore";
  * ```ts
  * import { strictEqual } from "node:assert/strict";
  * import { SpawnedExits } from "./spawned.ts";
- * import type { ContainerRuntime } from "../runtime.ts";
+ * import type { ContainerRuntime } from "@skiff/shim";
  *
  * const spawned = new SpawnedExits((cmd) => cmd.spawn());
  * // A runtime that runs its container as a plain child and reports only its pid.

@@ -10,7 +10,7 @@
  *
  * @example Usage
  * ```ts
- * import type { ScenarioResult } from "./report.ts";
+ * import type { ScenarioResult } from "@skiff/shim/testing";
  * const r: ScenarioResult = { scenario: "oom", containerd: "2.1.9", status: "pass" };
  * ```
  */
@@ -33,7 +33,7 @@ export interface ScenarioResult {
  * @example Usage
  * ```ts
  * import { deepStrictEqual } from "node:assert/strict";
- * import type { ConformanceReport } from "./report.ts";
+ * import type { ConformanceReport } from "@skiff/shim/testing";
  * const report: ConformanceReport = {
  *   runtime: "io.containerd.skiff-runc.v2",
  *   shim: "/usr/local/bin/containerd-shim-skiff-runc-v2",
@@ -82,7 +82,7 @@ function cell(r: ScenarioResult | undefined): string {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { markdownReport } from "./report.ts";
+ * import { markdownReport } from "@skiff/shim/testing";
  * const md = markdownReport({
  *   runtime: "io.containerd.runc.v2", shim: "/usr/bin/containerd-shim-runc-v2", date: "",
  *   containerd: ["2.1.9"], scenarios: [{ id: "oom", title: "OOM", standsFor: "" }],
@@ -119,7 +119,7 @@ export function markdownReport(r: ConformanceReport): string {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { type ConformanceReport, hasFailures } from "./report.ts";
+ * import { type ConformanceReport, hasFailures } from "@skiff/shim/testing";
  * const report: ConformanceReport = {
  *   runtime: "io.containerd.skiff-runc.v2",
  *   shim: "/usr/local/bin/containerd-shim-skiff-runc-v2",
@@ -143,7 +143,7 @@ export function hasFailures(r: ConformanceReport): boolean {
  *
  * @example Usage
  * ```ts
- * import type { Regression } from "./report.ts";
+ * import type { Regression } from "@skiff/shim/testing";
  * const g: Regression = { scenario: "oom", containerd: "2.1.9", was: "pass", now: "fail" };
  * ```
  */
@@ -171,7 +171,7 @@ export interface Regression {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { compareReports, type ConformanceReport } from "./report.ts";
+ * import { compareReports, type ConformanceReport } from "@skiff/shim/testing";
  * const base = (status: "pass" | "fail"): ConformanceReport => ({
  *   runtime: "r", shim: "s", date: "", containerd: ["2.1.9"], scenarios: [], notCovered: [],
  *   results: [{ scenario: "oom", containerd: "2.1.9", status }],

@@ -35,7 +35,7 @@ import type { ConformanceReport, ScenarioResult } from "./report.ts";
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { ConformanceOptions } from "./runner.ts";
+ * import type { ConformanceOptions } from "@skiff/shim/testing";
  * const o: ConformanceOptions = { runtime: "io.containerd.runc.v2", shimDir: "/usr/bin" };
  * strictEqual(o.runcOptions ?? true, true); // each task gets a private runc root
  * ```

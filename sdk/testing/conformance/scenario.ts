@@ -24,7 +24,7 @@ export interface Requirements {
  *
  * @example Usage
  * ```ts
- * import type { Trait } from "./scenario.ts";
+ * import type { Trait } from "@skiff/shim/testing";
  * const t: Trait = { notApplicable: "the guest's processes are not host processes" };
  * ```
  */
@@ -36,7 +36,7 @@ export type Trait = boolean | { notApplicable: string };
  *
  * @example Usage
  * ```ts
- * import type { RuntimeTraits } from "./scenario.ts";
+ * import type { RuntimeTraits } from "@skiff/shim/testing";
  * const traits: RuntimeTraits = { grouping: false, terminals: { notApplicable: "not served" } };
  * ```
  */
@@ -64,7 +64,7 @@ export interface RuntimeTraits {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { RUNTIME_TRAITS } from "./scenario.ts";
+ * import { RUNTIME_TRAITS } from "@skiff/shim/testing";
  * strictEqual(RUNTIME_TRAITS.includes("terminals"), true);
  * ```
  */
@@ -83,7 +83,7 @@ export const RUNTIME_TRAITS: readonly (keyof RuntimeTraits)[] = [
  * @example A scenario
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { Scenario } from "./scenario.ts";
+ * import type { Scenario } from "@skiff/shim/testing";
  * const s: Scenario = {
  *   id: "run-exit-code",
  *   title: "run, exit code",
@@ -117,7 +117,7 @@ export interface Scenario {
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import { ScenarioSkip } from "./scenario.ts";
+ * import { ScenarioSkip } from "@skiff/shim/testing";
  * const e = new ScenarioSkip("the shim serves no Sandbox API");
  * strictEqual(e.name, "ScenarioSkip");
  * ```
