@@ -7,69 +7,13 @@
  */
 
 import type { PublisherStats } from "../shim/server/events.ts";
+import type { ServedContainer, ServedProcess } from "../shim/server/extension.ts";
 
-/**
- * One process of a container, as the endpoint reads it (a structural view of `ShimProcess`).
- *
- * @example Usage
- * ```ts
- * import { strictEqual } from "node:assert/strict";
- * import type { OpsProcessView } from "@skiff/shim/ops";
- * const p: OpsProcessView = { execId: "", pid: 42, state: "running", exit: undefined,
- *   stdio: { stdin: "", stdout: "", stderr: "", terminal: false } };
- * strictEqual(p.pid, 42);
- * ```
- */
-export interface OpsProcessView {
-  /** Exec id ("" for the init process). */
-  readonly execId: string;
-  /** pid, 0 before it is known. */
-  readonly pid: number;
-  /** Lifecycle state (`created`, `running`, `paused`, `stopped`, …). */
-  readonly state: string;
-  /** How it ended, once it has. */
-  readonly exit: { status: number; exitedAt: Date } | undefined;
-  /** Stdio as containerd described it. */
-  readonly stdio: { stdin: string; stdout: string; stderr: string; terminal: boolean };
-}
+/** A process, as the endpoint reads it: {@linkcode ServedProcess}, the server's read-only view. */
+export type OpsProcessView = ServedProcess;
 
-/**
- * A container, as the endpoint reads it (a structural view of the Task service's records).
- *
- * @example Usage
- * ```ts
- * import { strictEqual } from "node:assert/strict";
- * import type { OpsContainerView } from "@skiff/shim/ops";
- * const stdio = { stdin: "", stdout: "", stderr: "", terminal: false };
- * const view: OpsContainerView = {
- *   id: "web",
- *   namespace: "default",
- *   bundle: "/run/b/web",
- *   options: {},
- *   rootfsMounted: true,
- *   init: { execId: "", pid: 42, state: "running", exit: undefined, stdio },
- *   execs: new Map([["sh", { execId: "sh", pid: 0, state: "created", exit: undefined, stdio }]]),
- * };
- * const views: ReadonlyMap<string, OpsContainerView> = new Map([["web", view]]);
- * strictEqual(views.get("web")?.execs.get("sh")?.state, "created");
- * ```
- */
-export interface OpsContainerView {
-  /** Container id. */
-  readonly id: string;
-  /** containerd namespace. */
-  readonly namespace: string;
-  /** Bundle directory. */
-  readonly bundle: string;
-  /** Runtime options in effect. */
-  readonly options: unknown;
-  /** Whether the shim mounted the rootfs. */
-  readonly rootfsMounted: boolean;
-  /** The init process. */
-  readonly init: OpsProcessView;
-  /** Execs by id. */
-  readonly execs: ReadonlyMap<string, OpsProcessView>;
-}
+/** A container, as the endpoint reads it: {@linkcode ServedContainer}, the server's read-only view. */
+export type OpsContainerView = ServedContainer;
 
 /**
  * What the endpoint reads once the server is serving. Functions, so every request sees the

@@ -84,6 +84,8 @@ export { parseMonitorArgs } from "./monitor_cli.ts";
 // Shim types the extension and the hooks above mention, so the ops API documents itself.
 export type { PublisherStats, QueuedEvent } from "../shim/server/events.ts";
 export type {
+  ServedContainer,
+  ServedProcess,
   ServerExtension,
   ServerFlags,
   ServerHooks,

@@ -67,13 +67,32 @@ const out = await new Deno.Command(Deno.execPath(), {
 }).output();
 // deno-lint-ignore no-control-regex
 const text = new TextDecoder().decode(out.stderr).replace(/\x1b\[[0-9;]*m/g, "");
-const findings = text.split("\n").filter((l) => /^error\[/.test(l));
-const bad = findings.filter((l) => {
+// Each finding with the declaration deno doc points at ("this is the referenced type").
+const blocks = text.split(/\n(?=error\[)/).filter((b) => /^error\[/.test(b));
+const findings = blocks.map((b) => b.split("\n")[0]!);
+/** Every line of skiff's own (not generated) modules, to tell its declarations apart. */
+const ownLines = new Set<string>();
+for (const f of ["mod.ts", ...walk("sdk"), ...walk("proto")]) {
+  if (f.startsWith("proto/gen/")) continue;
+  for (const l of Deno.readTextFileSync(f).split("\n")) ownLines.add(l.trimEnd());
+}
+/**
+ * A private type of protobuf-es, Connect or Hono, or one that protoc-gen-es generated: the
+ * declaration deno doc shows is in none of skiff's own modules. One of skiff's own types is never
+ * tolerated, even when it shares a name with a generated one (`Container`).
+ */
+function tolerated(block: string): boolean {
   const m = /^error\[private-type-ref\]: public type '.*' references private type '([^']+)'/.exec(
-    l,
+    block,
   );
-  return !(m && external.has(m[1]));
-});
+  if (!m || !external.has(m[1]!)) return false;
+  const lines = block.split("\n");
+  const at = lines.findIndex((l) => l.includes("- this is the referenced type"));
+  if (at <= 0) return false;
+  const decl = lines[at - 1]!.replace(/^\s*\d*\s*\| ?/, "").trimEnd();
+  return !ownLines.has(decl);
+}
+const bad = blocks.filter((b) => !tolerated(b)).map((b) => b.split("\n")[0]!);
 if (bad.length > 0) {
   console.error(text);
   console.error(`deno doc --lint: ${bad.length} finding(s) besides references to npm types:`);

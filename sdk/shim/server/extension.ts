@@ -13,7 +13,6 @@
 
 import type { Interceptor } from "@connectrpc/connect";
 import type { Logger } from "../logger.ts";
-import type { Container } from "./container.ts";
 import type { PublisherStats, QueuedEvent } from "./events.ts";
 
 /** containerd's flags, as far as an extension reads them. */
@@ -46,12 +45,75 @@ export interface ServerSetup {
   bundle: string;
 }
 
+/**
+ * One process of a container, as the endpoint reads it (a structural view of `ShimProcess`).
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { ServedProcess } from "@skiff/shim/ops";
+ * const p: ServedProcess = { execId: "", pid: 42, state: "running", exit: undefined,
+ *   stdio: { stdin: "", stdout: "", stderr: "", terminal: false } };
+ * strictEqual(p.pid, 42);
+ * ```
+ */
+export interface ServedProcess {
+  /** Exec id ("" for the init process). */
+  readonly execId: string;
+  /** pid, 0 before it is known. */
+  readonly pid: number;
+  /** Lifecycle state (`created`, `running`, `paused`, `stopped`, …). */
+  readonly state: string;
+  /** How it ended, once it has. */
+  readonly exit: { status: number; exitedAt: Date } | undefined;
+  /** Stdio as containerd described it. */
+  readonly stdio: { stdin: string; stdout: string; stderr: string; terminal: boolean };
+}
+
+/**
+ * A container as extensions read it: a read-only structural view of the Task service's records.
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { ServedContainer } from "@skiff/shim/ops";
+ * const stdio = { stdin: "", stdout: "", stderr: "", terminal: false };
+ * const view: ServedContainer = {
+ *   id: "web",
+ *   namespace: "default",
+ *   bundle: "/run/b/web",
+ *   options: {},
+ *   rootfsMounted: true,
+ *   init: { execId: "", pid: 42, state: "running", exit: undefined, stdio },
+ *   execs: new Map([["sh", { execId: "sh", pid: 0, state: "created", exit: undefined, stdio }]]),
+ * };
+ * const views: ReadonlyMap<string, ServedContainer> = new Map([["web", view]]);
+ * strictEqual(views.get("web")?.execs.get("sh")?.state, "created");
+ * ```
+ */
+export interface ServedContainer {
+  /** Container id. */
+  readonly id: string;
+  /** containerd namespace. */
+  readonly namespace: string;
+  /** Bundle directory. */
+  readonly bundle: string;
+  /** Runtime options in effect. */
+  readonly options: unknown;
+  /** Whether the shim mounted the rootfs. */
+  readonly rootfsMounted: boolean;
+  /** The init process. */
+  readonly init: ServedProcess;
+  /** Execs by id. */
+  readonly execs: ReadonlyMap<string, ServedProcess>;
+}
+
 /** What an extension may read once the server serves; functions, so each read is current. */
 export interface ServerState {
   /** Spawns a child through the server's reaper (which then leaves its exit to Deno). */
   spawn(cmd: Deno.Command): Deno.ChildProcess;
   /** The containers served. */
-  containers(): ReadonlyMap<string, Container>;
+  containers(): ReadonlyMap<string, ServedContainer>;
   /** How many sandboxes are served. */
   sandboxes(): number;
   /** Event publisher counters. */
