@@ -702,3 +702,88 @@ Deno.test("TaskService takes the exit of a process the runtime spawned with ctx.
     await svc.delete({ id: "c1", execId: "" } as never);
   });
 });
+
+Deno.test("TaskService refuses a reported pid whose exit it could never see (FailedPrecondition naming why) and undoes the create", async () => {
+  await withBundle(async (bundle) => {
+    const { svc, platform, runtime } = setup();
+    // The Linux platform's answers for a pid that is another process's child.
+    (platform as { unseenExit?: (pid: number) => string | undefined }).unseenExit = (pid) =>
+      pid === 100 ? "its parent is pid 1, not this shim (pid 7)" : undefined;
+    await assert.rejects(
+      svc.create(create(CreateTaskRequestSchema, { id: "c1", bundle })),
+      (e: unknown) => {
+        assert.ok(e instanceof ConnectError || (e as Error).name === "ConnectError", String(e));
+        assert.equal((e as ConnectError).code, Code.FailedPrecondition);
+        assert.match(
+          (e as Error).message,
+          /container "c1": the runtime reported pid 100 without an exit, and the shim could never see it exit: its parent is pid 1, not this shim \(pid 7\)\. Report RuntimeProcess\.exited, or start the process with ctx\.spawn/,
+        );
+        return true;
+      },
+    );
+    assert.deepEqual(
+      runtime.calls,
+      ["create c1", "delete c1"],
+      "the runtime's container is deleted",
+    );
+    // A pid the shim will see exit (the next one) is taken as before.
+    const { pid } = await svc.create(create(CreateTaskRequestSchema, { id: "c2", bundle }));
+    assert.equal(pid, 101);
+  });
+});
+
+Deno.test("TaskService answers Stats of an exited init from the cgroup it kept, until Delete (containerd 2.4's OOM check)", async () => {
+  await withBundle(async (bundle) => {
+    const { svc, platform } = setup();
+    const kept = [{ controllers: ["memory"], path: "/ns/c1" }];
+    const asked: unknown[] = [];
+    Object.assign(platform, {
+      cgroupOf: (pid: number) => pid === platform.pidOf("c1") ? kept : undefined,
+      stats: (_pid: number, cgroup?: unknown) => {
+        asked.push(cgroup);
+        return Promise.resolve(create(AnySchema, { typeUrl: "io.containerd.cgroups.v1.Metrics" }));
+      },
+    });
+    const { pid } = await svc.create(create(CreateTaskRequestSchema, { id: "c1", bundle }));
+    await svc.start({ id: "c1", execId: "" } as never);
+    assert.equal(
+      (await svc.stats({ id: "c1" } as never)).stats?.typeUrl,
+      "io.containerd.cgroups.v1.Metrics",
+    );
+    platform.exit(pid!, 137);
+    await svc.wait({ id: "c1", execId: "" } as never);
+    // As the Go shim: the exited task's cgroup (kept at create) still answers.
+    assert.equal(
+      (await svc.stats({ id: "c1" } as never)).stats?.typeUrl,
+      "io.containerd.cgroups.v1.Metrics",
+    );
+    assert.deepEqual(asked, [kept, kept]);
+    await svc.delete({ id: "c1", execId: "" } as never);
+    await assert.rejects(svc.stats({ id: "c1" } as never), code(Code.NotFound));
+  });
+});
+
+Deno.test("TaskService answers Stats of an init in the shim's own cgroup Unimplemented, naming it, and watches no OOM there", async () => {
+  await withBundle(async (bundle) => {
+    const { svc, platform } = setup();
+    let watched = 0;
+    Object.assign(platform, {
+      inShimCgroup: () => "/system.slice/containerd.service",
+      watchOom: () => {
+        watched++;
+        return Promise.resolve({ close() {} });
+      },
+    });
+    const { pid } = await svc.create(create(CreateTaskRequestSchema, { id: "c1", bundle }));
+    await svc.start({ id: "c1", execId: "" } as never);
+    await assert.rejects(
+      svc.stats({ id: "c1" } as never),
+      (e: unknown) =>
+        code(Code.Unimplemented)(e) &&
+        (e as Error).message.includes(
+          `stats of container "c1": its init (pid ${pid}) runs in the shim's own cgroup (/system.slice/containerd.service)`,
+        ),
+    );
+    assert.equal(watched, 0, "no OOM watch of the shim's cgroup");
+  });
+});

@@ -98,7 +98,13 @@ export function cgroupVersion(): 1 | 2 {
   return root?.fsType === "cgroup2" ? 2 : 1;
 }
 
-/** The (hierarchy-id, controllers, path) lines of /proc/<pid>/cgroup. */
+/**
+ * A process's cgroups as `/proc/<pid>/cgroup` lists them: one entry per hierarchy, with its
+ * controllers (none for v2) and the path. Kept, it still names a process's cgroups after the
+ * process has exited (the cgroups live until the runtime removes them).
+ */
+export type CgroupMembership = readonly { controllers: string[]; path: string }[];
+
 /**
  * `/proc/<pid>/cgroup` as one entry per hierarchy: its controllers (none for v2) and the path.
  * Throws {@linkcode CgroupNotFoundError} when the process is gone or a zombie.
@@ -126,6 +132,24 @@ export function procCgroup(pid: number): { controllers: string[]; path: string }
   if (stat === "" || stat[stat.lastIndexOf(")") + 2] === "Z") {
     throw new CgroupNotFoundError(pid, "the process has exited");
   }
+  return parseProcCgroup(text);
+}
+
+/**
+ * Parses the text of `/proc/<pid>/cgroup` (`hierarchy-id:controllers:path` lines).
+ *
+ * @param text the file's text
+ * @example Usage
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import { parseProcCgroup } from "./cgroup_paths.ts";
+ * deepStrictEqual(parseProcCgroup("4:memory:/a/b\n0::/a/b\n"), [
+ *   { controllers: ["memory"], path: "/a/b" },
+ *   { controllers: [], path: "/a/b" },
+ * ]);
+ * ```
+ */
+export function parseProcCgroup(text: string): { controllers: string[]; path: string }[] {
   return text.split("\n").filter(Boolean).map((line) => {
     const first = line.indexOf(":");
     const second = line.indexOf(":", first + 1);
@@ -169,11 +193,17 @@ export function cgroupDir(mount: CgroupMount, path: string): string {
  *   strictEqual(memoryDir === undefined || memoryDir.startsWith("/"), true);
  * }
  * ```
+ *
+ * @param pid the process (named in errors)
+ * @param membership its cgroups; default: read now from `/proc/<pid>/cgroup`
  */
-export function cgroupV1Paths(pid: number): Map<string, string> {
+export function cgroupV1Paths(
+  pid: number,
+  membership: CgroupMembership = procCgroup(pid),
+): Map<string, string> {
   const mounts = cgroupMounts().filter((m) => m.fsType === "cgroup");
   const dirs = new Map<string, string>();
-  for (const { controllers, path } of procCgroup(pid)) {
+  for (const { controllers, path } of membership) {
     for (const controller of controllers) {
       const mount = mounts.find((m) => m.superOptions.includes(controller));
       if (!mount) continue;
@@ -193,9 +223,12 @@ export function cgroupV1Paths(pid: number): Map<string, string> {
  * ```ts ignore
  * const dir: string = cgroupV2Path(pid); // e.g. /sys/fs/cgroup/default/web
  * ```
+ *
+ * @param pid the process (named in errors)
+ * @param membership its cgroups; default: read now from `/proc/<pid>/cgroup`
  */
-export function cgroupV2Path(pid: number): string {
-  const line = procCgroup(pid).find((l) => l.controllers.length === 0);
+export function cgroupV2Path(pid: number, membership: CgroupMembership = procCgroup(pid)): string {
+  const line = membership.find((l) => l.controllers.length === 0);
   const mount = cgroupMounts().find((m) => m.fsType === "cgroup2");
   if (!line || !mount) throw new CgroupNotFoundError(pid, "not in a cgroup v2 hierarchy");
   if (line.path.endsWith(" (deleted)")) {

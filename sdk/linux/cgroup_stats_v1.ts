@@ -12,7 +12,7 @@ import type {
   Metrics,
 } from "../../proto/gen/io/containerd/cgroups/v1/metrics_pb.ts";
 import { createShimMessage, shimFieldNames } from "../../proto/shim_wire.ts";
-import { cgroupV1Paths } from "./cgroup_paths.ts";
+import { type CgroupMembership, cgroupV1Paths } from "./cgroup_paths.ts";
 import {
   assignFields,
   hugePageSizes,
@@ -38,16 +38,20 @@ const MEMORY_STAT_RENAMES: Record<string, string> = {
 const NANOS_PER_TICK = 10_000_000n;
 
 /**
- * Reads the v1 statistics of `pid`'s cgroup. Throws `CgroupNotFoundError` when it is gone.
+ * Reads the v1 statistics of `pid`'s cgroup (or of `membership`'s, once `pid` has exited).
+ * Throws `CgroupNotFoundError` when it is gone.
  *
  * @example Usage
  * ```ts ignore
  * const m = cgroupV1Metrics(pid);
  * console.log(m.memory?.usage?.usage, m.pids?.current);
  * ```
+ *
+ * @param pid the process
+ * @param membership its cgroups as kept from while it ran; default: read now
  */
-export function cgroupV1Metrics(pid: number): Metrics {
-  const dirs = cgroupV1Paths(pid);
+export function cgroupV1Metrics(pid: number, membership?: CgroupMembership): Metrics {
+  const dirs = cgroupV1Paths(pid, membership);
   const metrics = createShimMessage("io.containerd.cgroups.v1.Metrics");
   const memory = dirs.get("memory");
   if (memory) readMemory(metrics, memory);

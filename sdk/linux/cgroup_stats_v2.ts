@@ -12,7 +12,7 @@ import type {
   PSIStats,
 } from "../../proto/gen/io/containerd/cgroups/v2/metrics_pb.ts";
 import { createShimMessage, shimFieldNames } from "../../proto/shim_wire.ts";
-import { cgroupV2Path } from "./cgroup_paths.ts";
+import { type CgroupMembership, cgroupV2Path } from "./cgroup_paths.ts";
 import {
   assignFields,
   hugePageSizes,
@@ -22,16 +22,20 @@ import {
 } from "./cgroup_files.ts";
 
 /**
- * Reads the v2 statistics of `pid`'s cgroup. Throws `CgroupNotFoundError` when it is gone.
+ * Reads the v2 statistics of `pid`'s cgroup (or of `membership`'s, once `pid` has exited).
+ * Throws `CgroupNotFoundError` when it is gone.
  *
  * @example Usage
  * ```ts ignore
  * const m = cgroupV2Metrics(pid);
  * console.log(m.memory?.usage, m.cpu?.usageUsec);
  * ```
+ *
+ * @param pid the process
+ * @param membership its cgroups as kept from while it ran; default: read now
  */
-export function cgroupV2Metrics(pid: number): Metrics {
-  return cgroupV2MetricsAt(cgroupV2Path(pid));
+export function cgroupV2Metrics(pid: number, membership?: CgroupMembership): Metrics {
+  return cgroupV2MetricsAt(cgroupV2Path(pid, membership));
 }
 
 /**

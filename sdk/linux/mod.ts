@@ -36,7 +36,13 @@ export { type OutputTarget, parseOutputTarget } from "./stdio_uri.ts";
 export { BinaryLogger, type BinaryLoggerOptions } from "./binary_logger.ts";
 export { ConsoleSocket, Pty } from "./console.ts";
 export { type Mount, mountAll, parseMountOptions, unmountAll } from "./mount.ts";
-export { CgroupNotFoundError, cgroupStats, cgroupVersion } from "./cgroups.ts";
+export {
+  type CgroupMembership,
+  CgroupNotFoundError,
+  cgroupStats,
+  cgroupVersion,
+  procCgroup,
+} from "./cgroups.ts";
 export { type OomWatch, watchOom } from "./oom.ts";
 export { ErrnoError, kill } from "./libc.ts";
 export { FdStream, type FdStreamOptions } from "./fd_stream.ts";

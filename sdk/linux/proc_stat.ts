@@ -58,6 +58,27 @@ export function processAlive(pid: number): boolean {
 }
 
 /**
+ * The parent of `pid` (field 4 of `/proc/<pid>/stat`: the parent's process id, whichever of its
+ * threads forked it), or undefined when there is no such process.
+ *
+ * @param pid the process id
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { processParent } from "./proc_stat.ts";
+ * const child = new Deno.Command("sleep", { args: ["5"] }).spawn();
+ * strictEqual(processParent(child.pid), Deno.pid);
+ * child.kill();
+ * await child.status;
+ * ```
+ */
+export function processParent(pid: number): number | undefined {
+  const field = statFields(pid)?.[1];
+  const ppid = Number(field);
+  return field !== undefined && Number.isSafeInteger(ppid) ? ppid : undefined;
+}
+
+/**
  * When `pid` started, in clock ticks since boot (field 22 of `/proc/<pid>/stat`), or undefined
  * when there is no such process. A zombie still has it: read it before reaping.
  *

@@ -275,8 +275,21 @@ function listChildren(): number[] {
   return pids;
 }
 
-/** Pids for which this process holds a pidfd: Deno's own children awaiting their reap. */
-function pidsWithPidfd(): Set<number> {
+/**
+ * Pids for which this process holds a pidfd: Deno's own children awaiting their reap (Deno
+ * reaps them; the reaper leaves them alone).
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { pidsWithPidfd } from "./reaper.ts";
+ * const child = new Deno.Command("sleep", { args: ["5"] }).spawn();
+ * strictEqual(pidsWithPidfd().has(child.pid), true);
+ * child.kill();
+ * await child.status;
+ * ```
+ */
+export function pidsWithPidfd(): Set<number> {
   const pids = new Set<number>();
   const self = `/proc/${getpid()}`;
   for (const entry of Deno.readDirSync(`${self}/fd`)) {

@@ -17,7 +17,7 @@ import type { ContainerRuntime, RuntimeProcess } from "../runtime.ts";
 import type { Logger } from "../logger.ts";
 import type { EventPublisher } from "./events.ts";
 import type { ExitRouter } from "./exits.ts";
-import type { ProcessIoSetup, ShimPlatform } from "./platform.ts";
+import type { CgroupMembership, ProcessIoSetup, ShimPlatform } from "./platform.ts";
 import { type ProcessStdioPaths, ShimProcess } from "./process.ts";
 
 export type { RootfsMount } from "./platform.ts";
@@ -90,6 +90,12 @@ export class Container<T = unknown> {
    * this image (as the Go runc shim does) instead of starting a created one.
    */
   restoreFrom?: { imagePath: string; io: Pick<ProcessIoSetup, "io" | "ready"> };
+  /**
+   * The init's cgroups, read once it runs, when the platform reads this container's stats: they
+   * outlive the init until the runtime deletes the container, and containerd 2.4 reads an exited
+   * task's metrics to tell an OOM kill (as the Go shim, which keeps its cgroup until Delete).
+   */
+  initCgroup?: CgroupMembership;
   readonly #d: ContainerDeps;
 
   /** Creates a container record; `createContainer` (create.ts) creates the container itself. */
@@ -122,6 +128,7 @@ export class Container<T = unknown> {
     const onOom = () =>
       events.publish("/tasks/oom", "containerd.events.TaskOOM", { containerId: this.id });
     try {
+      if (!this.runtime.watchOom) this.#notTheShimsCgroup("OOM events");
       const watch = this.runtime.watchOom
         ? await this.runtime.watchOom(this.id, onOom)
         : await platform.watchOom(this.init.pid, onOom);
@@ -207,6 +214,7 @@ export class Container<T = unknown> {
       });
       await from.io.ready();
       exits.started(this.init, restored);
+      this.keepInitCgroup();
       this.restoreFrom = undefined;
       await this.watchOom();
       exits.takeEarlyExit(this, this.init, window);
@@ -349,15 +357,42 @@ export class Container<T = unknown> {
     await p.runtime?.closeStdin?.();
   }
 
-  /** Statistics: the runtime's own, or the cgroup of the init's host pid. NotFound when not running. */
+  /**
+   * Unimplemented when the init runs in the shim's own cgroup: the runtime made none for this
+   * container, and the shim's memory, CPU or OOM kills are not the container's to report.
+   */
+  #notTheShimsCgroup(what: string): void {
+    const shared = this.#d.platform.inShimCgroup?.(this.init.pid, this.initCgroup);
+    if (shared === undefined) return;
+    throw statusError(
+      `${what} of container "${this.id}": its init (pid ${this.init.pid}) runs in the shim's ` +
+        `own cgroup (${shared}), not one of its own; a runtime without cgroups reports its own ` +
+        `(ContainerRuntime.${what === "stats" ? "stats" : "watchOom"})`,
+      Code.Unimplemented,
+    );
+  }
+
+  /** Keeps the init's cgroups ({@linkcode Container.initCgroup}) when the platform reads stats. */
+  keepInitCgroup(): void {
+    if (!this.runtime.stats && !this.init.runtime?.exited) {
+      this.initCgroup = this.#d.platform.cgroupOf?.(this.init.pid);
+    }
+  }
+
+  /**
+   * Statistics: the runtime's own, or the cgroup of the init's host pid, which an exited init's
+   * container keeps until Delete (as the Go shim answers). NotFound when there is none.
+   */
   async stats(): Promise<Any> {
-    if (this.init.pid === 0 || this.init.state === "stopped") {
+    const exited = this.init.state === "stopped";
+    if (this.init.pid === 0 || exited && (this.runtime.stats || !this.initCgroup)) {
       throw statusError(`container "${this.id}" is not running: no cgroup`, Code.NotFound);
     }
+    if (!this.runtime.stats) this.#notTheShimsCgroup("stats");
     try {
       return this.runtime.stats
         ? await this.runtime.stats(this.id)
-        : await this.#d.platform.stats(this.init.pid);
+        : await this.#d.platform.stats(this.init.pid, this.initCgroup);
     } catch (e) {
       // A runtime's own status (Unimplemented, Unavailable, ...) reaches the client as it is;
       // anything else means the cgroup could not be read: gone, as containerd's shim says.

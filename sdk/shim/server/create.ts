@@ -126,4 +126,5 @@ async function prepare(
   undo.push(() => c.runtime.delete(c.id, { force: true }).catch(() => {}));
   await io.ready();
   exits.started(c.init, created);
+  c.keepInitCgroup();
 }

@@ -5,13 +5,14 @@
  * @module
  */
 
-import type { Reaper } from "../../linux/reaper.ts";
+import { pidsWithPidfd, type Reaper } from "../../linux/reaper.ts";
 import { kill } from "../../linux/libc.ts";
-import { bootTicks, processStartTime } from "../../linux/proc_stat.ts";
+import { bootTicks, processParent, processStartTime } from "../../linux/proc_stat.ts";
 import { ConsoleSocket } from "../../linux/console.ts";
 import { ProcessIo, type ProcessIoContext } from "../../linux/process_io.ts";
 import { mountAll, unmountAll } from "../../linux/mount.ts";
-import type { ProcessIoSetup, ShimPlatform } from "./platform.ts";
+import { parseProcCgroup } from "../../linux/cgroup_paths.ts";
+import type { CgroupMembership, ProcessIoSetup, ShimPlatform } from "./platform.ts";
 import { Code, statusError } from "../../ttrpc/status_error.ts";
 
 /** How long to wait for the runtime to hand over a terminal's pty master. */
@@ -31,6 +32,16 @@ export function linuxPlatform(reaper: Reaper): ShimPlatform {
     onExit: (listener) => reaper.onExit(listener),
     startTimeOf: (pid) => processStartTime(pid),
     bootTicks: () => bootTicks(),
+    unseenExit: (pid) => {
+      const parent = processParent(pid);
+      if (parent === undefined) return undefined; // gone: its exit went by the reaper or Deno
+      if (parent !== Deno.pid) {
+        return `its parent is pid ${parent}, not this shim (pid ${Deno.pid})`;
+      }
+      // A child Deno spawned outside ctx.spawn: Deno reaps it, and tells nobody but its owner.
+      if (pidsWithPidfd().has(pid)) return "it was spawned with Deno.Command outside ctx.spawn";
+      return undefined;
+    },
     openIo: (paths, ctx) =>
       paths.terminal
         ? openTerminal(paths, { ...ctx, reaper })
@@ -38,14 +49,16 @@ export function linuxPlatform(reaper: Reaper): ShimPlatform {
     mount: (mounts, target) => mountAll(mounts, target),
     unmount: (target) => unmountAll(target),
     // Loaded on first use: most shims never serve Stats, and start-up cost matters.
-    stats: async (pid) => {
-      ownCgroupRefused(pid, "stats");
-      return (await import("../../linux/cgroups.ts")).cgroupStats(pid);
+    cgroupOf: (pid) => {
+      try {
+        return procCgroupText(pid);
+      } catch {
+        return undefined;
+      }
     },
-    watchOom: async (pid, onOom) => {
-      ownCgroupRefused(pid, "OOM events");
-      return (await import("../../linux/oom.ts")).watchOom(pid, onOom);
-    },
+    inShimCgroup: (pid, cgroup) => inShimCgroup(pid, cgroup),
+    stats: async (pid, cgroup) => (await import("../../linux/cgroups.ts")).cgroupStats(pid, cgroup),
+    watchOom: async (pid, onOom) => (await import("../../linux/oom.ts")).watchOom(pid, onOom),
     kill: (pid, signal) => kill(pid, signal),
   };
 }
@@ -127,27 +140,19 @@ async function openTerminal(
   };
 }
 
-/**
- * Refuses to read `pid`'s cgroup as its container's when it is the shim's own: a runtime that
- * made no cgroup (a process it ran with `ctx.spawn`) would otherwise report the shim's memory
- * and CPU, or the shim's OOM kills, as the container's. Unimplemented, as for any runtime that
- * cannot tell: such a runtime implements `ContainerRuntime.stats` and `watchOom` itself.
- */
-function ownCgroupRefused(pid: number, what: string): void {
-  let theirs: string, ours: string;
+/** The shim's own cgroup path when `pid` (or its kept cgroups) is in it, else undefined. */
+function inShimCgroup(pid: number, kept?: CgroupMembership): string | undefined {
+  let theirs: CgroupMembership, ours: CgroupMembership;
   try {
-    theirs = Deno.readTextFileSync(`/proc/${pid}/cgroup`);
-    ours = Deno.readTextFileSync("/proc/self/cgroup");
+    theirs = kept ?? procCgroupText(pid);
+    ours = procCgroupText(Deno.pid);
   } catch {
-    return; // gone: the read that follows says so
+    return undefined; // gone: the read that follows says so
   }
-  if (theirs !== ours) return;
-  throw statusError(
-    `${what} of pid ${pid}: it runs in the shim's own cgroup (${
-      theirs.trim().split("\n").at(-1)
-    }), not one of its container's; the runtime reports its own (ContainerRuntime.${
-      what === "stats" ? "stats" : "watchOom"
-    })`,
-    Code.Unimplemented,
-  );
+  return JSON.stringify(theirs) === JSON.stringify(ours) ? ours.at(-1)?.path ?? "/" : undefined;
+}
+
+/** `/proc/<pid>/cgroup`, parsed: one small synchronous read. */
+function procCgroupText(pid: number): CgroupMembership {
+  return parseProcCgroup(Deno.readTextFileSync(`/proc/${pid}/cgroup`));
 }

@@ -9,6 +9,12 @@ import type { Any } from "@bufbuild/protobuf/wkt";
 import type { ProcessExitInfo, ProcessIoHandle, ProcessStdioPaths } from "./process.ts";
 import type { RuntimeStdio } from "../runtime.ts";
 
+/**
+ * A process's cgroups, one entry per hierarchy (controllers, none for v2; path), as
+ * `/proc/<pid>/cgroup` lists them.
+ */
+export type CgroupMembership = readonly { controllers: string[]; path: string }[];
+
 /** Mount as containerd passes it in `CreateTaskRequest.rootfs`. */
 export interface RootfsMount {
   /** Filesystem type, e.g. "overlay" or "bind". */
@@ -58,6 +64,11 @@ export interface ShimPlatform {
   startTimeOf?(pid: number): number | undefined;
   /** Clock ticks since boot now, on the clock of {@linkcode ShimPlatform.startTimeOf}. */
   bootTicks?(): number;
+  /**
+   * Why the shim could never see `pid` exit, or undefined when it can (or cannot tell: the
+   * process is gone). Optional: without it, such a pid is not refused at create.
+   */
+  unseenExit?(pid: number): string | undefined;
   /** Prepares a process's stdio. */
   openIo(
     paths: ProcessStdioPaths,
@@ -67,8 +78,22 @@ export interface ShimPlatform {
   mount(mounts: RootfsMount[], target: string): Promise<void>;
   /** Unmounts everything below and at `target`. */
   unmount(target: string): Promise<void>;
-  /** cgroup statistics of a process, packed as containerd expects. */
-  stats(pid: number): Promise<Any>;
+  /**
+   * A process's cgroups, read while it runs and kept for {@linkcode ShimPlatform.stats} after it
+   * has exited; undefined when they cannot be read. Optional.
+   */
+  cgroupOf?(pid: number): CgroupMembership | undefined;
+  /**
+   * The shim's own cgroup when `pid` (or `cgroup`, kept from {@linkcode ShimPlatform.cgroupOf})
+   * is in it, else undefined: a runtime that made no cgroup for its container (a process it ran
+   * with `ctx.spawn`) must not report the shim's figures or OOM kills as the container's.
+   */
+  inShimCgroup?(pid: number, cgroup?: CgroupMembership): string | undefined;
+  /**
+   * cgroup statistics of a process, packed as containerd expects: of its cgroups now, or of
+   * `cgroup` (kept from {@linkcode ShimPlatform.cgroupOf}) once it has exited.
+   */
+  stats(pid: number, cgroup?: CgroupMembership): Promise<Any>;
   /** Watches a process's cgroup for OOM kills. */
   watchOom(pid: number, onOom: () => void): Promise<{ close(): void }>;
   /** Sends a signal to a pid. */

@@ -11,9 +11,17 @@
  * A child matches only while it runs, or when it ended during the very create, exec or restore
  * call that reported it: a pid that a finished child once had may belong to anyone later.
  *
+ * The shapes left that could hang Wait are refused where they happen: a pid reported without
+ * `exited` that is neither such a child nor a process the reaper will see (one re-parented to the
+ * shim, as runc's init is once `runc create` exits): another process's child, or a child spawned
+ * with `Deno.Command` outside `ctx.spawn` (Deno reaps it and tells only its owner). Create, exec
+ * or restore then fails with FailedPrecondition saying why, and what the runtime made is undone
+ * (a created container deleted, an exec killed through its `kill`).
+ *
  * @module
  */
 
+import { Code, statusError } from "../../ttrpc/status_error.ts";
 import type { ContainerRuntime, RuntimeProcess } from "../runtime.ts";
 
 /** The calls whose result is a {@link RuntimeProcess}. */
@@ -48,10 +56,19 @@ export class SpawnedExits {
   /** Children that ended while a starting call was in flight, kept until the last one returns. */
   #endedDuringCall = new Map<number, Promise<number>>();
   #calls = 0;
+  #unseenExit: ((pid: number) => string | undefined) | undefined;
 
-  /** @param spawn the platform's spawn, which keeps the reaper off the child */
-  constructor(spawn: (cmd: Deno.Command) => Deno.ChildProcess) {
+  /**
+   * @param spawn the platform's spawn, which keeps the reaper off the child
+   * @param unseenExit the platform's reason it could never see a pid exit; without it nothing
+   *   is refused
+   */
+  constructor(
+    spawn: (cmd: Deno.Command) => Deno.ChildProcess,
+    unseenExit?: (pid: number) => string | undefined,
+  ) {
     this.#spawn = spawn;
+    this.#unseenExit = unseenExit;
   }
 
   /**
@@ -80,15 +97,17 @@ export class SpawnedExits {
    * @param runtime the runtime the shim built
    */
   wrap(runtime: ContainerRuntime): ContainerRuntime {
+    const undoContainer = (id: string) => () => runtime.delete(id, { force: true });
     const own: Partial<Record<StartingCall, unknown>> = {
       create: (...a: Parameters<ContainerRuntime["create"]>) =>
-        this.#starting(() => runtime.create(...a)),
+        this.#starting(`container "${a[0]}"`, () => runtime.create(...a), undoContainer(a[0])),
       exec: (...a: Parameters<ContainerRuntime["exec"]>) =>
-        this.#starting(() => runtime.exec(...a)),
+        this.#starting(`exec "${a[1]}" of container "${a[0]}"`, () => runtime.exec(...a)),
     };
     if (runtime.restore) {
       const restore = runtime.restore.bind(runtime);
-      own.restore = (...a: Parameters<typeof restore>) => this.#starting(() => restore(...a));
+      own.restore = (...a: Parameters<typeof restore>) =>
+        this.#starting(`restored container "${a[0]}"`, () => restore(...a), undoContainer(a[0]));
     }
     return new Proxy(runtime, {
       get(target, key) {
@@ -100,13 +119,28 @@ export class SpawnedExits {
     });
   }
 
-  async #starting(call: () => Promise<RuntimeProcess>): Promise<RuntimeProcess> {
+  async #starting(
+    what: string,
+    call: () => Promise<RuntimeProcess>,
+    undo?: () => Promise<void>,
+  ): Promise<RuntimeProcess> {
     this.#calls++;
     try {
       const rp = await call();
       if (rp.exited) return rp;
       const exited = this.#running.get(rp.pid) ?? this.#endedDuringCall.get(rp.pid);
-      return exited ? withExit(rp, exited) : rp;
+      if (exited) return withExit(rp, exited);
+      const why = this.#unseenExit?.(rp.pid);
+      if (why !== undefined) {
+        await (undo ? undo() : rp.kill?.(9))?.catch(() => {});
+        throw statusError(
+          `${what}: the runtime reported pid ${rp.pid} without an exit, and the shim could ` +
+            `never see it exit: ${why}. Report RuntimeProcess.exited, or start the process ` +
+            `with ctx.spawn`,
+          Code.FailedPrecondition,
+        );
+      }
+      return rp;
     } finally {
       if (--this.#calls === 0) this.#endedDuringCall.clear();
     }

@@ -199,7 +199,10 @@ export class TaskService<T extends object> {
 
     const clog = logger.with({ id: r.id, namespace });
     // A process the runtime spawned itself and reported by pid gets its exit from Deno.
-    const spawned = new SpawnedExits((cmd) => platform.spawn(cmd));
+    const spawned = new SpawnedExits(
+      (cmd) => platform.spawn(cmd),
+      platform.unseenExit && ((pid) => platform.unseenExit!(pid)),
+    );
     const runtime = spawned.wrap(shim.runtime({
       id: r.id,
       namespace,
