@@ -13,7 +13,6 @@ import { ProcessIo, type ProcessIoContext } from "../../linux/process_io.ts";
 import { mountAll, unmountAll } from "../../linux/mount.ts";
 import { parseProcCgroup } from "../../linux/cgroup_paths.ts";
 import type { CgroupMembership, ProcessIoSetup, ShimPlatform } from "./platform.ts";
-import { Code, statusError } from "../../ttrpc/status_error.ts";
 
 /** How long to wait for the runtime to hand over a terminal's pty master. */
 const PTY_TIMEOUT_MS = 10_000;
