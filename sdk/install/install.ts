@@ -280,7 +280,7 @@ export function bundleLauncherScript(spec: BundleLauncherSpec): string {
     } "$@"`,
     "",
   ];
-  // The code identity a warm spare is keyed on (spare_handoff.ts, launcherCodeId): the hash of
+  // The code identity a warm spare is keyed on (sdk/shim/spare/config.ts, launcherCodeId): the hash of
   // everything else here, including the bundle's content-hashed path, stated so that `start`
   // reads it from its environment instead of hashing this file.
   const code = sha256Hex(new TextEncoder().encode(lines.join("\n")));
