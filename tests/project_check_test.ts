@@ -15,7 +15,7 @@ integrationTest(
     }).output();
     const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
     assert.equal(out.code, 0, text.slice(-4000));
-    assert.match(text, /proto\/gen is up to date/);
+    assert.match(text, /proto\/gen and examples\/vm\/proto are up to date/);
     assert.match(text, /deno doc --lint: clean/);
   },
 );
