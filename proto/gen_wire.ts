@@ -9,23 +9,28 @@
  * @module
  */
 
-import type { DescField, DescMessage, DescService } from "@bufbuild/protobuf";
+import type { DescEnum, DescField, DescMessage, DescService } from "@bufbuild/protobuf";
 import type { WireFieldSpec } from "./wire_table.ts";
 
 /** Writes `<dir>/wire/shim_wire.ts` from the protobuf-es files generated into `dir`. */
 async function generate(dir: string): Promise<void> {
   const gen = (p: string) => import(`${new URL(`file://${dir}/`).href}${p}`);
 
-  const [taskV2, events, eventsService, request, status, cgv1, cgv2, runc] = await Promise.all([
-    gen("containerd/task/v2/shim_pb.ts"),
-    gen("containerd/events/task_pb.ts"),
-    gen("containerd/services/events/ttrpc/v1/events_pb.ts"),
-    gen("ttrpc/request_pb.ts"),
-    gen("google/rpc/status_pb.ts"),
-    gen("io/containerd/cgroups/v1/metrics_pb.ts"),
-    gen("io/containerd/cgroups/v2/metrics_pb.ts"),
-    gen("containerd/runc/v1/oci_pb.ts"),
-  ]);
+  const [taskV2, events, eventsService, request, status, cgv1, cgv2, runc, task] = await Promise
+    .all([
+      gen("containerd/task/v2/shim_pb.ts"),
+      gen("containerd/events/task_pb.ts"),
+      gen("containerd/services/events/ttrpc/v1/events_pb.ts"),
+      gen("ttrpc/request_pb.ts"),
+      gen("google/rpc/status_pb.ts"),
+      gen("io/containerd/cgroups/v1/metrics_pb.ts"),
+      gen("io/containerd/cgroups/v2/metrics_pb.ts"),
+      gen("containerd/runc/v1/oci_pb.ts"),
+      gen("containerd/types/task/task_pb.ts"),
+    ]);
+  // Enums the server writes, as value tables: the generated enum lives in a descriptor module
+  // the server does not load, and a number copied by hand could drift from the .proto.
+  const enums: [string, DescEnum][] = [["TASK_STATUS", task.StatusSchema]];
 
   const services: [string, DescService][] = [
     ["TASK_SERVICE", taskV2.Task],
@@ -144,6 +149,15 @@ async function generate(dir: string): Promise<void> {
       );
     }
     out.push(`  },`, `} as const;`, "");
+  }
+  for (const [name, e] of enums) {
+    out.push(
+      `/** \`${e.typeName}\`: each value's number, as on the wire. */`,
+      `export const ${name} = {`,
+      ...e.values.map((v) => `  ${v.localName}: ${v.number},`),
+      `} as const;`,
+      "",
+    );
   }
   await Deno.mkdir(`${dir}/wire`, { recursive: true });
   await Deno.writeTextFile(`${dir}/wire/shim_wire.ts`, out.join("\n"));

@@ -9,7 +9,12 @@
 import { SHIM_WIRE_TABLES, type ShimWireTypes } from "./gen/wire/shim_wire.ts";
 import { type WireCodec, type WireInit, WireRegistry } from "./wire_table.ts";
 
-export { EVENTS_SERVICE, type ShimWireTypes, TASK_SERVICE } from "./gen/wire/shim_wire.ts";
+export {
+  EVENTS_SERVICE,
+  type ShimWireTypes,
+  TASK_SERVICE,
+  TASK_STATUS,
+} from "./gen/wire/shim_wire.ts";
 
 let registry: WireRegistry | undefined;
 

@@ -1000,3 +1000,13 @@ export const EVENTS_SERVICE = {
     },
   },
 } as const;
+
+/** `containerd.v1.types.Status`: each value's number, as on the wire. */
+export const TASK_STATUS = {
+  UNKNOWN: 0,
+  CREATED: 1,
+  RUNNING: 2,
+  STOPPED: 3,
+  PAUSED: 4,
+  PAUSING: 5,
+} as const;

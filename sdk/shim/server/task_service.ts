@@ -33,7 +33,7 @@ import type {
   WaitRequest,
 } from "../../../proto/gen/containerd/task/v2/shim_pb.ts";
 import type { Status } from "../../../proto/gen/containerd/types/task/task_pb.ts";
-import { packShimAny, shimCodec, timestampOf } from "../../../proto/shim_wire.ts";
+import { packShimAny, shimCodec, TASK_STATUS, timestampOf } from "../../../proto/shim_wire.ts";
 import { abortable } from "./abortable.ts";
 import type { Container } from "./container.ts";
 import { createContainer } from "./create.ts";
@@ -376,15 +376,15 @@ export class TaskService<T extends object> {
 }
 
 /**
- * `containerd.v1.types.Status` by process state. Numbers, as on the wire: the generated enum is
- * a value in a descriptor module the server does not load.
+ * `containerd.v1.types.Status` by process state, from the generated value table (the generated
+ * enum is a value in a descriptor module the server does not load).
  */
 const STATUS: Record<ShimProcess["state"], Status> = {
-  created: 1 as Status,
-  running: 2 as Status,
-  stopped: 3 as Status,
-  paused: 4 as Status,
-  pausing: 5 as Status,
+  created: TASK_STATUS.CREATED as Status,
+  running: TASK_STATUS.RUNNING as Status,
+  stopped: TASK_STATUS.STOPPED as Status,
+  paused: TASK_STATUS.PAUSED as Status,
+  pausing: TASK_STATUS.PAUSING as Status,
 };
 
 function statusOf(p: ShimProcess): Status {
