@@ -54,6 +54,8 @@ const ALLOWED: Record<string, string[]> = {
     "sdk/shim/boot/containerd_version.ts",
     // The cold server's notice that it listens (no module of its own beyond this one).
     "sdk/shim/boot/ready.ts",
+    // The launcher contract's variable names (constants only).
+    "sdk/shim/launcher_env.ts",
     // The warm spare's start side: where a spare waits, and the handoff's client.
     "sdk/shim/spare/config.ts",
     "sdk/shim/spare/handoff.ts",

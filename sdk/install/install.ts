@@ -40,6 +40,7 @@
 import { sha256Hex } from "../shim/boot/sha256.ts";
 import { RUNTIME_DELETED_FILE } from "../shim/boot/bundle_files.ts";
 import { ADDRESS_FILE } from "../shim/boot/socket_address.ts";
+import { LAUNCHER_ENV as E } from "../shim/launcher_env.ts";
 
 /**
  * Options of {@linkcode installShims}.
@@ -260,18 +261,16 @@ export function bundleLauncherScript(spec: BundleLauncherSpec): string {
     // One malloc arena: see SHIM_MALLOC_ARENA_MAX in skiff's sdk/install/install.ts.
     `: "\${MALLOC_ARENA_MAX:=${SHIM_MALLOC_ARENA_MAX}}"`,
     // `start` re-runs this launcher to spawn the long-running server with the same flags.
-    'SKIFF_SHIM_LAUNCHER="$0"',
+    `${E.launcher}="$0"`,
     // The bundle's content-hashed path, part of the code identity below.
-    `SKIFF_SHIM_BUNDLE=${sq(spec.entry)}`,
-    ...(spare === false ? [': "${SKIFF_SPARE:=0}"'] : []),
+    `${E.bundle}=${sq(spec.entry)}`,
+    ...(spare === false ? [`: "\${${E.spare}:=0}"`] : []),
     ...(idle !== undefined
-      ? [`: "\${SKIFF_SPARE_IDLE_SECONDS:=${Math.max(1, Math.round(idle))}}"`]
+      ? [`: "\${${E.spareIdleSeconds}:=${Math.max(1, Math.round(idle))}}"`]
       : []),
-    "export DENO_DIR DENO_NO_UPDATE_CHECK MALLOC_ARENA_MAX SKIFF_SHIM_LAUNCHER SKIFF_SHIM_BUNDLE",
-    "export SKIFF_SHIM_CODE",
-    ...(spare === false || idle !== undefined
-      ? ["export SKIFF_SPARE SKIFF_SPARE_IDLE_SECONDS"]
-      : []),
+    `export DENO_DIR DENO_NO_UPDATE_CHECK MALLOC_ARENA_MAX ${E.launcher} ${E.bundle}`,
+    `export ${E.code}`,
+    ...(spare === false || idle !== undefined ? [`export ${E.spare} ${E.spareIdleSeconds}`] : []),
     ...deleteFastPath(),
     `exec ${
       sq(spec.deno)
@@ -284,7 +283,7 @@ export function bundleLauncherScript(spec: BundleLauncherSpec): string {
   // everything else here, including the bundle's content-hashed path, stated so that `start`
   // reads it from its environment instead of hashing this file.
   const code = sha256Hex(new TextEncoder().encode(lines.join("\n")));
-  lines.splice(lines.indexOf("export SKIFF_SHIM_CODE"), 0, `SKIFF_SHIM_CODE=${code}`);
+  lines.splice(lines.indexOf(`export ${E.code}`), 0, `${E.code}=${code}`);
   return lines.join("\n");
 }
 
@@ -475,8 +474,8 @@ export function launcherScript(spec: LauncherSpec): string {
     `DENO_DIR=${sq(spec.denoDir)}`,
     "DENO_NO_UPDATE_CHECK=1",
     // `start` re-runs this launcher to spawn the long-running server with the same flags.
-    'SKIFF_SHIM_LAUNCHER="$0"',
-    "export DENO_DIR DENO_NO_UPDATE_CHECK SKIFF_SHIM_LAUNCHER",
+    `${E.launcher}="$0"`,
+    `export DENO_DIR DENO_NO_UPDATE_CHECK ${E.launcher}`,
     ...deleteFastPath(),
     `exec ${sq(spec.deno)} run -A --quiet --no-prompt --cached-only --config ${sq(spec.config)} ${
       sq(spec.entry)

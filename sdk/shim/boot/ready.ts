@@ -11,9 +11,10 @@
  *
  * @module
  */
+import { LAUNCHER_ENV } from "../launcher_env.ts";
 
 /** The environment variable naming `start`'s ready socket to the server it spawns. */
-export const READY_SOCKET_ENV = "SKIFF_READY_SOCKET";
+export const READY_SOCKET_ENV: typeof LAUNCHER_ENV.readySocket = LAUNCHER_ENV.readySocket;
 
 /** `start`'s side: the ready socket it listens on until the server has connected. */
 export interface ReadyListener {

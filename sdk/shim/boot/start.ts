@@ -7,6 +7,7 @@
  * @module
  */
 
+import { LAUNCHER_ENV } from "../launcher_env.ts";
 import type { Any } from "@bufbuild/protobuf/wkt";
 import type { BootstrapParams } from "../../../proto/gen/containerd/runtime/bootstrap/v1/bootstrap_pb.ts";
 import {
@@ -221,7 +222,7 @@ async function spawnServer(
   oomScore: number | undefined,
 ): Promise<number> {
   // Re-run the same launcher containerd ran, so the server gets the same Deno flags.
-  const launcher = Deno.env.get("SKIFF_SHIM_LAUNCHER");
+  const launcher = Deno.env.get(LAUNCHER_ENV.launcher);
   const [cmd, ...pre] = launcher
     ? [launcher]
     : [Deno.execPath(), "run", "-A", "--quiet", "--no-prompt", new URL(Deno.mainModule).pathname];

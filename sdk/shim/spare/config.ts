@@ -8,6 +8,7 @@
  * @module
  */
 
+import { LAUNCHER_ENV } from "../launcher_env.ts";
 import { sha256Hex } from "../boot/sha256.ts";
 import { DEFAULT_SOCKET_DIR } from "../boot/socket_address.ts";
 
@@ -48,12 +49,12 @@ const OFF = /^(0|off|false|no)$/i;
 export function spareIdleSeconds(
   env: { get(key: string): string | undefined } = Deno.env,
 ): number {
-  const idle = Number(env.get("SKIFF_SPARE_IDLE_SECONDS") ?? DEFAULT_SPARE_IDLE_SECONDS);
+  const idle = Number(env.get(LAUNCHER_ENV.spareIdleSeconds) ?? DEFAULT_SPARE_IDLE_SECONDS);
   return Number.isFinite(idle) && idle > 0 ? idle : DEFAULT_SPARE_IDLE_SECONDS;
 }
 
 /** The launcher line that states its code identity (installShims writes it). */
-const CODE_LINE = /^SKIFF_SHIM_CODE=([0-9a-f]{64})$/m;
+const CODE_LINE = new RegExp(`^${LAUNCHER_ENV.code}=([0-9a-f]{64})$`, "m");
 
 /**
  * The code identity of an installed launcher, from its text: the `SKIFF_SHIM_CODE=` line that
@@ -151,8 +152,10 @@ export function spareDir(address: string, socketDir: string = DEFAULT_SOCKET_DIR
 
 /** The launcher a spare is keyed on, or undefined when spares are off. */
 function spareLauncher(env: { get(key: string): string | undefined }): string | undefined {
-  const launcher = env.get("SKIFF_SHIM_LAUNCHER");
-  if (!launcher || !env.get("SKIFF_SHIM_BUNDLE") || OFF.test(env.get("SKIFF_SPARE") ?? "")) {
+  const launcher = env.get(LAUNCHER_ENV.launcher);
+  if (
+    !launcher || !env.get(LAUNCHER_ENV.bundle) || OFF.test(env.get(LAUNCHER_ENV.spare) ?? "")
+  ) {
     return undefined;
   }
   return launcher;
@@ -191,7 +194,7 @@ export async function loadSpareConfig(
   const launcher = spareLauncher(env);
   if (!launcher) return undefined;
   // The launcher states it (and exported it): no file to read, nothing to hash.
-  const stated = env.get("SKIFF_SHIM_CODE");
+  const stated = env.get(LAUNCHER_ENV.code);
   if (stated && /^[0-9a-f]{64}$/.test(stated)) return spareConfig(address, socketDir, env, stated);
   let text: Uint8Array<ArrayBuffer>;
   try {

@@ -10,6 +10,7 @@
  * @module
  */
 
+import { LAUNCHER_ENV } from "../launcher_env.ts";
 import { loadSpareConfig, type SpareConfig } from "./config.ts";
 import { processStartTime } from "../../linux/proc_stat.ts";
 
@@ -19,10 +20,10 @@ import { processStartTime } from "../../linux/proc_stat.ts";
  * an adopted spare for the server it becomes, and the spare extension takes it out again before
  * any runtime process could inherit it.
  */
-export const SPARE_DAEMON_ENV = "SKIFF_SPARE_DAEMON";
+export const SPARE_DAEMON_ENV: typeof LAUNCHER_ENV.spareDaemon = LAUNCHER_ENV.spareDaemon;
 
 /** The environment variable that tells a spare the priority to return to once a start connects. */
-export const SPARE_NICE_ENV = "SKIFF_SPARE_NICE";
+export const SPARE_NICE_ENV: typeof LAUNCHER_ENV.spareNice = LAUNCHER_ENV.spareNice;
 
 /** What a spare must become: everything a server spawned by this `start` would have had. */
 export interface SpareHandoff {

@@ -12,6 +12,7 @@
  * @module
  */
 
+import { LAUNCHER_ENV } from "../launcher_env.ts";
 import type { ShimFlags } from "../boot/flags.ts";
 import type { Shim } from "../shim.ts";
 import type { ServerExtension } from "../server/extension.ts";
@@ -71,7 +72,7 @@ export async function runSpare<T extends object>(
 ): Promise<void> {
   // long: the spare's life in order (lock, preload, listen, rehearse, watch, vet handoffs);
   // the accept loop shares ten of these locals, so splitting it out would only pass them on
-  const launcher = Deno.env.get("SKIFF_SHIM_LAUNCHER");
+  const launcher = Deno.env.get(LAUNCHER_ENV.launcher);
   if (!launcher || !flags.socket.endsWith(".sock")) {
     throw new Error("-spare needs -socket <dir>/spare-<code>.sock and SKIFF_SHIM_LAUNCHER");
   }
