@@ -51,7 +51,7 @@ export interface ScaleNode {
 /** The CRI handlers: both with their runc state in the instance's private root. */
 function criHandlers(version: string): Record<string, RuntimeConfig> {
   // 1.6's CRI sends a runtime other than io.containerd.runc.v2 only a ConfigPath (see
-  // tests/cri_containerd_test.ts); 1.7+ sends the options table itself.
+  // tests/integration/cri_containerd_test.ts); 1.7+ sends the options table itself.
   const old = version.startsWith("1.6.");
   return {
     [HANDLER.go]: { runtimeType: RUNTIME.go, options: (c) => ({ Root: c.runcRoot }) },

@@ -1,5 +1,5 @@
 /**
- * Helpers for the warm spare's integration tests (tests/spare_containerd_test.ts on the host,
+ * Helpers for the warm spare's integration tests (tests/integration/spare_containerd_test.ts on the host,
  * tests/guest/spare_cgroup_checks.ts in the cgroup v2 guest): a kit that installs the runc
  * example and starts private containerds with it, and probes for the waiting spare, the server
  * that served a container, the spare's counters and containerd's log. Everything waits by

@@ -1,6 +1,6 @@
 /**
  * The warm spare's cgroup behaviour, one function per check, run by
- * tests/spare_containerd_test.ts on the host (cgroup v1 hybrid) and by
+ * tests/integration/spare_containerd_test.ts on the host (cgroup v1 hybrid) and by
  * tests/guest/spare_cgroup_checks.ts in the cgroup v2 guest:
  *
  * - {@linkcode spareSameAsCold}: an adopted spare is indistinguishable from a cold server

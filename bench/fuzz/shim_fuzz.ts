@@ -3,7 +3,7 @@
  * (and, on request, containerd's Go runc shim), one running container per shim, the seeded
  * fuzzer on the shim's socket, then what the shim holds and spends afterwards and whether
  * containerd can still exec in, kill and delete the container. The CI test
- * (tests/ttrpc_fuzz_containerd_test.ts) and `deno task fuzz-ttrpc` share it.
+ * (tests/integration/ttrpc_fuzz_containerd_test.ts) and `deno task fuzz-ttrpc` share it.
  *
  * @example Usage
  * ```ts ignore

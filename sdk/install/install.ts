@@ -201,7 +201,7 @@ export interface BundleLauncherSpec {
  * socket: there is nothing to clean, so the launcher prints that file. Anything else (no answer,
  * the socket still there: a live group server or a dead one's leftover) runs the `delete` action
  * as before. The file names are the TypeScript constants the actions use; the shell is tested
- * against the `delete` action itself (tests/testing_install_test.ts: wherever it answers, the
+ * against the `delete` action itself (tests/unit/install/install_test.ts: wherever it answers, the
  * action would print the same bytes and run nothing).
  *
  * @example Usage

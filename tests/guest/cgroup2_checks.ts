@@ -1,5 +1,5 @@
 // What only a cgroup v2 host can show, run INSIDE the cgroup v2 test guest (sdk/testing/guest.ts)
-// by tests/cgroup2_guest_test.ts: `deno test -A tests/guest/cgroup2_checks.ts` there. Not named
+// by tests/external/cgroup2_guest_test.ts: `deno test -A tests/guest/cgroup2_checks.ts` there. Not named
 // *_test.ts, so the host's own `deno test tests/` does not pick it up; outside the guest every
 // test here fails at once (SKIFF_GUEST unset), so it cannot pass on the wrong host.
 //

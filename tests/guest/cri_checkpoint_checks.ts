@@ -1,5 +1,5 @@
 // Kubernetes' forensic container checkpointing, run INSIDE the cgroup v2 test guest by
-// tests/cgroup2_guest_test.ts (criu refuses the host's kernel; it works in the guest). Not a
+// tests/external/cgroup2_guest_test.ts (criu refuses the host's kernel; it works in the guest). Not a
 // *_test.ts file: the host's `deno test tests/` does not pick it up, and outside the guest every
 // test here fails at once.
 //

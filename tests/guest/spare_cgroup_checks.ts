@@ -1,6 +1,6 @@
 // The warm spare's cgroup handling on cgroup v2, run INSIDE the cgroup v2 test guest by
-// tests/cgroup2_guest_test.ts (not named *_test.ts, so the host's `deno test tests/` skips it;
-// outside the guest it fails at once). The same checks as tests/spare_containerd_test.ts runs
+// tests/external/cgroup2_guest_test.ts (not named *_test.ts, so the host's `deno test tests/` skips it;
+// outside the guest it fails at once). The same checks as tests/integration/spare_containerd_test.ts runs
 // on the cgroup v1 hybrid host, here on containerd 2.1 with the host's installed runc example:
 // an adopted spare lands in containerd's cgroup of the time of `start` (also after containerd
 // moved), and runc options' `shim_cgroup` moves it into that cgroup.

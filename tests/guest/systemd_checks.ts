@@ -1,5 +1,5 @@
 // runc's systemd cgroup driver on cgroup v2, run INSIDE the test guest booted with systemd as
-// its PID 1 (`runInGuest({ init: "systemd" })`) by tests/cgroup2_guest_test.ts. Not a *_test.ts
+// its PID 1 (`runInGuest({ init: "systemd" })`) by tests/external/cgroup2_guest_test.ts. Not a *_test.ts
 // file: the host's `deno test tests/` does not pick it up, and outside such a guest it fails.
 //
 // A container whose cgroupsPath is systemd-style (`slice:prefix:name`) with SystemdCgroup set

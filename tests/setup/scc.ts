@@ -1,5 +1,5 @@
 // Strongly connected components of an import graph (Tarjan's algorithm), shared by the import
-// graph test (tests/import_graph_test.ts) and the tree statistics (bench/tree_stats.ts).
+// graph test (tests/unit/project/import_graph_test.ts) and the tree statistics (bench/tree_stats.ts).
 
 /**
  * The import cycles of `graph`: each strongly connected component with more than one file, or a

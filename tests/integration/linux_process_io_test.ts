@@ -1,0 +1,415 @@
+import assert from "node:assert/strict";
+import { integrationTest } from "../_integration.ts";
+import { mkfifo, preloadLibc } from "../../sdk/linux/libc.ts";
+import { ProcessIo } from "../../sdk/linux/process_io.ts";
+import { parseOutputTarget } from "../../sdk/linux/stdio_uri.ts";
+import { ConsoleSocket } from "../../sdk/linux/console.ts";
+import { busyboxBundle, deadline, run } from "../_linux_support.ts";
+
+preloadLibc(); // bound once per file, so resource sanitizers see no new library
+
+const ctx = { containerId: "c1", namespace: "ns1" };
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+
+/** A temp dir with stdin/stdout/stderr FIFOs, as containerd's client would create them. */
+async function fifos(): Promise<{ dir: string; stdin: string; stdout: string; stderr: string }> {
+  const dir = await Deno.makeTempDir({ prefix: "skiff-io-test-" });
+  for (const name of ["stdin", "stdout", "stderr"]) mkfifo(`${dir}/${name}`, 0o600);
+  return { dir, stdin: `${dir}/stdin`, stdout: `${dir}/stdout`, stderr: `${dir}/stderr` };
+}
+
+/** Reads from `file` until `text` has arrived (FIFOs we hold open never reach EOF). */
+async function readUntil(file: Deno.FsFile, text: string): Promise<string> {
+  let got = "";
+  const buf = new Uint8Array(4096);
+  while (!got.includes(text)) {
+    const n = await file.read(buf);
+    if (n === null) break;
+    got += dec.decode(buf.subarray(0, n));
+  }
+  return got;
+}
+
+/** Reads `file` to end of file, which comes only once ProcessIo closed its end of the FIFO. */
+async function readToEof(file: Deno.FsFile, what: string): Promise<string> {
+  const chunks: Uint8Array[] = [];
+  const read = (async () => {
+    const buf = new Uint8Array(64 * 1024);
+    for (let n; (n = await file.read(buf)) !== null;) chunks.push(buf.slice(0, n));
+  })();
+  await deadline(read, 20_000, `EOF on ${what}`);
+  return dec.decode(new Uint8Array(chunks.flatMap((c) => [...c])));
+}
+
+Deno.test("parseOutputTarget() classifies fifo, file and binary URIs", () => {
+  assert.deepEqual(parseOutputTarget("/run/a/out", "/run/a/err"), {
+    kind: "fifo",
+    stdout: "/run/a/out",
+    stderr: "/run/a/err",
+  });
+  assert.deepEqual(parseOutputTarget("fifo:///run/a/out", ""), {
+    kind: "fifo",
+    stdout: "/run/a/out",
+    stderr: "",
+  });
+  assert.deepEqual(parseOutputTarget("file:///var/log/x%20y.log", "file:///var/log/x%20y.log"), {
+    kind: "file",
+    path: "/var/log/x y.log",
+  });
+  assert.deepEqual(parseOutputTarget("binary-v2:///bin/log?b=2&a=1", ""), {
+    kind: "binary",
+    path: "/bin/log",
+    args: ["b", "2", "a", "1"],
+    requireReady: true,
+  });
+  assert.throws(() => parseOutputTarget("npipe://x", ""), /unsupported scheme "npipe"/);
+});
+
+Deno.test("ProcessIo.open() with empty strings gives null stdio", async () => {
+  const io = await ProcessIo.open({ stdin: "", stdout: "", stderr: "", terminal: false }, ctx);
+  assert.deepEqual(io.stdio, { stdin: "null", stdout: "null", stderr: "null" });
+  await io.close();
+});
+
+Deno.test("ProcessIo.open() names the missing fifo", async () => {
+  await assert.rejects(
+    ProcessIo.open(
+      { stdin: "/nonexistent/skiff/in", stdout: "", stderr: "", terminal: false },
+      ctx,
+    ),
+    /open stdin fifo "\/nonexistent\/skiff\/in": No such file or directory \(ENOENT\)/,
+  );
+});
+
+Deno.test("ProcessIo.close() finishes although the client never opened its fifo ends", async () => {
+  const f = await fifos();
+  try {
+    const io = await deadline(
+      ProcessIo.open({ ...f, terminal: false }, ctx),
+      20_000,
+      "ProcessIo.open on unopened fifos",
+    );
+    assert.deepEqual(io.stdio, { stdin: "piped", stdout: "piped", stderr: "piped" });
+    await deadline(io.close(), 20_000, "ProcessIo.close");
+  } finally {
+    await Deno.remove(f.dir, { recursive: true });
+  }
+});
+
+Deno.test("ProcessIo.close() finishes when a runtime took the streams and never used them", async () => {
+  // A streams runtime whose create fails after streams() (a VM guest refusing the process)
+  // closes none of them; the shim's cleanup must still end.
+  for (const terminal of [false, true]) {
+    const f = await fifos();
+    try {
+      const io = await ProcessIo.open({ ...f, terminal }, ctx);
+      const s = io.streams();
+      assert.ok(s.stdin && s.stdout, "stdin and stdout are handed over");
+      await deadline(io.close(), 20_000, `ProcessIo.close (terminal ${terminal})`);
+    } finally {
+      await Deno.remove(f.dir, { recursive: true });
+    }
+  }
+});
+
+integrationTest(
+  "ProcessIo copies fifo stdin to the process and its stdout/stderr to fifos",
+  { binaries: ["sh"] },
+  async () => {
+    const f = await fifos();
+    const io = await ProcessIo.open({ ...f, terminal: false }, ctx);
+    // The client's ends (ProcessIo already holds the other side, so these opens do not block).
+    const stdout = await Deno.open(f.stdout, { read: true });
+    const stderr = await Deno.open(f.stderr, { read: true });
+    const stdin = await Deno.open(f.stdin, { write: true });
+    try {
+      const child = new Deno.Command("sh", {
+        args: ["-c", 'read line; echo "out:$line"; echo "err:$line" >&2'],
+        ...io.stdio,
+      }).spawn();
+      io.attach(child);
+      await stdin.write(enc.encode("hello\n"));
+      assert.equal((await child.status).code, 0);
+      assert.equal(await io.drain(), true);
+      assert.equal(await readUntil(stdout, "\n"), "out:hello\n");
+      assert.equal(await readUntil(stderr, "\n"), "err:hello\n");
+    } finally {
+      stdin.close();
+      await io.close();
+      stdout.close();
+      stderr.close();
+      await Deno.remove(f.dir, { recursive: true });
+    }
+  },
+);
+
+integrationTest(
+  "ProcessIo.closeStdin() lets the process see EOF once the client closed too",
+  { binaries: ["cat"] },
+  async () => {
+    const f = await fifos();
+    const io = await ProcessIo.open({ ...f, stderr: "", terminal: false }, ctx);
+    const stdout = await Deno.open(f.stdout, { read: true });
+    try {
+      const stdin = await Deno.open(f.stdin, { write: true });
+      const child = new Deno.Command("cat", io.stdio).spawn();
+      io.attach(child);
+      await stdin.write(enc.encode("abc"));
+      stdin.close();
+      assert.equal(await readUntil(stdout, "abc"), "abc");
+      await io.closeStdin(); // CloseIO: the last writer is gone, cat sees EOF and exits
+      assert.equal((await deadline(child.status, 20_000, "cat exit")).code, 0);
+    } finally {
+      await io.close();
+      stdout.close();
+      await Deno.remove(f.dir, { recursive: true });
+    }
+  },
+);
+
+integrationTest(
+  "ProcessIo shares one writer when stdout and stderr are the same fifo",
+  { binaries: ["sh"] },
+  async () => {
+    const f = await fifos();
+    const io = await ProcessIo.open(
+      { stdin: "", stdout: f.stdout, stderr: f.stdout, terminal: false },
+      ctx,
+    );
+    const out = await Deno.open(f.stdout, { read: true });
+    try {
+      assert.deepEqual(io.stdio, { stdin: "null", stdout: "piped", stderr: "piped" });
+      const child = new Deno.Command("sh", { args: ["-c", "echo one; echo two >&2"], ...io.stdio })
+        .spawn();
+      io.attach(child);
+      await child.status;
+      assert.equal(await io.drain(), true);
+      const text = await readUntil(out, "two\n");
+      assert.deepEqual(text.split("\n").filter(Boolean).sort(), ["one", "two"]);
+    } finally {
+      await io.close();
+      out.close();
+      await Deno.remove(f.dir, { recursive: true });
+    }
+  },
+);
+
+integrationTest(
+  "ProcessIo closes stdout/stderr fifos at exit: the client reads all output, then EOF",
+  { binaries: ["sh", "head"] },
+  async () => {
+    for (const shared of [false, true]) {
+      const f = await fifos();
+      const stderrPath = shared ? f.stdout : f.stderr;
+      const io = await ProcessIo.open(
+        { stdin: "", stdout: f.stdout, stderr: stderrPath, terminal: false },
+        ctx,
+      );
+      const out = await Deno.open(f.stdout, { read: true });
+      const err = shared ? undefined : await Deno.open(f.stderr, { read: true });
+      try {
+        // More than a FIFO and a pipe hold, so EOF must wait for every byte to be copied.
+        const child = new Deno.Command("sh", {
+          args: ["-c", "head -c 1000000 /dev/zero | tr '\\0' o; echo; echo bye >&2"],
+          ...io.stdio,
+        }).spawn();
+        io.attach(child);
+        const [stdout, stderr] = await Promise.all([
+          readToEof(out, `stdout fifo (shared: ${shared})`),
+          err ? readToEof(err, "stderr fifo") : Promise.resolve(""),
+        ]);
+        assert.equal((await child.status).code, 0);
+        const all = stdout + stderr;
+        assert.equal(all.split("o").length - 1, 1_000_000);
+        assert.match(all, /bye\n/);
+        assert.equal(await io.drain(), true);
+      } finally {
+        await io.close(); // Delete: closing again is harmless
+        out.close();
+        err?.close();
+        await Deno.remove(f.dir, { recursive: true });
+      }
+    }
+  },
+);
+
+integrationTest(
+  "ProcessIo with file:// appends stdout and stderr to one file",
+  { binaries: ["sh"] },
+  async () => {
+    const dir = await Deno.makeTempDir({ prefix: "skiff-io-test-" });
+    const path = `${dir}/nested/dir/log.txt`;
+    try {
+      await Deno.mkdir(`${dir}/nested/dir`, { recursive: true });
+      await Deno.writeTextFile(path, "before\n");
+      const uri = `file://${path}`;
+      const io = await ProcessIo.open(
+        { stdin: "", stdout: uri, stderr: uri, terminal: false },
+        ctx,
+      );
+      const child = new Deno.Command("sh", { args: ["-c", "echo out; echo err >&2"], ...io.stdio })
+        .spawn();
+      io.attach(child);
+      await child.status;
+      assert.equal(await io.drain(), true);
+      await io.close();
+      const lines = (await Deno.readTextFile(path)).split("\n").filter(Boolean);
+      assert.equal(lines[0], "before");
+      assert.deepEqual(lines.slice(1).sort(), ["err", "out"]);
+      assert.equal((await Deno.stat(path)).mode! & 0o777, 0o644);
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);
+
+/** Writes a logger script that records its env, args and fds 3/4 into `dir`. */
+async function loggerScript(dir: string, ready: "byte" | "eof"): Promise<string> {
+  const path = `${dir}/logger-${ready}.sh`;
+  const signal = ready === "byte" ? "printf x >&5" : "exec 5>&-";
+  await Deno.writeTextFile(
+    path,
+    `#!/bin/sh
+out="$2"
+echo "$CONTAINER_ID $CONTAINER_NAMESPACE $*" > "$out/meta"
+cat <&3 5>&- > "$out/stdout" &
+cat <&4 5>&- > "$out/stderr" &
+exec 3<&- 4<&-
+${signal}
+exec 5>&-
+wait
+`,
+  );
+  await Deno.chmod(path, 0o755);
+  return path;
+}
+
+for (const scheme of ["binary", "binary-v2"] as const) {
+  integrationTest(
+    `ProcessIo with ${scheme}:// runs the logger with fds 3, 4 and 5`,
+    { binaries: ["sh", "cat"] },
+    async () => {
+      const dir = await Deno.makeTempDir({ prefix: "skiff-io-test-" });
+      try {
+        const logger = await loggerScript(dir, scheme === "binary" ? "eof" : "byte");
+        const uri = `${scheme}://${logger}?out=${encodeURIComponent(dir)}&level=debug`;
+        const io = await ProcessIo.open(
+          { stdin: "", stdout: uri, stderr: uri, terminal: false },
+          ctx,
+        );
+        assert.deepEqual(io.stdio, { stdin: "null", stdout: "piped", stderr: "piped" });
+        const child = new Deno.Command("sh", {
+          args: ["-c", "echo out; echo err >&2"],
+          ...io.stdio,
+        })
+          .spawn();
+        io.attach(child);
+        await child.status;
+        assert.equal(await io.drain(), true);
+        await io.close(); // closes fds 3/4 and waits for the logger to exit
+        assert.equal(await Deno.readTextFile(`${dir}/meta`), `c1 ns1 out ${dir} level debug\n`);
+        assert.equal(await Deno.readTextFile(`${dir}/stdout`), "out\n");
+        assert.equal(await Deno.readTextFile(`${dir}/stderr`), "err\n");
+      } finally {
+        await Deno.remove(dir, { recursive: true });
+      }
+    },
+  );
+}
+
+integrationTest(
+  "ProcessIo.open() rejects a missing logger and a binary-v2 logger that never signals ready",
+  { binaries: ["sh", "cat"] },
+  async () => {
+    const dir = await Deno.makeTempDir({ prefix: "skiff-io-test-" });
+    try {
+      const eof = await loggerScript(dir, "eof");
+      const uri = `binary-v2://${eof}?out=${encodeURIComponent(dir)}`;
+      await assert.rejects(
+        ProcessIo.open({ stdin: "", stdout: uri, stderr: uri, terminal: false }, ctx),
+        /closed its wait pipe without signalling ready/,
+      );
+      const missing = `binary://${dir}/no-such-logger`;
+      await assert.rejects(
+        ProcessIo.open({ stdin: "", stdout: missing, stderr: missing, terminal: false }, ctx),
+        new RegExp(`start binary logger "${dir}/no-such-logger": No such file`),
+      );
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);
+
+integrationTest(
+  "ProcessIo carries a runc container's stdio through fifos",
+  { root: true, binaries: ["runc", "/bin/busybox"] },
+  async () => {
+    const bundle = await busyboxBundle({
+      args: ["sh", "-c", 'read line; echo "got:$line"; echo problem >&2'],
+    });
+    const f = await fifos();
+    const io = await ProcessIo.open({ ...f, terminal: false }, { ...ctx, containerId: bundle.id });
+    const stdout = await Deno.open(f.stdout, { read: true });
+    const stderr = await Deno.open(f.stderr, { read: true });
+    const stdin = await Deno.open(f.stdin, { write: true });
+    try {
+      const create = bundle.runc(["create", "--bundle", bundle.dir, bundle.id], io.stdio).spawn();
+      io.attach(create);
+      assert.equal((await create.status).code, 0);
+      await run(bundle.runc(["start", bundle.id], { stderr: "piped" }), "runc start");
+      await stdin.write(enc.encode("ping\n"));
+      // The container exits: its pipes close, copying finishes and the client sees EOF.
+      assert.equal(await readToEof(stdout, "container stdout"), "got:ping\n");
+      assert.equal(await readToEof(stderr, "container stderr"), "problem\n");
+      assert.equal(await io.drain(20_000), true);
+    } finally {
+      stdin.close();
+      await io.close();
+      stdout.close();
+      stderr.close();
+      await bundle.cleanup();
+      await Deno.remove(f.dir, { recursive: true });
+    }
+  },
+);
+
+integrationTest(
+  "ProcessIo.attachPty() copies between the fifos and a runc terminal",
+  { root: true, binaries: ["runc", "/bin/busybox"] },
+  async () => {
+    const bundle = await busyboxBundle({ args: ["sh"], terminal: true });
+    const f = await fifos();
+    const socket = await ConsoleSocket.create();
+    const io = await ProcessIo.open({ ...f, stderr: "", terminal: true }, ctx);
+    const stdout = await Deno.open(f.stdout, { read: true });
+    const stdin = await Deno.open(f.stdin, { write: true });
+    try {
+      assert.deepEqual(io.stdio, { stdin: "null", stdout: "null", stderr: "null" });
+      const master = socket.receiveMaster();
+      await run(
+        bundle.runc(
+          ["create", "--bundle", bundle.dir, "--console-socket", socket.path, bundle.id],
+          io.stdio,
+        ),
+        "runc create",
+      );
+      io.attachPty(await deadline(master, 20_000, "pty master"));
+      await run(bundle.runc(["start", bundle.id], { stderr: "piped" }), "runc start");
+      // A lot of output right before the exit: all of it arrives, then EOF.
+      await stdin.write(enc.encode('echo "x""y"; head -c 300000 /dev/zero | tr "\\0" o; exit 0\n'));
+      const text = await readToEof(stdout, "terminal output");
+      assert.match(text, /(^|\n)xy\r\n/);
+      const longest = Math.max(...(text.match(/o+/g) ?? [""]).map((run) => run.length));
+      assert.equal(longest, 300000);
+      assert.equal(await io.drain(20_000), true);
+    } finally {
+      stdin.close();
+      await io.close();
+      stdout.close();
+      await socket.close();
+      await bundle.cleanup();
+      await Deno.remove(f.dir, { recursive: true });
+    }
+  },
+);
