@@ -155,7 +155,11 @@ export function failureReason(e: unknown): string {
   const msg = (e instanceof Error ? e.message : String(e)).split(/\n\s*\+ actual/)[0]!;
   let line = msg.split("\n").map((l) => l.trim()).filter(Boolean).slice(0, 3).join(" ");
   const a = e as { name?: string; actual?: unknown; expected?: unknown; operator?: string };
-  if (a?.name === "AssertionError" && "expected" in a && "actual" in a && a.operator !== "fail") {
+  // (`assert.ok`'s own values, true and what it got, say nothing its message does not.)
+  const ok = a?.operator === "==" && a.expected === true;
+  if (
+    a?.name === "AssertionError" && "expected" in a && "actual" in a && a.operator !== "fail" && !ok
+  ) {
     // The check's own words (its first line), then both values, quoted alike.
     const first = msg.split("\n")[0]!.trim();
     line = `${first.slice(0, 160)}: expected ${show(a.expected)}, got ${show(a.actual)}`;
