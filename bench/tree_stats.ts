@@ -18,7 +18,7 @@
  *   re-exports, type-only ones included, and `import("...")` with a literal).
  * - Upward imports: BRIEF.md's layer rule by path, rows from the bottom: proto < sdk/ttrpc |
  *   sdk/linux < sdk/shim/*.ts < sdk/shim/{boot,server,spare} < sdk/oci | sdk/ops < mod.ts <
- *   sdk/install < sdk/testing < examples. Older trees' folders are placed where their successors
+ *   sdk/install | sdk/init < sdk/testing < examples. Older trees' folders are placed where their successors
  *   sit (`sdk/runtime/` as `sdk/oci/`, `sdk/shim/actions/` as `sdk/shim/boot/`); files that sat
  *   loose in `sdk/shim/` count as the seam's row, where they were. Imports between the two parts
  *   of one row are counted apart, as sideways.
@@ -256,7 +256,7 @@ const ROWS: string[][][] = [
   [["sdk/shim/boot/", "sdk/shim/server/", "sdk/shim/spare/", "sdk/shim/actions/"]],
   [["sdk/oci/", "sdk/runtime/"], ["sdk/ops/"]],
   [["mod.ts"]],
-  [["sdk/install/"]],
+  [["sdk/install/"], ["sdk/init/"]],
   [["sdk/testing/"]],
   [["examples/"]],
 ];
