@@ -6,7 +6,7 @@
  *
  * The files are read from git (`git ls-tree`, `git cat-file`), never from the work tree, so any
  * revision can be measured without a checkout. The scope is the shipped code and the examples:
- * `mod.ts`, `sdk/`, `proto/` (without the generated `proto/gen/`) and `examples/`.
+ * `mod.ts`, `sdk/`, `proto/` and `examples/`, without generated code (`proto/gen/`, `*_pb.ts`).
  *
  * - Long files: over 500 lines (shown with their code lines: not blank, not comment).
  * - Long functions: over 80 lines, found with the TypeScript compiler's parser (`typescript` in deno.json):
@@ -115,7 +115,7 @@ async function readTree(commit: string): Promise<Map<string, string>> {
     "examples",
   ]))
     .split("\n")
-    .filter((f) => f.endsWith(".ts") && !f.startsWith("proto/gen/"));
+    .filter((f) => f.endsWith(".ts") && !f.startsWith("proto/gen/") && !f.endsWith("_pb.ts"));
   const raw = new TextEncoder().encode(
     await git(["cat-file", "--batch"], names.map((f) => `${commit}:${f}\n`).join("")),
   );

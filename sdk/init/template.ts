@@ -108,6 +108,7 @@ if (import.meta.main) await runShim(new ${cls}());
 `;
 }
 
+// long: the text of the main.ts it writes, one screen of a shim, kept whole to be read as one
 function customMain(name: string): string {
   const cls = `${className(name)}Shim`;
   const opts = `${className(name)}Options`;
