@@ -18,6 +18,7 @@ import type { Logger } from "../logger.ts";
 import type { EventPublisher } from "./events.ts";
 import type { ExitRouter } from "./exits.ts";
 import type { CgroupMembership, ProcessIoSetup, ShimPlatform } from "./platform.ts";
+import { refuseShimCgroup } from "./shim_cgroup.ts";
 import { type ProcessStdioPaths, ShimProcess } from "./process.ts";
 
 export type { RootfsMount } from "./platform.ts";
@@ -128,7 +129,9 @@ export class Container<T = unknown> {
     const onOom = () =>
       events.publish("/tasks/oom", "containerd.events.TaskOOM", { containerId: this.id });
     try {
-      if (!this.runtime.watchOom) this.#notTheShimsCgroup("OOM events");
+      if (!this.runtime.watchOom) {
+        refuseShimCgroup(platform, "OOM events", this.id, this.init.pid, this.initCgroup);
+      }
       const watch = this.runtime.watchOom
         ? await this.runtime.watchOom(this.id, onOom)
         : await platform.watchOom(this.init.pid, onOom);
@@ -357,21 +360,6 @@ export class Container<T = unknown> {
     await p.runtime?.closeStdin?.();
   }
 
-  /**
-   * Unimplemented when the init runs in the shim's own cgroup: the runtime made none for this
-   * container, and the shim's memory, CPU or OOM kills are not the container's to report.
-   */
-  #notTheShimsCgroup(what: string): void {
-    const shared = this.#d.platform.inShimCgroup?.(this.init.pid, this.initCgroup);
-    if (shared === undefined) return;
-    throw statusError(
-      `${what} of container "${this.id}": its init (pid ${this.init.pid}) runs in the shim's ` +
-        `own cgroup (${shared}), not one of its own; a runtime without cgroups reports its own ` +
-        `(ContainerRuntime.${what === "stats" ? "stats" : "watchOom"})`,
-      Code.Unimplemented,
-    );
-  }
-
   /** Keeps the init's cgroups ({@linkcode Container.initCgroup}) when the platform reads stats. */
   keepInitCgroup(): void {
     if (!this.runtime.stats && !this.init.runtime?.exited) {
@@ -388,11 +376,14 @@ export class Container<T = unknown> {
     if (this.init.pid === 0 || exited && (this.runtime.stats || !this.initCgroup)) {
       throw statusError(`container "${this.id}" is not running: no cgroup`, Code.NotFound);
     }
-    if (!this.runtime.stats) this.#notTheShimsCgroup("stats");
+    const { platform } = this.#d;
+    if (!this.runtime.stats) {
+      refuseShimCgroup(platform, "stats", this.id, this.init.pid, this.initCgroup);
+    }
     try {
       return this.runtime.stats
         ? await this.runtime.stats(this.id)
-        : await this.#d.platform.stats(this.init.pid, this.initCgroup);
+        : await platform.stats(this.init.pid, this.initCgroup);
     } catch (e) {
       // A runtime's own status (Unimplemented, Unavailable, ...) reaches the client as it is;
       // anything else means the cgroup could not be read: gone, as containerd's shim says.
