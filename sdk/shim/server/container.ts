@@ -2,8 +2,9 @@
  * A container the shim serves, and the work on its processes: starting its init (or restoring
  * it from a checkpoint) and its execs, signalling them, their terminals and stdin, deleting
  * them with what the container holds (runtime state, OOM watch, rootfs). Creating one (rootfs,
- * stdio, the runtime's create, rollback) is create.ts's. Which exit is whose, and when it is published, is
- * {@link ExitRouter}'s (exits.ts); the Task service finds the container and dispatches.
+ * stdio, the runtime's create, rollback) is create.ts's. Every start goes through
+ * `ExitRouter.track` (exits.ts), which owns which exit is whose and when it is published; the Task
+ * service finds the container and dispatches.
  *
  * @module
  */
@@ -13,12 +14,13 @@ import type { Any, Timestamp } from "@bufbuild/protobuf/wkt";
 import { timestampOf } from "../../../proto/shim_wire.ts";
 import { encodeDeleteResponse } from "../../../proto/wire.ts";
 import { DEAD_SHIM_EXIT_STATUS, RUNTIME_DELETED_FILE } from "../boot/bundle_files.ts";
-import type { ContainerRuntime, RuntimeProcess } from "../runtime.ts";
+import type { ContainerRuntime } from "../runtime.ts";
 import type { Logger } from "../logger.ts";
 import type { EventPublisher } from "./events.ts";
 import type { ExitRouter } from "./exits.ts";
 import type { CgroupMembership, ProcessIoSetup, ShimPlatform } from "./platform.ts";
 import { refuseShimCgroup } from "./shim_cgroup.ts";
+import { sharesPidNamespace } from "./bundle_spec.ts";
 import { type ProcessStdioPaths, ShimProcess } from "./process.ts";
 
 export type { RootfsMount } from "./platform.ts";
@@ -67,36 +69,33 @@ export class Container<T = unknown> {
   readonly init: ShimProcess;
   /** Runtime options in effect for this container. */
   readonly options: T;
-  /** Whether the shim mounted the rootfs (and must unmount it). */
-  rootfsMounted: boolean;
   /** Additional processes by exec id. */
   readonly execs: Map<string, ShimProcess> = new Map();
-  /** Set once the init's exit has been taken in (reaped, or reported by the runtime). */
-  exitReported = false;
+  #rootfsMounted = false;
   /** Releases the OOM watch and other per-container resources. */
-  cleanups: (() => void | Promise<void>)[] = [];
+  #cleanups: (() => void | Promise<void>)[] = [];
   /**
    * Whether the init shares its pid namespace (its other processes outlive it), read from the
    * bundle's spec once, when the container is created, rather than on the init's exit path.
    */
-  sharesPidNamespace?: Promise<boolean>;
+  #sharesPid?: Promise<boolean>;
   /**
    * Kill RPCs of the init still being answered. The init's exit waits for them (as the Go
    * shim's, whose exit takes the lock its Kill holds): containerd deletes the task on that exit
    * and closes the connection, which would otherwise lose a Kill reply still on its way.
    */
-  readonly initKills: Set<Promise<void>> = new Set();
+  readonly #initKills: Set<Promise<void>> = new Set();
   /**
    * Set when containerd created the task from a checkpoint: Start restores the init from
    * this image (as the Go runc shim does) instead of starting a created one.
    */
-  restoreFrom?: { imagePath: string; io: Pick<ProcessIoSetup, "io" | "ready"> };
+  #restoreFrom?: { imagePath: string; io: Pick<ProcessIoSetup, "io" | "ready"> };
   /**
    * The init's cgroups, read once it runs, when the platform reads this container's stats: they
    * outlive the init until the runtime deletes the container, and containerd 2.4 reads an exited
    * task's metrics to tell an OOM kill (as the Go shim, which keeps its cgroup until Delete).
    */
-  initCgroup?: CgroupMembership;
+  #initCgroup?: CgroupMembership;
   readonly #d: ContainerDeps;
 
   /** Creates a container record; `createContainer` (create.ts) creates the container itself. */
@@ -107,7 +106,6 @@ export class Container<T = unknown> {
     runtime: ContainerRuntime;
     process: ShimProcess;
     options: T;
-    rootfsMounted: boolean;
     deps: ContainerDeps;
   }) {
     this.id = init.id;
@@ -116,26 +114,61 @@ export class Container<T = unknown> {
     this.runtime = init.runtime;
     this.init = init.process;
     this.options = init.options;
-    this.rootfsMounted = init.rootfsMounted;
     this.#d = init.deps;
+  }
+
+  /** Whether the shim mounted the rootfs (and unmounts it on delete). */
+  get rootfsMounted(): boolean {
+    return this.#rootfsMounted;
+  }
+
+  /** Kill RPCs of the init still being answered; the init's exit waits for them. */
+  get initKills(): ReadonlySet<Promise<void>> {
+    return this.#initKills;
+  }
+
+  /** Whether the task was created from a checkpoint and Start has not restored it yet. */
+  get restoring(): boolean {
+    return this.#restoreFrom !== undefined;
+  }
+
+  /** Whether the init shares its pid namespace, from the bundle's spec (read once). */
+  sharesPidNamespace(): Promise<boolean> {
+    return this.#sharesPid ??= sharesPidNamespace(this.bundle);
+  }
+
+  /**
+   * What create set up for the container: the rootfs the shim mounted (unmounted on delete), the
+   * checkpoint Start restores from.
+   *
+   * @param held what was set up
+   */
+  hold(
+    held: {
+      rootfsMounted?: true;
+      restoreFrom?: { imagePath: string; io: Pick<ProcessIoSetup, "io" | "ready"> };
+    },
+  ): void {
+    if (held.rootfsMounted) this.#rootfsMounted = true;
+    if (held.restoreFrom) this.#restoreFrom = held.restoreFrom;
   }
 
   /**
    * Publishes this container's OOM kills from now on, watched by the runtime or in the init's
    * cgroup; nothing where neither can watch. Once, after the init is created or restored.
    */
-  async watchOom(): Promise<void> {
+  async #watchOom(): Promise<void> {
     const { platform, events, logger } = this.#d;
     const onOom = () =>
       events.publish("/tasks/oom", "containerd.events.TaskOOM", { containerId: this.id });
     try {
       if (!this.runtime.watchOom) {
-        refuseShimCgroup(platform, "OOM events", this.id, this.init.pid, this.initCgroup);
+        refuseShimCgroup(platform, "OOM events", this.id, this.init.pid, this.#initCgroup);
       }
       const watch = this.runtime.watchOom
         ? await this.runtime.watchOom(this.id, onOom)
         : await platform.watchOom(this.init.pid, onOom);
-      this.cleanups.push(() => watch.close());
+      this.#cleanups.push(() => watch.close());
     } catch (e) {
       logger.debug("oom watch unavailable", { error: (e as Error).message });
     }
@@ -175,8 +208,8 @@ export class Container<T = unknown> {
       );
     }
     if (p.execId) {
-      // exitReported: the init's exit is seen but held back for an exec mid-start.
-      if (this.init.state === "stopped" || this.exitReported) {
+      // The init's exit may be taken in but held back for an exec mid-start.
+      if (this.init.state === "stopped" || this.#d.exits.initExitTaken(this)) {
         throw statusError(
           `cannot start ${p.describe()}: the container's init process has exited`,
           Code.FailedPrecondition,
@@ -184,80 +217,74 @@ export class Container<T = unknown> {
       }
       return await this.#startExec(p);
     }
-    p.beginStart();
-    try {
-      if (this.restoreFrom) await this.#restore(this.restoreFrom);
-      else await this.runtime.start(this.id);
-      p.markStarted();
+    const from = this.#restoreFrom;
+    const announce = () =>
       this.#d.events.publish("/tasks/start", "containerd.events.TaskStart", {
         containerId: this.id,
         pid: p.pid,
       });
-    } finally {
-      p.endStart();
+    if (!from) {
+      await this.#d.exits.track(this, p, {
+        run: () => this.runtime.start(this.id),
+        announce,
+      });
+      return p.pid;
     }
+    // From a checkpoint: the runtime's restore, then the restored init's OOM watch, as Create
+    // does for a fresh one.
+    await this.#d.exits.track(this, p, {
+      run: async () => {
+        const restored = await this.runtime.restore!(this.id, {
+          bundle: this.bundle,
+          imagePath: from.imagePath,
+          workPath: `${this.bundle}/work/criu-work`,
+          noSubreaper: true,
+          io: from.io.io,
+        });
+        await from.io.ready();
+        return restored;
+      },
+      prepare: async () => {
+        this.#restoreFrom = undefined;
+        await this.prepareInit();
+      },
+      announce,
+    });
     return p.pid;
   }
 
-  /**
-   * Start of a task created from a checkpoint: the runtime's restore, then the restored init's
-   * pid and OOM watch, as Create does for a fresh one. An exit of the restored init before its
-   * pid is known waits in the window, as at Create.
-   */
-  async #restore(from: NonNullable<Container["restoreFrom"]>): Promise<void> {
-    const { exits } = this.#d;
-    const window = exits.openWindow();
-    try {
-      const restored = await this.runtime.restore!(this.id, {
-        bundle: this.bundle,
-        imagePath: from.imagePath,
-        workPath: `${this.bundle}/work/criu-work`,
-        noSubreaper: true,
-        io: from.io.io,
-      });
-      await from.io.ready();
-      exits.started(this.init, restored);
-      this.keepInitCgroup();
-      this.restoreFrom = undefined;
-      await this.watchOom();
-      exits.takeEarlyExit(this, this.init, window);
-    } finally {
-      exits.closeWindow(window);
-    }
+  /** Once the init runs: keeps its cgroups when the platform reads stats, and watches for OOM. */
+  async prepareInit(): Promise<void> {
+    this.#keepInitCgroup();
+    await this.#watchOom();
   }
 
   async #startExec(p: ShimProcess): Promise<number> {
-    const { platform, exits, events } = this.#d;
-    p.beginStart();
-    const window = exits.openWindow();
-    try {
-      const io = await platform.openIo(p.stdio, {
-        containerId: this.id,
-        namespace: this.namespace,
-      });
-      p.io = io.handle;
-      let started: RuntimeProcess;
-      try {
-        started = await this.runtime.exec(this.id, p.execId, p.spec, { io: io.io });
-        await io.ready();
-      } catch (e) {
-        await io.handle.close().catch(() => {});
-        p.io = undefined;
-        throw e;
-      }
-      exits.started(p, started);
-      p.markStarted();
-      events.publish("/tasks/exec-started", "containerd.events.TaskExecStarted", {
-        containerId: this.id,
-        execId: p.execId,
-        pid: p.pid,
-      });
-    } finally {
-      exits.closeWindow(window);
-      p.endStart();
-    }
-    // From markStarted on, exits reach the exec directly; one from before is in the window.
-    exits.takeEarlyExit(this, p, window);
+    const { platform, events } = this.#d;
+    await this.#d.exits.track(this, p, {
+      run: async () => {
+        const io = await platform.openIo(p.stdio, {
+          containerId: this.id,
+          namespace: this.namespace,
+        });
+        p.attachIo(io.handle);
+        try {
+          const started = await this.runtime.exec(this.id, p.execId, p.spec, { io: io.io });
+          await io.ready();
+          return started;
+        } catch (e) {
+          await io.handle.close().catch(() => {});
+          p.attachIo(undefined);
+          throw e;
+        }
+      },
+      announce: () =>
+        events.publish("/tasks/exec-started", "containerd.events.TaskExecStarted", {
+          containerId: this.id,
+          execId: p.execId,
+          pid: p.pid,
+        }),
+    });
     return p.pid;
   }
 
@@ -308,11 +335,11 @@ export class Container<T = unknown> {
     if (p.execId) return await this.#killExec(p, signal);
     // Until this returns, the init's exit is held back (see initKills).
     const answered = Promise.withResolvers<void>();
-    this.initKills.add(answered.promise);
+    this.#initKills.add(answered.promise);
     try {
       await this.runtime.kill(this.id, signal, { all });
     } finally {
-      this.initKills.delete(answered.promise);
+      this.#initKills.delete(answered.promise);
       answered.resolve();
     }
   }
@@ -360,10 +387,10 @@ export class Container<T = unknown> {
     await p.runtime?.closeStdin?.();
   }
 
-  /** Keeps the init's cgroups ({@linkcode Container.initCgroup}) when the platform reads stats. */
-  keepInitCgroup(): void {
+  /** Keeps the init's cgroups when the platform reads stats. */
+  #keepInitCgroup(): void {
     if (!this.runtime.stats && !this.init.runtime?.exited) {
-      this.initCgroup = this.#d.platform.cgroupOf?.(this.init.pid);
+      this.#initCgroup = this.#d.platform.cgroupOf?.(this.init.pid);
     }
   }
 
@@ -373,17 +400,17 @@ export class Container<T = unknown> {
    */
   async stats(): Promise<Any> {
     const exited = this.init.state === "stopped";
-    if (this.init.pid === 0 || exited && (this.runtime.stats || !this.initCgroup)) {
+    if (this.init.pid === 0 || exited && (this.runtime.stats || !this.#initCgroup)) {
       throw statusError(`container "${this.id}" is not running: no cgroup`, Code.NotFound);
     }
     const { platform } = this.#d;
     if (!this.runtime.stats) {
-      refuseShimCgroup(platform, "stats", this.id, this.init.pid, this.initCgroup);
+      refuseShimCgroup(platform, "stats", this.id, this.init.pid, this.#initCgroup);
     }
     try {
       return this.runtime.stats
         ? await this.runtime.stats(this.id)
-        : await platform.stats(this.init.pid, this.initCgroup);
+        : await platform.stats(this.init.pid, this.#initCgroup);
     } catch (e) {
       // A runtime's own status (Unimplemented, Unavailable, ...) reaches the client as it is;
       // anything else means the cgroup could not be read: gone, as containerd's shim says.
@@ -476,8 +503,8 @@ export class Container<T = unknown> {
         throw e;
       }
     }
-    for (const fn of this.cleanups) await Promise.resolve(fn()).catch(() => {});
-    if (this.rootfsMounted) await this.#d.platform.unmount(`${this.bundle}/rootfs`);
+    for (const fn of this.#cleanups) await Promise.resolve(fn()).catch(() => {});
+    if (this.#rootfsMounted) await this.#d.platform.unmount(`${this.bundle}/rootfs`);
     // Tells the `delete` action the runtime has nothing left to delete, and what to answer: it
     // (or the launcher, without starting deno) prints this DeleteResponse.
     await Deno.writeFile(

@@ -6,8 +6,7 @@
  * @module
  */
 
-import type { ContainerRuntime } from "../runtime.ts";
-import { sharesPidNamespace } from "./bundle_spec.ts";
+import type { ContainerRuntime, RuntimeProcess } from "../runtime.ts";
 import { Container, type ContainerDeps } from "./container.ts";
 import type { RootfsMount } from "./platform.ts";
 import { ShimProcess } from "./process.ts";
@@ -45,7 +44,6 @@ export async function createContainer<T>(
     list: (c: Container<T>) => void;
   },
 ): Promise<Container<T>> {
-  const { exits } = how.deps;
   const init = new ShimProcess(r.id, "", {
     stdin: r.stdin,
     stdout: r.stdout,
@@ -59,72 +57,71 @@ export async function createContainer<T>(
     runtime: how.runtime,
     process: init,
     options: how.options,
-    rootfsMounted: false,
     deps: how.deps,
   });
   const undo: (() => Promise<void>)[] = [];
-  // Open before the runtime starts the init: it may exit before its pid is known.
-  const window = exits.openWindow();
   try {
-    await prepare(c, r, undo, how.deps);
-    // The OOM watch comes first: until the container is listed, the init's exit waits in the
-    // window, so /tasks/create is always published before /tasks/exit.
-    if (!c.restoreFrom) await c.watchOom();
-    c.sharesPidNamespace = sharesPidNamespace(c.bundle);
+    await how.deps.exits.track(c, init, {
+      creates: true,
+      run: () => prepare(c, r, undo, how.deps),
+      // Until the container is listed, the init's exit waits in the router's window, so the
+      // OOM watch comes first and /tasks/create always goes out before /tasks/exit.
+      prepare: async () => {
+        void c.sharesPidNamespace();
+        if (c.restoring) return;
+        await c.prepareInit();
+      },
+      announce: () => {
+        how.list(c);
+        how.deps.events.publish("/tasks/create", "containerd.events.TaskCreate", {
+          containerId: r.id,
+          bundle: r.bundle,
+          rootfs: r.rootfs,
+          io: { stdin: r.stdin, stdout: r.stdout, stderr: r.stderr, terminal: r.terminal },
+          checkpoint: r.checkpoint,
+          pid: init.pid,
+        });
+      },
+    });
   } catch (e) {
-    exits.closeWindow(window);
     for (const u of undo.reverse()) await u().catch(() => {});
     throw e;
-  }
-  try {
-    how.list(c);
-    how.deps.events.publish("/tasks/create", "containerd.events.TaskCreate", {
-      containerId: r.id,
-      bundle: r.bundle,
-      rootfs: r.rootfs,
-      io: { stdin: r.stdin, stdout: r.stdout, stderr: r.stderr, terminal: r.terminal },
-      checkpoint: r.checkpoint,
-      pid: init.pid,
-    });
-    // The init may already have died (reaped before its pid was known): only an exit from
-    // inside the window can be its own.
-    if (!c.restoreFrom) exits.takeEarlyExit(c, init, window);
-  } finally {
-    exits.closeWindow(window);
   }
   how.deps.logger.info("created", { pid: init.pid });
   return c;
 }
 
-/** Mounts, stdio and the runtime's create; pushes how to undo each step onto `undo`. */
+/**
+ * Mounts, stdio and the runtime's create; pushes how to undo each step onto `undo`. Resolves
+ * with what the runtime created, or nothing for a checkpoint (Start restores it).
+ */
 async function prepare(
   c: Container,
   r: ContainerCreateRequest,
   undo: (() => Promise<void>)[],
   deps: ContainerDeps,
-): Promise<void> {
-  const { platform, exits } = deps;
+): Promise<RuntimeProcess | undefined> {
+  const { platform } = deps;
   const rootfs = `${c.bundle}/rootfs`;
   if (r.rootfs.length > 0) {
     await Deno.mkdir(rootfs, { recursive: true, mode: 0o711 });
     await platform.mount(r.rootfs, rootfs);
-    c.rootfsMounted = true;
+    c.hold({ rootfsMounted: true });
     undo.push(() => platform.unmount(rootfs));
   }
   const io = await platform.openIo(c.init.stdio, {
     containerId: c.id,
     namespace: c.namespace,
   });
-  c.init.io = io.handle;
+  c.init.attachIo(io.handle);
   undo.push(() => io.handle.close());
   // From a checkpoint, Start restores the init (as the Go shim does): nothing runs yet.
   if (r.checkpoint) {
-    c.restoreFrom = { imagePath: r.checkpoint, io };
-    return;
+    c.hold({ restoreFrom: { imagePath: r.checkpoint, io } });
+    return undefined;
   }
   const created = await c.runtime.create(c.id, { bundle: c.bundle, io: io.io });
   undo.push(() => c.runtime.delete(c.id, { force: true }).catch(() => {}));
   await io.ready();
-  exits.started(c.init, created);
-  c.keepInitCgroup();
+  return created;
 }

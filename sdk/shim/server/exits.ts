@@ -22,7 +22,6 @@ import type { Logger } from "../logger.ts";
 import type { ReapedExit, ShimPlatform } from "./platform.ts";
 import type { ProcessExitInfo, ShimProcess } from "./process.ts";
 import type { ContainerRuntime, RuntimeProcess } from "../runtime.ts";
-import { sharesPidNamespace } from "./bundle_spec.ts";
 
 /** Longest an init's exit waits for a Kill reply of that init ({@link RoutedContainer.initKills}). */
 const KILL_REPLY_WAIT_MS = 10_000;
@@ -49,18 +48,14 @@ const OUTPUT_BEFORE_REAPED_EXIT_MS = 500;
 export interface RoutedContainer {
   /** Container id. */
   readonly id: string;
-  /** Bundle directory (its spec says whether the init shares its pid namespace). */
-  readonly bundle: string;
   /** The runtime, to kill the processes that outlive the init. */
   readonly runtime: Pick<ContainerRuntime, "kill">;
   /** The init process. */
   readonly init: ShimProcess;
   /** Execs by id. */
   readonly execs: ReadonlyMap<string, ShimProcess>;
-  /** Set once the init's exit has been taken in. */
-  exitReported: boolean;
-  /** Whether the init shares its pid namespace, once read. */
-  sharesPidNamespace?: Promise<boolean>;
+  /** Whether the init shares its pid namespace (read from the bundle's spec once). */
+  sharesPidNamespace(): Promise<boolean>;
   /** Kill RPCs of the init still being answered; the init's exit waits for them. */
   readonly initKills: ReadonlySet<Promise<void>>;
   /** Execs that have started and not yet exited. */
@@ -80,18 +75,42 @@ export interface ExitRouterDeps {
 }
 
 /**
+ * How a process comes to run, for {@link ExitRouter.track}: the runtime's create of an init,
+ * its Start or restore, or an exec's start.
+ */
+export interface ProcessLaunch {
+  /**
+   * The runtime's create of an init, which runs only at Start: the process stays `created`.
+   * Otherwise it runs from now on (`running`).
+   */
+  readonly creates?: boolean;
+  /**
+   * Asks the runtime to create, start, restore or exec the process; resolves once its I/O is
+   * ready with what the runtime reported, or with nothing when the pid is known already (Start
+   * of a created init).
+   */
+  run(): Promise<RuntimeProcess | void>;
+  /** Runs once the pid is known, before the process is announced (its OOM watch, its cgroup). */
+  prepare?(): Promise<void>;
+  /**
+   * Makes the process known: lists the container and publishes `/tasks/create`, or publishes
+   * `/tasks/start` or `/tasks/exec-started`. Synchronous, so no exit is delivered in between.
+   */
+  announce(): void;
+}
+
+/**
  * Routes exits to the processes of the containers a Task service serves.
  *
  * @example Usage
  * ```ts ignore
  * const exits = new ExitRouter({ platform, events, logger, containers: () => map.values() });
- * const window = exits.openWindow();
- * try {
- *   exits.started(init, await runtime.create(id, { bundle, io }));
- * } finally {
- *   exits.closeWindow(window);
- * }
- * exits.takeEarlyExit(container, init, window);
+ * await exits.track(container, exec, {
+ *   run: () => runtime.exec(id, execId, spec, { io }),
+ *   announce: () => events.publish("/tasks/exec-started", "containerd.events.TaskExecStarted", {
+ *     containerId: id, execId, pid: exec.pid,
+ *   }),
+ * });
  * ```
  */
 export class ExitRouter {
@@ -100,6 +119,8 @@ export class ExitRouter {
   #windows = new Set<ExitWindow>();
   /** Execs whose exit has been claimed (their exit event may still be on its way). */
   #claimed = new WeakSet<ShimProcess>();
+  /** Containers whose init's exit has been taken in (its event may still be on its way). */
+  #initExits = new WeakSet<RoutedContainer>();
   /** Reaped exits of processes whose runtime reports their exit, kept for a failed report. */
   #aside = new WeakMap<ShimProcess, PromiseWithResolvers<ReapedExit>>();
   #unsubscribe: () => void;
@@ -120,48 +141,54 @@ export class ExitRouter {
   }
 
   /**
-   * Opens a window before a runtime starts a process: exits reaped from now on that no known
-   * process claims are kept, as they may be this process's.
+   * Whether `c`'s init has exited as far as the shim knows: its exit is taken in, though its
+   * event may wait (for an exec mid-start, a Kill reply, the last output).
    *
-   * @returns the window, to close once the pid is known (or the start failed)
+   * @param c the container
    */
-  openWindow(): ExitWindow {
+  initExitTaken(c: RoutedContainer): boolean {
+    return this.#initExits.has(c);
+  }
+
+  /**
+   * Every process comes to run through here: the init's create, its Start or restore, an exec's
+   * start. It opens an {@link ExitWindow} before the runtime is asked (the process may exit,
+   * and be reaped, before its pid is known), holds the process's exits back until it is
+   * announced (containerd requires `/tasks/create` or `/tasks/start` before `/tasks/exit`),
+   * records its pid and start time, and then hands over the exit the window kept for it, or
+   * awaits the exit its runtime reports.
+   *
+   * @param c the container, listed by the time `launch.announce` returns
+   * @param p its init or exec
+   * @param launch the runtime's part and the announcement
+   */
+  async track(c: RoutedContainer, p: ShimProcess, launch: ProcessLaunch): Promise<void> {
+    p.beginStart();
     const window = new ExitWindow(this.#d.platform.bootTicks?.());
     this.#windows.add(window);
-    return window;
-  }
-
-  /**
-   * Stops collecting into `window`; what it holds can still be taken.
-   *
-   * @param window an open window
-   */
-  closeWindow(window: ExitWindow): void {
-    this.#windows.delete(window);
-  }
-
-  /**
-   * Records what the runtime started for `p`: its pid, and where its exit will come from.
-   *
-   * @param p the process
-   * @param rp what the runtime reported
-   */
-  started(p: ShimProcess, rp: RuntimeProcess): void {
-    p.runtime = rp;
-    p.setPid(rp.pid);
-    // A pid the runtime reports with its own exit may not be a host pid: no start time.
-    if (!rp.exited) p.startTime = this.#d.platform.startTimeOf?.(rp.pid);
+    let known = false;
+    try {
+      const rp = await launch.run();
+      if (rp) {
+        // A pid the runtime reports with its own exit may not be a host pid: no start time.
+        p.started(rp, rp.exited ? undefined : this.#d.platform.startTimeOf?.(rp.pid));
+        known = true;
+      }
+      await launch.prepare?.();
+      if (!launch.creates) p.markStarted();
+      launch.announce();
+    } finally {
+      this.#windows.delete(window);
+      p.endStart();
+    }
+    if (known) this.#takeEarlyExit(c, p, window);
   }
 
   /**
    * Once `p`'s pid is known (and `c` is listed): awaits the exit its runtime reports, or hands
    * over the reaped exit `window` holds for it, if any.
-   *
-   * @param c the container
-   * @param p its init or exec
-   * @param window the window opened before `p` was started
    */
-  takeEarlyExit(c: RoutedContainer, p: ShimProcess, window: ExitWindow): void {
+  #takeEarlyExit(c: RoutedContainer, p: ShimProcess, window: ExitWindow): void {
     const exited = p.runtime?.exited;
     if (exited) {
       void this.#runtimeExit(c, p, exited);
@@ -170,7 +197,7 @@ export class ExitRouter {
     const early = window.take(p.pid, p.startTime);
     if (!early) return;
     if (p.execId === "") {
-      void this.initExited(c, early);
+      void this.#initExited(c, early);
       return;
     }
     this.#claimed.add(p);
@@ -193,7 +220,7 @@ export class ExitRouter {
       // Several inits can share a pid (gVisor: a pod's containers run in the sandbox's
       // process); when it exits, they all have.
       const init = c.init;
-      if (init.pid !== 0 && !c.exitReported && isExitOf(exit, init.pid, init.startTime)) {
+      if (init.pid !== 0 && !this.#initExits.has(c) && isExitOf(exit, init.pid, init.startTime)) {
         inits.push(c);
       }
       for (const p of c.execs.values()) {
@@ -211,7 +238,7 @@ export class ExitRouter {
     for (const c of inits) {
       // The runtime reports this init's exit; the reaper's is kept for a failed report.
       if (c.init.runtime?.exited) this.#reapedAside(c.init).resolve(exit);
-      else void this.initExited(c, exit);
+      else void this.#initExited(c, exit);
     }
     return inits.length > 0;
   }
@@ -245,7 +272,7 @@ export class ExitRouter {
     const exit = { status, exitedAt: new Date() };
     // A runtime that carries the output itself (an agent's stream calls) races its exit report
     // against the last bytes: they get longer to land than a local copy.
-    if (p.execId === "") return await this.initExited(c, exit, OUTPUT_BEFORE_EXIT_MS);
+    if (p.execId === "") return await this.#initExited(c, exit, OUTPUT_BEFORE_EXIT_MS);
     if (this.#claimed.has(p)) return;
     this.#claimed.add(p);
     await this.#execExited(c, p, exit, OUTPUT_BEFORE_EXIT_MS);
@@ -278,14 +305,14 @@ export class ExitRouter {
    * @param exit how its init ended
    * @param outputWaitMs longest its output may still take to land (see {@link outputLanded})
    */
-  async initExited(
+  async #initExited(
     c: RoutedContainer,
     exit: ProcessExitInfo,
     outputWaitMs: number = OUTPUT_BEFORE_REAPED_EXIT_MS,
   ): Promise<void> {
     // Reported once; a second report (a late one) changes nothing.
-    if (c.exitReported) return;
-    c.exitReported = true;
+    if (this.#initExits.has(c)) return;
+    this.#initExits.add(c);
     const p = c.init;
     await p.startSettled();
     // Like the Go shim, hold the init's exit while an exec is mid-start (containerd #10589):
@@ -295,7 +322,7 @@ export class ExitRouter {
     // (the Go shim does too). Execs die with a private one; kill them anyway if they did not.
     if (
       c.runningExecs().length > 0 ||
-      await (c.sharesPidNamespace ??= sharesPidNamespace(c.bundle))
+      await c.sharesPidNamespace()
     ) {
       await c.runtime.kill(c.id, 9, { all: true }).catch(() => {});
       await Promise.race([

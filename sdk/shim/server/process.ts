@@ -51,7 +51,8 @@ export interface ProcessIoHandle {
  * import { strictEqual } from "node:assert/strict";
  * import { ShimProcess } from "./process.ts";
  * const p = new ShimProcess("c1", "", { stdin: "", stdout: "", stderr: "", terminal: false });
- * p.markStarted(42);
+ * p.started({ pid: 42 }, undefined);
+ * p.markStarted();
  * p.markExited({ status: 3, exitedAt: new Date() });
  * strictEqual(p.state, "stopped");
  * strictEqual(p.exit?.status, 3);
@@ -66,14 +67,10 @@ export class ShimProcess {
   readonly stdio: ProcessStdioPaths;
   /** OCI process spec (execs only). */
   readonly spec: unknown;
-  /** The process id once known, else 0. */
-  pid = 0;
-  /** The process's start time in clock ticks since boot, when it could be read with the pid. */
-  startTime: number | undefined;
-  /** I/O plumbing, once set up. */
-  io: ProcessIoHandle | undefined;
-  /** What the runtime reported for this process once created (its exit, signals, terminal). */
-  runtime: RuntimeProcess | undefined;
+  #pid = 0;
+  #startTime: number | undefined;
+  #io: ProcessIoHandle | undefined;
+  #runtime: RuntimeProcess | undefined;
   #state: ProcessState = "created";
   #exit: ProcessExitInfo | undefined;
   #exited: PromiseWithResolvers<ProcessExitInfo> = Promise.withResolvers();
@@ -94,6 +91,26 @@ export class ShimProcess {
     return this.execId || this.containerId;
   }
 
+  /** The process id once known, else 0. */
+  get pid(): number {
+    return this.#pid;
+  }
+
+  /** The process's start time in clock ticks since boot, when it could be read with the pid. */
+  get startTime(): number | undefined {
+    return this.#startTime;
+  }
+
+  /** I/O plumbing, once set up. */
+  get io(): ProcessIoHandle | undefined {
+    return this.#io;
+  }
+
+  /** What the runtime reported for this process once created (its exit, signals, terminal). */
+  get runtime(): RuntimeProcess | undefined {
+    return this.#runtime;
+  }
+
   /** Current state. */
   get state(): ProcessState {
     return this.#state;
@@ -109,7 +126,18 @@ export class ShimProcess {
     return this.#exited.promise;
   }
 
-  /** Marks the beginning of Start; exits are held back until {@link endStart}. */
+  /**
+   * Keeps the I/O set up for the process (closed on delete), or forgets it when its start failed.
+   *
+   * @param io the handles; undefined to forget them
+   */
+  attachIo(io: ProcessIoHandle | undefined): void {
+    this.#io = io;
+  }
+
+  /**
+   * Holds back exits until {@link ShimProcess.endStart} (only `ExitRouter.track` (exits.ts) calls it).
+   */
   beginStart(): void {
     this.#starting = Promise.withResolvers();
   }
@@ -125,14 +153,20 @@ export class ShimProcess {
     await this.#starting?.promise;
   }
 
-  /** Records the pid after create (init) or start (exec). */
-  setPid(pid: number): void {
-    this.pid = pid;
+  /**
+   * Records what the runtime created or started (only `ExitRouter.track` (exits.ts) calls it).
+   *
+   * @param rp the runtime's report: the pid, and where the exit comes from
+   * @param startTime the pid's start time, when it could be read
+   */
+  started(rp: RuntimeProcess, startTime: number | undefined): void {
+    this.#runtime = rp;
+    this.#pid = rp.pid;
+    this.#startTime = startTime;
   }
 
   /** The process is running. */
-  markStarted(pid?: number): void {
-    if (pid !== undefined) this.pid = pid;
+  markStarted(): void {
     if (this.#state === "created") this.#state = "running";
   }
 
