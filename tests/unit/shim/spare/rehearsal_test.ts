@@ -12,7 +12,11 @@ class NoRuntimeShim extends RuncShim {
   }
 }
 
-/** Our children, across all threads (the rehearsal's `sh` and `sleep` must be gone). */
+/**
+ * Our children that can be the rehearsal's (its `sh`, which names the rehearsal's pid file, and
+ * the `sleep 30` it leaves), across all threads: `deno test --parallel` runs other files' tests,
+ * and their children, in this process at the same time.
+ */
 function children(): number[] {
   const pids: number[] = [];
   for (const t of Deno.readDirSync(`/proc/${Deno.pid}/task`)) {
@@ -21,7 +25,14 @@ function children(): number[] {
       pids.push(...text.split(" ").filter((w) => w !== "").map(Number));
     } catch { /* thread gone */ }
   }
-  return pids;
+  return pids.filter((pid) => {
+    try {
+      const argv = Deno.readTextFileSync(`/proc/${pid}/cmdline`).split("\0");
+      return argv.some((a) => a.includes("skiff-rehearsal-")) || argv.join(" ") === "sleep 30 ";
+    } catch {
+      return false; // gone
+    }
+  });
 }
 
 /**
