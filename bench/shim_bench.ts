@@ -34,7 +34,7 @@ import { benchInstallOptions } from "./install_options.ts";
 import { ensureRustShim, RUST_MISSING, RUST_RUNTIME } from "./rust_shim.ts";
 import { processMemory } from "../sdk/linux/smaps.ts";
 import { readSpareStatsSync, spareDir } from "../sdk/shim/spare/mod.ts";
-import { shimSocketAddress, socketPath } from "../sdk/shim/boot/socket_address.ts";
+import { shimSocketAddress, socketPath } from "../sdk/shim/contract/socket_address.ts";
 
 /** Results for one shim. */
 export interface ShimBenchRow {

@@ -37,10 +37,10 @@
 // long: over 500 lines with its runnable JSDoc examples; the code (~290 lines) is one concept,
 // writing the launchers
 
-import { sha256Hex } from "../shim/boot/sha256.ts";
-import { RUNTIME_DELETED_FILE } from "../shim/boot/bundle_files.ts";
-import { ADDRESS_FILE } from "../shim/boot/socket_address.ts";
-import { LAUNCHER_ENV as E } from "../shim/launcher_env.ts";
+import { sha256Hex } from "../shim/contract/sha256.ts";
+import { RUNTIME_DELETED_FILE } from "../shim/contract/bundle_files.ts";
+import { ADDRESS_FILE } from "../shim/contract/socket_address.ts";
+import { LAUNCHER_ENV as E } from "../shim/contract/launcher_env.ts";
 
 /**
  * Options of {@linkcode installShims}.

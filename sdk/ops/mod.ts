@@ -57,7 +57,7 @@ export {
   opsSettings,
 } from "./extension.ts";
 export type { OpsContainerView, OpsProcessView, ShimOpsContext } from "./hooks.ts";
-export { OPS_SOCKET_SUFFIX, opsSocketPath } from "../shim/boot/socket_address.ts";
+export { OPS_SOCKET_SUFFIX, opsSocketPath } from "../shim/contract/socket_address.ts";
 export {
   serveUnixHttp,
   unixGet,

@@ -12,7 +12,7 @@
 
 import { Hono } from "hono";
 import { EXPOSITION_CONTENT_TYPE, mountGetRoutes } from "./_routes.ts";
-import { OPS_SOCKET_SUFFIX } from "../shim/boot/socket_address.ts";
+import { OPS_SOCKET_SUFFIX } from "../shim/contract/socket_address.ts";
 import {
   type Counter,
   type Gauge,

@@ -14,7 +14,7 @@ import * as taskEvents from "../../proto/gen/containerd/events/task_pb.ts";
 import type { PublisherStats, QueuedEvent } from "../shim/server/events.ts";
 import type { Logger } from "../shim/logger.ts";
 import type { OpsContainerView, OpsProcessView, ShimOpsContext } from "./hooks.ts";
-import { opsSocketPath } from "../shim/boot/socket_address.ts";
+import { opsSocketPath } from "../shim/contract/socket_address.ts";
 import { rpcInterceptor } from "./rpc.ts";
 import { liveProcesses, ShimMetrics } from "./shim_metrics.ts";
 import type { UnixHttpServer } from "./unix_http.ts";

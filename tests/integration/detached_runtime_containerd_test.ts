@@ -25,7 +25,7 @@ import { createFifoSet, readFifo } from "../../sdk/testing/fifo_set.ts";
 import { EventRecorder } from "../../sdk/testing/conformance/events.ts";
 import { ctrRun } from "../../sdk/testing/ctr.ts";
 import { installExampleShims } from "../../sdk/install/examples.ts";
-import { ADDRESS_FILE, socketPath } from "../../sdk/shim/boot/socket_address.ts";
+import { ADDRESS_FILE, socketPath } from "../../sdk/shim/contract/socket_address.ts";
 import { processAlive } from "../../sdk/linux/proc_stat.ts";
 import { ProcessDetailsSchema } from "../../proto/gen/containerd/runc/v1/oci_pb.ts";
 import { Status } from "../../proto/gen/containerd/types/task/task_pb.ts";

@@ -15,7 +15,7 @@ import {
 import { ctrRun } from "../../sdk/testing/ctr.ts";
 import { installExampleShims } from "../../sdk/install/examples.ts";
 import { type MetricFamily, parseExposition } from "../../sdk/ops/metrics.ts";
-import { opsSocketPath } from "../../sdk/shim/boot/socket_address.ts";
+import { opsSocketPath } from "../../sdk/shim/contract/socket_address.ts";
 import { serveMonitor } from "../../sdk/ops/monitor.ts";
 import { unixGet } from "../../sdk/ops/unix_http.ts";
 

@@ -7,7 +7,7 @@ import { exists, integrationTest } from "../_integration.ts";
 import { ShimHarness } from "../../sdk/testing/harness.ts";
 import { installExampleShims } from "../../sdk/install/examples.ts";
 import { parseExposition } from "../../sdk/ops/metrics.ts";
-import { opsSocketPath } from "../../sdk/shim/boot/socket_address.ts";
+import { opsSocketPath } from "../../sdk/shim/contract/socket_address.ts";
 import { unixGet } from "../../sdk/ops/unix_http.ts";
 
 const LAUNCHER = "containerd-shim-skiff-runc-v2";

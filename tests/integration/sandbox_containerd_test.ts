@@ -15,7 +15,7 @@ import { installExampleShims } from "../../sdk/install/examples.ts";
 import { OptionsSchema as RuncOptionsSchema } from "../../proto/gen/containerd/runc/v1/oci_pb.ts";
 import { OptionsSchema as CriOptionsSchema } from "../../proto/gen/runtimeoptions/v1/api_pb.ts";
 import { MetricsSchema as CgroupsV1MetricsSchema } from "../../proto/gen/io/containerd/cgroups/v1/metrics_pb.ts";
-import { shimSocketAddress, socketPath } from "../../sdk/shim/boot/socket_address.ts";
+import { shimSocketAddress, socketPath } from "../../sdk/shim/contract/socket_address.ts";
 import { createTtrpcTransport } from "../../sdk/ttrpc/transport.ts";
 import { createClient } from "@connectrpc/connect";
 import { Sandbox } from "../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts";

@@ -19,7 +19,7 @@ import {
 } from "../../sdk/testing/containerd.ts";
 import { createBusyboxBundle, mountsUnder } from "../../sdk/testing/bundle.ts";
 import { installExampleShims } from "../../sdk/install/examples.ts";
-import { shimSocketAddress, socketPath } from "../../sdk/shim/boot/socket_address.ts";
+import { shimSocketAddress, socketPath } from "../../sdk/shim/contract/socket_address.ts";
 
 const NS = "skiff-go";
 const SANDBOX = "pod";

@@ -8,14 +8,19 @@
  */
 
 import { encodeDeleteResponse } from "../../../proto/wire.ts";
-import type { ShimFlags } from "./flags.ts";
+import type { ShimFlags } from "../contract/flags.ts";
 import type { Shim } from "../shim.ts";
 import { Logger } from "../logger.ts";
-import { groupKey, socketAlive } from "./server_socket.ts";
-import { ADDRESS_FILE, opsSocketPath, shimSocketAddress, socketPath } from "./socket_address.ts";
-import { DEAD_SHIM_EXIT_STATUS, RUNTIME_DELETED_FILE } from "./bundle_files.ts";
+import { groupKey, socketAlive } from "../contract/server_socket.ts";
+import {
+  ADDRESS_FILE,
+  opsSocketPath,
+  shimSocketAddress,
+  socketPath,
+} from "../contract/socket_address.ts";
+import { DEAD_SHIM_EXIT_STATUS, RUNTIME_DELETED_FILE } from "../contract/bundle_files.ts";
 
-export { DEAD_SHIM_EXIT_STATUS } from "./bundle_files.ts";
+export { DEAD_SHIM_EXIT_STATUS } from "../contract/bundle_files.ts";
 
 /**
  * Runs `delete` and returns the marshalled `DeleteResponse`.

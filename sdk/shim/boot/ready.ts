@@ -11,7 +11,7 @@
  *
  * @module
  */
-import { LAUNCHER_ENV } from "../launcher_env.ts";
+import { LAUNCHER_ENV } from "../contract/launcher_env.ts";
 
 /** The environment variable naming `start`'s ready socket to the server it spawns. */
 export const READY_SOCKET_ENV: typeof LAUNCHER_ENV.readySocket = LAUNCHER_ENV.readySocket;

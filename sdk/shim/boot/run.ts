@@ -7,7 +7,7 @@
  */
 
 import { SKIFF_VERSION } from "../version.ts";
-import { parseShimFlags, type ShimFlags } from "./flags.ts";
+import { parseShimFlags, type ShimFlags } from "../contract/flags.ts";
 import type { Shim } from "../shim.ts";
 import type { ServerExtension } from "../server/extension.ts";
 

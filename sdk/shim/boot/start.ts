@@ -7,7 +7,7 @@
  * @module
  */
 
-import { LAUNCHER_ENV } from "../launcher_env.ts";
+import { LAUNCHER_ENV } from "../contract/launcher_env.ts";
 import type { Any } from "@bufbuild/protobuf/wkt";
 import type { BootstrapParams } from "../../../proto/gen/containerd/runtime/bootstrap/v1/bootstrap_pb.ts";
 import {
@@ -16,7 +16,7 @@ import {
   decodeRuncOptions,
   encodeBootstrapResult,
 } from "../../../proto/wire.ts";
-import type { ShimFlags } from "./flags.ts";
+import type { ShimFlags } from "../contract/flags.ts";
 import { endpointJson, type TaskApiEndpoint } from "../endpoint.ts";
 import { bareTypeName, resolveOptions, RUNC_OPTIONS_TYPE } from "../options.ts";
 import type { Shim } from "../shim.ts";
@@ -25,15 +25,15 @@ import {
   DEFAULT_SOCKET_DIR,
   shimSocketAddress,
   socketPath,
-} from "./socket_address.ts";
+} from "../contract/socket_address.ts";
 import { setOomScoreAdj, shimOomScore } from "../../linux/oom_score.ts";
 import { niceOf } from "../../linux/proc_stat.ts";
 import { containerdProcess, handOffToSpare, SPARE_DAEMON_ENV } from "../spare/handoff.ts";
-import { containerdVersion } from "./containerd_version.ts";
-import { groupKey, pathPresent, socketAlive } from "./server_socket.ts";
+import { containerdVersion } from "../contract/containerd_version.ts";
+import { groupKey, pathPresent, socketAlive } from "../contract/server_socket.ts";
 import { listenReady, READY_SOCKET_ENV, type ReadyListener } from "./ready.ts";
 
-export { GROUP_ANNOTATIONS, groupKey, socketAlive } from "./server_socket.ts";
+export { GROUP_ANNOTATIONS, groupKey, socketAlive } from "../contract/server_socket.ts";
 
 /** Which protocol dialect containerd spoke on `start`'s stdin. */
 export interface StartInput {

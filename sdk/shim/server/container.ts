@@ -13,7 +13,7 @@ import { asStatusError, Code, isStatusError, statusError } from "../../ttrpc/sta
 import type { Any, Timestamp } from "@bufbuild/protobuf/wkt";
 import { timestampOf } from "../../../proto/shim_wire.ts";
 import { encodeDeleteResponse } from "../../../proto/wire.ts";
-import { DEAD_SHIM_EXIT_STATUS, RUNTIME_DELETED_FILE } from "../boot/bundle_files.ts";
+import { DEAD_SHIM_EXIT_STATUS, RUNTIME_DELETED_FILE } from "../contract/bundle_files.ts";
 import type { ContainerRuntime } from "../runtime.ts";
 import type { Logger } from "../logger.ts";
 import type { EventPublisher } from "./events.ts";

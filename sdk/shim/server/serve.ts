@@ -8,12 +8,12 @@
 import { exitWhenAbandoned } from "./abandoned.ts";
 import { TtrpcServer } from "../../ttrpc/server.ts";
 import { Reaper } from "../../linux/reaper.ts";
-import type { ShimFlags } from "../boot/flags.ts";
+import type { ShimFlags } from "../contract/flags.ts";
 import { EventPublisher } from "./events.ts";
 import type { Shim } from "../shim.ts";
 import { linuxPlatform } from "./linux_platform.ts";
-import { shimSocketAddress, socketPath } from "../boot/socket_address.ts";
-import { groupKey } from "../boot/server_socket.ts";
+import { shimSocketAddress, socketPath } from "../contract/socket_address.ts";
+import { groupKey } from "../contract/server_socket.ts";
 import { formatTaskApiEndpoint, type TaskApiEndpoint } from "../endpoint.ts";
 import { trimMemoryLater } from "../../linux/memory_trim.ts";
 import type { ServerExtension } from "./extension.ts";

@@ -8,7 +8,7 @@
 
 import { O, open } from "../../linux/libc.ts";
 import { FdStream } from "../../linux/fd_stream.ts";
-import type { ShimFlags } from "../boot/flags.ts";
+import type { ShimFlags } from "../contract/flags.ts";
 import { Logger } from "../logger.ts";
 
 /**

@@ -10,7 +10,7 @@ import type { HandlerContext } from "@connectrpc/connect";
 import type { Sandbox } from "../../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts";
 import { shimCodec, type ShimWireTypes, TASK_SERVICE } from "../../../proto/shim_wire.ts";
 import type { TtrpcServer, WireMethod } from "../../ttrpc/server.ts";
-import type { ShimFlags } from "../boot/flags.ts";
+import type { ShimFlags } from "../contract/flags.ts";
 import { formatTaskApiEndpoint, type TaskApiEndpoint } from "../endpoint.ts";
 import type { Logger } from "../logger.ts";
 import type { Shim } from "../shim.ts";

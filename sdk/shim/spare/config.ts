@@ -8,9 +8,9 @@
  * @module
  */
 
-import { LAUNCHER_ENV } from "../launcher_env.ts";
-import { sha256Hex } from "../boot/sha256.ts";
-import { DEFAULT_SOCKET_DIR } from "../boot/socket_address.ts";
+import { LAUNCHER_ENV } from "../contract/launcher_env.ts";
+import { sha256Hex } from "../contract/sha256.ts";
+import { DEFAULT_SOCKET_DIR } from "../contract/socket_address.ts";
 
 /** Where one shim binary's spare lives for one containerd, and how it behaves. */
 export interface SpareConfig {

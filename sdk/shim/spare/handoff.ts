@@ -10,7 +10,7 @@
  * @module
  */
 
-import { LAUNCHER_ENV } from "../launcher_env.ts";
+import { LAUNCHER_ENV } from "../contract/launcher_env.ts";
 import { loadSpareConfig, type SpareConfig } from "./config.ts";
 import { processStartTime } from "../../linux/proc_stat.ts";
 

@@ -4,7 +4,8 @@
  * call, and a spare adopted cold answered the first container's Create ~12 ms slower than a
  * second container's in the same server. Before it waits, the spare therefore serves one
  * pretend container through the server's own code: ttrpc framing and dispatch over a unix
- * socket, the Task API's messages, {@linkcode TaskService}, the reaper's exit path, stdio
+ * socket, the Task API's messages, the services as the server registers them (`registerServices`,
+ * so nothing here mirrors the server), the reaper's exit path, stdio
  * set-up, the OOM watch and event forwarding. Only the runtime is a stand-in (a `sleep` the spare
  * reaps, as runc's init is reaped), so nothing outside the spare's own directory is touched.
  *
@@ -15,7 +16,8 @@ import { EVENTS_SERVICE, shimCodec, TASK_SERVICE } from "../../../proto/shim_wir
 import type { WireInit } from "../../../proto/wire_table.ts";
 import { TtrpcServer } from "../../ttrpc/server.ts";
 import { TtrpcWireClient } from "../../ttrpc/wire_client.ts";
-import { wireMethods } from "../server/services.ts";
+import { registerServices, wireMethods } from "../server/services.ts";
+import { parseShimFlags } from "../contract/flags.ts";
 import type { Reaper } from "../../linux/reaper.ts";
 import { EventPublisher } from "../server/events.ts";
 import { Logger } from "../logger.ts";
@@ -23,7 +25,6 @@ import { linuxPlatform } from "../server/linux_platform.ts";
 import type { ContainerRuntime } from "../runtime.ts";
 import type { ShimPlatform } from "../server/platform.ts";
 import type { Shim } from "../shim.ts";
-import { TaskService } from "../server/task_service.ts";
 
 /** How long a rehearsal may take before the spare gives up on it and waits anyway. */
 const REHEARSAL_MS = 5_000;
@@ -113,18 +114,22 @@ async function run<T extends object>(
 
   let initPid = 0;
   const runtime = stageRuntime(platform, () => initPid, (pid) => initPid = pid);
-  const tasks = new TaskService<T>({
+  // The server's own registration (services.ts), so what the spare warms is what will serve.
+  const server = new TtrpcServer({ requireSameUser: true });
+  const socket = `${work}/task.sock`;
+  const { tasks } = registerServices<T>(server, {
     shim: Object.assign(Object.create(shim) as Shim<T>, { runtime: () => runtime }),
+    flags: { ...parseShimFlags([]), namespace: "rehearsal", id: "rehearsal", bundle: work },
+    logger,
+    bundle: work,
+    endpoint: { address: `unix://${socket}`, version: shim.taskApiVersion, protocol: "ttrpc" },
+    socket,
     platform,
     events: publisher,
-    logger,
-    namespace: "rehearsal",
-    onShutdown: () => {},
+    shutdown: () => {},
   });
   closers.push(() => tasks.close());
-  const server = new TtrpcServer({ requireSameUser: true });
-  server.registerWire(TASK_SERVICE.typeName, wireMethods(TASK_SERVICE, tasks.impl()));
-  await server.listen(`${work}/task.sock`);
+  await server.listen(socket);
   closers.push(() => server.close({ timeoutMs: 500 }));
   closers.push(() => {
     if (initPid > 0) platform.kill(initPid, 9);

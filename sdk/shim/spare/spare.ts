@@ -12,8 +12,8 @@
  * @module
  */
 
-import { LAUNCHER_ENV } from "../launcher_env.ts";
-import type { ShimFlags } from "../boot/flags.ts";
+import { LAUNCHER_ENV } from "../contract/launcher_env.ts";
+import type { ShimFlags } from "../contract/flags.ts";
 import type { Shim } from "../shim.ts";
 import type { ServerExtension } from "../server/extension.ts";
 import { spareIdleSeconds } from "./config.ts";
@@ -33,7 +33,7 @@ import { effectiveIds, PeerCredentialResolver } from "../../ttrpc/_peer_cred.ts"
 import { joinCgroup, joinCgroupsOf } from "../../linux/cgroup_join.ts";
 import { setOomScoreAdj } from "../../linux/oom_score.ts";
 import { niceOf, setAutogroupNice, setProcessNice } from "../../linux/nice.ts";
-import { containerdVersion } from "../boot/containerd_version.ts";
+import { containerdVersion } from "../contract/containerd_version.ts";
 import { trimMemory } from "../../linux/memory_trim.ts";
 
 /**

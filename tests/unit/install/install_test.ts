@@ -9,11 +9,11 @@ import {
 } from "../../../sdk/install/install.ts";
 import { parseInstallArgs } from "../../../sdk/install/cli.ts";
 import { launcherCodeId } from "../../../sdk/shim/spare/mod.ts";
-import { sha256Hex } from "../../../sdk/shim/boot/sha256.ts";
+import { sha256Hex } from "../../../sdk/shim/contract/sha256.ts";
 import { runDelete } from "../../../sdk/shim/boot/delete.ts";
-import { RUNTIME_DELETED_FILE } from "../../../sdk/shim/boot/bundle_files.ts";
-import { ADDRESS_FILE } from "../../../sdk/shim/boot/socket_address.ts";
-import { parseShimFlags } from "../../../sdk/shim/boot/flags.ts";
+import { RUNTIME_DELETED_FILE } from "../../../sdk/shim/contract/bundle_files.ts";
+import { ADDRESS_FILE } from "../../../sdk/shim/contract/socket_address.ts";
+import { parseShimFlags } from "../../../sdk/shim/contract/flags.ts";
 import type { Shim } from "../../../sdk/shim/shim.ts";
 import { Logger } from "../../../sdk/shim/logger.ts";
 

@@ -9,7 +9,7 @@ import { TtrpcServer } from "../../../sdk/ttrpc/server.ts";
 import { createTtrpcTransport } from "../../../sdk/ttrpc/transport.ts";
 import { packAny } from "../../../proto/any.ts";
 import { Logger } from "../../../sdk/shim/logger.ts";
-import { parseShimFlags } from "../../../sdk/shim/boot/flags.ts";
+import { parseShimFlags } from "../../../sdk/shim/contract/flags.ts";
 import { parseExposition } from "../../../sdk/ops/metrics.ts";
 import { opsExtension } from "../../../sdk/ops/extension.ts";
 import type { OpsContainerView } from "../../../sdk/ops/hooks.ts";

@@ -5,7 +5,7 @@ import { mergeFamilies } from "../../../sdk/ops/monitor.ts";
 import { grpcCodeName } from "../../../sdk/ops/rpc.ts";
 import { liveProcesses, ShimMetrics } from "../../../sdk/ops/shim_metrics.ts";
 import { opsSettings } from "../../../sdk/ops/extension.ts";
-import { opsSocketPath } from "../../../sdk/shim/boot/socket_address.ts";
+import { opsSocketPath } from "../../../sdk/shim/contract/socket_address.ts";
 import {
   countServerStart,
   readSpareStatsSync,

@@ -4,7 +4,9 @@
 // - no import cycle between files (type-only imports included: a cycle of types is still one);
 // - no import from a row into a row above it (type-only and `await import()` included);
 // - no import between two parts of one row (`sdk/ttrpc/ | sdk/linux/`); `+` joins folders
-//   into one part, whose files may import each other (but without a cycle).
+//   into one part, whose files may import each other (but without a cycle);
+// - no cycle between the drawing's folders either (each path of a row, with its subfolders):
+//   the arrows between folders run one way, inside a `+` part too.
 // A failure names the importing file, the imported file and the rule. tests/ and bench/ are
 // not checked: they stand above everything.
 import assert from "node:assert/strict";
@@ -189,6 +191,40 @@ async function packageGraph(): Promise<Map<string, Set<string>>> {
   }
 }
 
+/**
+ * Every import that closes a cycle between the drawing's folders (each path of a row; a folder's
+ * subfolders are part of it), with one file-level import behind it.
+ */
+function folderCycleViolations(rows: Row[], graph: Map<string, Set<string>>): Violation[] {
+  const dir = (f: string) => locate(rows, f).pattern;
+  const folders = new Map<string, Set<string>>();
+  const witness = new Map<string, Violation>();
+  for (const [from, tos] of graph) {
+    for (const to of tos) {
+      const [a, b] = [dir(from), dir(to)];
+      if (a === b) continue;
+      if (!folders.has(a)) folders.set(a, new Set());
+      folders.get(a)!.add(b);
+      witness.set(`${a} ${b}`, { from, to, rule: "" });
+    }
+  }
+  const out: Violation[] = [];
+  for (const c of stronglyConnected(folders)) {
+    const inside = new Set(c);
+    for (const a of c) {
+      for (const b of folders.get(a) ?? []) {
+        if (!inside.has(b)) continue;
+        const w = witness.get(`${a} ${b}`)!;
+        out.push({
+          ...w,
+          rule: `folder cycle: ${[a, ...pathTo(folders, inside, b, a)].join(" -> ")}`,
+        });
+      }
+    }
+  }
+  return out;
+}
+
 const drawing = () => parseDrawing(Deno.readTextFileSync(new URL(DOC, ROOT)));
 const isKnown = (v: Violation) => KNOWN.some((k) => k.from === v.from && k.to === v.to);
 const show = (vs: Violation[]) => vs.map((v) => `  ${v.from} imports ${v.to} (${v.rule})`);
@@ -196,9 +232,11 @@ const show = (vs: Violation[]) => vs.map((v) => `  ${v.from} imports ${v.to} (${
 Deno.test(`every import keeps ${DOC}'s layers and no file is in a cycle`, async () => {
   const rows = drawing();
   const graph = await packageGraph();
-  const bad = [...layerViolations(rows, graph), ...cycleViolations(graph)].filter((v) =>
-    !isKnown(v)
-  );
+  const bad = [
+    ...layerViolations(rows, graph),
+    ...cycleViolations(graph),
+    ...folderCycleViolations(rows, graph),
+  ].filter((v) => !isKnown(v));
   assert.deepEqual(show(bad), [], `imports that break ${DOC}'s layer drawing`);
 });
 
@@ -215,7 +253,7 @@ Deno.test(`every path in ${DOC}'s layer drawing names files`, () => {
   }
 });
 
-Deno.test("the checks catch an upward import, a sideways import and a cycle", () => {
+Deno.test("the checks catch an upward import, a sideways import, a cycle and a folder cycle", () => {
   const rows = parseDrawing(
     [MARKER, "```", "top/  what", "  │", "a/ + b/", "  │", "x/*.ts  |  y/", "```"].join("\n"),
   );
@@ -237,12 +275,28 @@ Deno.test("the checks catch an upward import, a sideways import and a cycle", ()
     "  x/x.ts imports top/t.ts (cycle: x/x.ts -> top/t.ts -> x/x.ts)",
   ]);
   assert.throws(() => locate(rows, "x/deep/z.ts"), /no row/);
+  // Folders joined by `+` whose files import each other both ways, without a file cycle.
+  const folders = new Map([
+    ["a/one.ts", new Set(["b/two.ts"])],
+    ["b/two.ts", new Set<string>()],
+    ["b/three.ts", new Set(["a/four.ts"])],
+    ["a/four.ts", new Set<string>()],
+  ]);
+  assert.deepEqual(show(cycleViolations(folders)), []);
+  assert.deepEqual(show(folderCycleViolations(rows, folders)), [
+    "  a/one.ts imports b/two.ts (folder cycle: a/ -> b/ -> a/)",
+    "  b/three.ts imports a/four.ts (folder cycle: b/ -> a/ -> b/)",
+  ]);
 });
 
 Deno.test("the allow-list of known violations holds only violations that still occur", async () => {
   const rows = drawing();
   const graph = await packageGraph();
-  const all = [...layerViolations(rows, graph), ...cycleViolations(graph)];
+  const all = [
+    ...layerViolations(rows, graph),
+    ...cycleViolations(graph),
+    ...folderCycleViolations(rows, graph),
+  ];
   const stale = KNOWN.filter((k) => !all.some((v) => v.from === k.from && v.to === k.to));
   assert.deepEqual(stale, [], "fixed: delete these entries from KNOWN in this file");
 });

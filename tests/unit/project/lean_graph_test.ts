@@ -14,7 +14,7 @@ const SHARED = [
   "mod.ts",
   "sdk/shim/boot/run.ts",
   "proto/wire.ts",
-  "sdk/shim/boot/flags.ts",
+  "sdk/shim/contract/flags.ts",
   "sdk/shim/version.ts",
   "sdk/shim/shim.ts",
   "sdk/shim/options.ts",
@@ -44,18 +44,18 @@ const ALLOWED: Record<string, string[]> = {
   "-info": ["sdk/shim/boot/info.ts"],
   start: [
     "sdk/shim/boot/start.ts",
-    "sdk/shim/boot/server_socket.ts",
-    "sdk/shim/boot/socket_address.ts",
+    "sdk/shim/contract/server_socket.ts",
+    "sdk/shim/contract/socket_address.ts",
     // Go's path.Clean for the socket address (its own file since mount.ts shares it; the
     // installed bundle merges modules, so the split costs an installed shim nothing).
     "sdk/linux/clean_path.ts",
-    "sdk/shim/boot/sha256.ts",
+    "sdk/shim/contract/sha256.ts",
     // containerd's version, which decides the answer's format (asked only on 1.7-2.2).
-    "sdk/shim/boot/containerd_version.ts",
+    "sdk/shim/contract/containerd_version.ts",
     // The cold server's notice that it listens (no module of its own beyond this one).
     "sdk/shim/boot/ready.ts",
     // The launcher contract's variable names (constants only).
-    "sdk/shim/launcher_env.ts",
+    "sdk/shim/contract/launcher_env.ts",
     // The warm spare's start side: where a spare waits, and the handoff's client.
     "sdk/shim/spare/config.ts",
     "sdk/shim/spare/handoff.ts",
@@ -70,11 +70,11 @@ const ALLOWED: Record<string, string[]> = {
   ],
   delete: [
     "sdk/shim/boot/delete.ts",
-    "sdk/shim/boot/bundle_files.ts",
-    "sdk/shim/boot/server_socket.ts",
-    "sdk/shim/boot/socket_address.ts",
+    "sdk/shim/contract/bundle_files.ts",
+    "sdk/shim/contract/server_socket.ts",
+    "sdk/shim/contract/socket_address.ts",
     "sdk/linux/clean_path.ts",
-    "sdk/shim/boot/sha256.ts",
+    "sdk/shim/contract/sha256.ts",
     // mount.ts reads mountinfo; libc is opened only when a dead server left a mount.
     "sdk/linux/mount.ts",
     "sdk/linux/libc.ts",

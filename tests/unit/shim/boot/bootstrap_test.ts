@@ -9,8 +9,8 @@ import {
   BootstrapResultSchema,
 } from "../../../../proto/gen/containerd/runtime/bootstrap/v1/bootstrap_pb.ts";
 import { OptionsSchema as RuncOptionsSchema } from "../../../../proto/gen/containerd/runc/v1/oci_pb.ts";
-import { parseShimFlags } from "../../../../sdk/shim/boot/flags.ts";
-import { shimSocketAddress } from "../../../../sdk/shim/boot/socket_address.ts";
+import { parseShimFlags } from "../../../../sdk/shim/contract/flags.ts";
+import { shimSocketAddress } from "../../../../sdk/shim/contract/socket_address.ts";
 import { cleanPath } from "../../../../sdk/linux/clean_path.ts";
 import { formatStartAnswer, parseStartInput } from "../../../../sdk/shim/boot/start.ts";
 import { formatTaskApiEndpoint, parseTaskApiEndpoint } from "../../../../sdk/shim/endpoint.ts";

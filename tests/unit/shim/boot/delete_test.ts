@@ -5,8 +5,8 @@ import assert from "node:assert/strict";
 import { fromBinary } from "@bufbuild/protobuf";
 import { DeleteResponseSchema } from "../../../../proto/gen/containerd/task/v2/shim_pb.ts";
 import { runDelete } from "../../../../sdk/shim/boot/delete.ts";
-import { RUNTIME_DELETED_FILE } from "../../../../sdk/shim/boot/bundle_files.ts";
-import { parseShimFlags } from "../../../../sdk/shim/boot/flags.ts";
+import { RUNTIME_DELETED_FILE } from "../../../../sdk/shim/contract/bundle_files.ts";
+import { parseShimFlags } from "../../../../sdk/shim/contract/flags.ts";
 import type { Shim } from "../../../../sdk/shim/shim.ts";
 import { Logger } from "../../../../sdk/shim/logger.ts";
 

@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { Code, isStatusError } from "../../../../sdk/ttrpc/status_error.ts";
 import { createContainer } from "../../../../sdk/shim/server/create.ts";
 import type { Container } from "../../../../sdk/shim/server/container.ts";
-import { RUNTIME_DELETED_FILE } from "../../../../sdk/shim/boot/bundle_files.ts";
+import { RUNTIME_DELETED_FILE } from "../../../../sdk/shim/contract/bundle_files.ts";
 import { deps, FakePlatform, FakeRuntime } from "./_container_fakes.ts";
 
 const STDIO = { stdin: "", stdout: "/exec-out", stderr: "", terminal: false };

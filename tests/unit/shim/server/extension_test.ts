@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { composeExtensions } from "../../../../sdk/shim/server/compose.ts";
 import type { ServerExtension, ServerState } from "../../../../sdk/shim/server/extension.ts";
 import { Logger } from "../../../../sdk/shim/logger.ts";
-import { parseShimFlags } from "../../../../sdk/shim/boot/flags.ts";
+import { parseShimFlags } from "../../../../sdk/shim/contract/flags.ts";
 
 Deno.test("composeExtensions() joins hooks in order and survives extensions that fail", async () => {
   const lines: string[] = [];

@@ -1,10 +1,10 @@
 /**
  * containerd's version is asked of its binary once per binary identity, then read from the file
- * kept beside the shim sockets (`sdk/shim/boot/containerd_version.ts`); an upgraded binary is
+ * kept beside the shim sockets (`sdk/shim/contract/containerd_version.ts`); an upgraded binary is
  * asked again. A shell script plays containerd and counts how often it was asked.
  */
 import { deepStrictEqual, strictEqual } from "node:assert/strict";
-import { containerdVersion } from "../../../../sdk/shim/boot/containerd_version.ts";
+import { containerdVersion } from "../../../../sdk/shim/contract/containerd_version.ts";
 
 function fakeContainerd(dir: string, version: string): string {
   const bin = `${dir}/containerd`;
