@@ -7,10 +7,11 @@
 // long: over 500 lines with its runnable JSDoc examples; the code (~300 lines) is the TtrpcServer
 // class (connections live in _server_connection.ts)
 
-import type { DescMethod, DescService, MessageInitShape } from "@bufbuild/protobuf";
+import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { HandlerContext, Interceptor, ServiceImplSpec } from "@connectrpc/connect";
 import { Code, statusError } from "./status_error.ts";
 import { setDetailEncoder } from "./status.ts";
+import { leanService } from "./lean_descriptor.ts";
 import type { WireCodec } from "../../proto/wire_table.ts";
 import {
   type ByteStream,
@@ -193,34 +194,18 @@ function connectEntry(spec: ServiceImplSpec): ServiceEntry {
 }
 
 /**
- * Routes wire methods. Handler contexts and interceptors take descriptors; these carry the
- * names (all a ttrpc call has) and no schemas, so nothing loads protobuf-es's reflection.
+ * Routes wire methods. Handler contexts and interceptors take descriptors: lean ones
+ * (lean_descriptor.ts), names only, so nothing loads protobuf-es's reflection.
  */
 function wireEntry(typeName: string, list: readonly WireMethod[]): ServiceEntry {
-  const service = {
-    kind: "service",
+  const lean = leanService(
     typeName,
-    name: typeName.slice(typeName.lastIndexOf(".") + 1),
-    methods: [] as unknown[],
-    method: {} as Record<string, unknown>,
-    toString: () => `service ${typeName}`,
-  };
+    list.map((m) => ({ name: m.name, input: m.input.typeName, output: m.output.typeName })),
+  );
   const methods = new Map<string, Route>();
   for (const m of list) {
-    const method = {
-      kind: "rpc",
-      name: m.name,
-      localName: m.name.charAt(0).toLowerCase() + m.name.slice(1),
-      parent: service,
-      methodKind: "unary",
-      input: { kind: "message", typeName: m.input.typeName },
-      output: { kind: "message", typeName: m.output.typeName },
-      toString: () => `rpc ${typeName}.${m.name}`,
-    };
-    service.methods.push(method);
-    service.method[method.localName] = method;
     methods.set(m.name, {
-      method: method as unknown as DescMethod,
+      method: lean.methods.get(m.name)!,
       kind: "unary",
       decode: (bytes) => m.input.decode(bytes),
       complete: (o) => o,
@@ -228,7 +213,7 @@ function wireEntry(typeName: string, list: readonly WireMethod[]): ServiceEntry 
       impl: (input, ctx) => m.impl(input, ctx),
     });
   }
-  return { service: service as unknown as DescService, methods };
+  return { service: lean.service, methods };
 }
 
 /**
