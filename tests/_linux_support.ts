@@ -1,5 +1,5 @@
 /**
- * Helpers shared by the tests/linux_*_test.ts files: a busybox OCI bundle for runc, a hang
+ * Helpers shared by the tests/integration/linux/*_test.ts files: a busybox OCI bundle for runc, a hang
  * guard. It declares no tests of its own.
  */
 

@@ -18,10 +18,10 @@ const IN_GUEST = [
   "tests/guest/cgroup2_checks.ts",
   "tests/guest/cri_checkpoint_checks.ts",
   "tests/guest/spare_cgroup_checks.ts",
-  "tests/integration/shim_cgroup_join_test.ts",
-  "tests/integration/linux_cgroups_test.ts",
+  "tests/integration/linux/cgroup_join_test.ts",
+  "tests/integration/linux/cgroups_test.ts",
 ];
-// Not tests/integration/linux_oom_test.ts: its runc container test is cgroup v1 only (its requirement fails
+// Not tests/integration/linux/oom_test.ts: its runc container test is cgroup v1 only (its requirement fails
 // under SKIFF_REQUIRE_INTEGRATION in the guest); on v2, OOM through memory.events is the
 // conformance `oom` scenario above, for every shim.
 

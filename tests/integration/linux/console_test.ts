@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
-import { integrationTest } from "../_integration.ts";
-import { ConsoleSocket } from "../../sdk/linux/console.ts";
-import { preloadLibc } from "../../sdk/linux/libc.ts";
-import { Reaper } from "../../sdk/linux/reaper.ts";
-import { busyboxBundle, deadline, run } from "../_linux_support.ts";
+import { integrationTest } from "../../_integration.ts";
+import { ConsoleSocket } from "../../../sdk/linux/console.ts";
+import { preloadLibc } from "../../../sdk/linux/libc.ts";
+import { Reaper } from "../../../sdk/linux/reaper.ts";
+import { busyboxBundle, deadline, run } from "../../_linux_support.ts";
 
 preloadLibc(); // bound once per file, so resource sanitizers see no new library
 

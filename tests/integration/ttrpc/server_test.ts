@@ -12,14 +12,19 @@ import {
   StateRequestSchema,
   StateResponseSchema,
   Task,
-} from "../../proto/gen/containerd/task/v2/shim_pb.ts";
-import { Task as TaskV3 } from "../../proto/gen/containerd/task/v3/shim_pb.ts";
+} from "../../../proto/gen/containerd/task/v2/shim_pb.ts";
+import { Task as TaskV3 } from "../../../proto/gen/containerd/task/v3/shim_pb.ts";
 import { fromBinary } from "@bufbuild/protobuf";
-import { encodeFrame, FrameType } from "../../sdk/ttrpc/frame.ts";
-import { TtrpcServer } from "../../sdk/ttrpc/server.ts";
-import { createTtrpcTransport } from "../../sdk/ttrpc/transport.ts";
-import { integrationTest } from "../_integration.ts";
-import { RawClient, requestBytes, startTaskServer, tempSocket } from "../fixtures/ttrpc/helpers.ts";
+import { encodeFrame, FrameType } from "../../../sdk/ttrpc/frame.ts";
+import { TtrpcServer } from "../../../sdk/ttrpc/server.ts";
+import { createTtrpcTransport } from "../../../sdk/ttrpc/transport.ts";
+import { integrationTest } from "../../_integration.ts";
+import {
+  RawClient,
+  requestBytes,
+  startTaskServer,
+  tempSocket,
+} from "../../fixtures/ttrpc/helpers.ts";
 
 const NS_KEY = "containerd-namespace-ttrpc";
 

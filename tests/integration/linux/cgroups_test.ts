@@ -1,11 +1,11 @@
 import assert from "node:assert/strict";
 import { fromBinary } from "@bufbuild/protobuf";
-import { integrationTest } from "../_integration.ts";
-import { CgroupNotFoundError, cgroupStats, cgroupVersion } from "../../sdk/linux/cgroups.ts";
-import { cgroupV2MetricsAt } from "../../sdk/linux/cgroup_stats_v2.ts";
-import { MetricsSchema as V1MetricsSchema } from "../../proto/gen/io/containerd/cgroups/v1/metrics_pb.ts";
-import { MetricsSchema as V2MetricsSchema } from "../../proto/gen/io/containerd/cgroups/v2/metrics_pb.ts";
-import { busyboxBundle, run } from "../_linux_support.ts";
+import { integrationTest } from "../../_integration.ts";
+import { CgroupNotFoundError, cgroupStats, cgroupVersion } from "../../../sdk/linux/cgroups.ts";
+import { cgroupV2MetricsAt } from "../../../sdk/linux/cgroup_stats_v2.ts";
+import { MetricsSchema as V1MetricsSchema } from "../../../proto/gen/io/containerd/cgroups/v1/metrics_pb.ts";
+import { MetricsSchema as V2MetricsSchema } from "../../../proto/gen/io/containerd/cgroups/v2/metrics_pb.ts";
+import { busyboxBundle, run } from "../../_linux_support.ts";
 
 Deno.test("cgroupV2MetricsAt() reads the v2 files into io.containerd.cgroups.v2.Metrics", async () => {
   const dir = await Deno.makeTempDir({ prefix: "skiff-cgroup-test-" });

@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
-import { exists, integrationTest } from "../_integration.ts";
-import { containerdVersions, startContainerd } from "../../sdk/testing/containerd.ts";
-import { ctrRun } from "../../sdk/testing/ctr.ts";
-import { buildBusyboxImage } from "../../sdk/testing/image.ts";
-import { readOciLayout } from "../../sdk/testing/oci_layout.ts";
-import { registryBinary, startRegistry } from "../../sdk/testing/registry.ts";
+import { exists, integrationTest } from "../../_integration.ts";
+import { containerdVersions, startContainerd } from "../../../sdk/testing/containerd.ts";
+import { ctrRun } from "../../../sdk/testing/ctr.ts";
+import { buildBusyboxImage } from "../../../sdk/testing/image.ts";
+import { readOciLayout } from "../../../sdk/testing/oci_layout.ts";
+import { registryBinary, startRegistry } from "../../../sdk/testing/registry.ts";
 
 const versions = containerdVersions();
 const newest = versions[versions.length - 1];

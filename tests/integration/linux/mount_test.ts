@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
-import { integrationTest } from "../_integration.ts";
-import { mountAll, parseMountOptions, unmountAll } from "../../sdk/linux/mount.ts";
+import { integrationTest } from "../../_integration.ts";
+import { mountAll, parseMountOptions, unmountAll } from "../../../sdk/linux/mount.ts";
 
 async function isMounted(path: string): Promise<boolean> {
   const real = await Deno.realPath(path);

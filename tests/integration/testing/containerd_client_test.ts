@@ -1,9 +1,9 @@
 // The typed containerd gRPC client of the testing kit against real containerd 1.6 and 2.4:
 // a unary call (Version), a server stream (Events.Subscribe) and the containers service.
 import assert from "node:assert/strict";
-import { integrationTest } from "../_integration.ts";
-import { containerdVersions, startContainerd } from "../../sdk/testing/containerd.ts";
-import { containerdClient } from "../../sdk/testing/containerd_client.ts";
+import { integrationTest } from "../../_integration.ts";
+import { containerdVersions, startContainerd } from "../../../sdk/testing/containerd.ts";
+import { containerdClient } from "../../../sdk/testing/containerd_client.ts";
 
 for (const v of containerdVersions().filter((v) => /^(1\.6|2\.4)\./.test(v.version))) {
   integrationTest(

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { integrationTest } from "../_integration.ts";
+import { integrationTest } from "../../_integration.ts";
 import {
   buildBusyboxRootfs,
   busyboxApplets,
@@ -8,7 +8,7 @@ import {
   findBusybox,
   mountsUnder,
   removeTree,
-} from "../../sdk/testing/bundle.ts";
+} from "../../../sdk/testing/bundle.ts";
 
 const dec = new TextDecoder();
 

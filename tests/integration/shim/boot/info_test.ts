@@ -2,23 +2,23 @@
 import assert from "node:assert/strict";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { type Any, AnySchema } from "@bufbuild/protobuf/wkt";
-import { RuntimeInfoSchema } from "../../proto/gen/containerd/types/introspection_pb.ts";
-import { OptionsSchema as RuncOptionsSchema } from "../../proto/gen/containerd/runc/v1/oci_pb.ts";
-import { OptionsSchema as CriOptionsSchema } from "../../proto/gen/runtimeoptions/v1/api_pb.ts";
-import { runInfo } from "../../sdk/shim/boot/info.ts";
-import { runShimWith } from "../../sdk/shim/boot/run.ts";
-import { SKIFF_VERSION } from "../../sdk/shim/version.ts";
-import { optionsMessage, RUNC_OPTIONS_CODEC } from "../../sdk/shim/options.ts";
-import { Shim } from "../../sdk/shim/shim.ts";
-import type { ContainerRuntime } from "../../sdk/shim/runtime.ts";
+import { RuntimeInfoSchema } from "../../../../proto/gen/containerd/types/introspection_pb.ts";
+import { OptionsSchema as RuncOptionsSchema } from "../../../../proto/gen/containerd/runc/v1/oci_pb.ts";
+import { OptionsSchema as CriOptionsSchema } from "../../../../proto/gen/runtimeoptions/v1/api_pb.ts";
+import { runInfo } from "../../../../sdk/shim/boot/info.ts";
+import { runShimWith } from "../../../../sdk/shim/boot/run.ts";
+import { SKIFF_VERSION } from "../../../../sdk/shim/version.ts";
+import { optionsMessage, RUNC_OPTIONS_CODEC } from "../../../../sdk/shim/options.ts";
+import { Shim } from "../../../../sdk/shim/shim.ts";
+import type { ContainerRuntime } from "../../../../sdk/shim/runtime.ts";
 import {
   decodeOciFeatures,
   OCI_FEATURES_TYPE_URL,
   ociFeaturesAny,
-} from "../../sdk/oci/features.ts";
-import { findExecutable, integrationTest } from "../_integration.ts";
+} from "../../../../sdk/oci/features.ts";
+import { findExecutable, integrationTest } from "../../../_integration.ts";
 
-const EXAMPLE = new URL("../../examples/runc/main.ts", import.meta.url).pathname;
+const EXAMPLE = new URL("../../../../examples/runc/main.ts", import.meta.url).pathname;
 
 interface Opts {
   binary: string;
@@ -163,7 +163,7 @@ integrationTest(
   "the crun example's -info: crun's features when it has the command, else none; BinaryName chooses",
   { binaries: ["crun", "runc"] },
   async () => {
-    const crunExample = new URL("../../examples/crun/main.ts", import.meta.url).pathname;
+    const crunExample = new URL("../../../../examples/crun/main.ts", import.meta.url).pathname;
     const run = async (stdin: Uint8Array) => {
       const child = new Deno.Command(Deno.execPath(), {
         args: ["run", "-A", "--quiet", crunExample, "-info"],
@@ -231,6 +231,8 @@ Deno.test("-v names skiff's version beside the shim's, and says when the shim se
     `io.containerd.unversioned.v1 (skiff ${SKIFF_VERSION})\n  Version: unset (the shim sets Shim.version)`,
     `io.containerd.unversioned.v1 (skiff ${SKIFF_VERSION})\n  Version: 4.2.0`,
   ]);
-  const config = JSON.parse(await Deno.readTextFile(new URL("../../deno.json", import.meta.url)));
+  const config = JSON.parse(
+    await Deno.readTextFile(new URL("../../../../deno.json", import.meta.url)),
+  );
   assert.equal(SKIFF_VERSION, config.version, "SKIFF_VERSION is deno.json's version");
 });

@@ -1,14 +1,14 @@
 import assert from "node:assert/strict";
 import { parse as parseToml } from "smol-toml";
-import { integrationTest } from "../_integration.ts";
+import { integrationTest } from "../../_integration.ts";
 import {
   containerdVersions,
   PrivateContainerd,
   startContainerd,
   sweepStaleContainerds,
-} from "../../sdk/testing/containerd.ts";
-import { ctrRun, ctrRunArgs, RUNC_RUNTIME } from "../../sdk/testing/ctr.ts";
-import { BUSYBOX_IMAGE_REF } from "../../sdk/testing/image.ts";
+} from "../../../sdk/testing/containerd.ts";
+import { ctrRun, ctrRunArgs, RUNC_RUNTIME } from "../../../sdk/testing/ctr.ts";
+import { BUSYBOX_IMAGE_REF } from "../../../sdk/testing/image.ts";
 
 /** The parts of the generated config.toml the test reads. */
 interface Config {
@@ -287,8 +287,8 @@ if (versions.length > 0) {
     NEEDS,
     async () => {
       const v = versions[0]!;
-      const mod = new URL("../../sdk/testing/containerd.ts", import.meta.url).href;
-      const ctrMod = new URL("../../sdk/testing/ctr.ts", import.meta.url).href;
+      const mod = new URL("../../../sdk/testing/containerd.ts", import.meta.url).href;
+      const ctrMod = new URL("../../../sdk/testing/ctr.ts", import.meta.url).href;
       // A test process that starts a containerd and a container, then exits without stop().
       const script = `
         import { startContainerd } from "${mod}";

@@ -2,12 +2,12 @@
 import assert from "node:assert/strict";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { AnySchema } from "@bufbuild/protobuf/wkt";
-import { OptionsSchema as RuncOptionsSchema } from "../../proto/gen/containerd/runc/v1/oci_pb.ts";
-import { OptionsSchema as CriOptionsSchema } from "../../proto/gen/runtimeoptions/v1/api_pb.ts";
-import { shimCgroupOf } from "../../sdk/shim/boot/start.ts";
-import { joinCgroup } from "../../sdk/linux/cgroup_join.ts";
-import { cgroupVersion } from "../../sdk/linux/cgroup_paths.ts";
-import { integrationTest } from "../_integration.ts";
+import { OptionsSchema as RuncOptionsSchema } from "../../../proto/gen/containerd/runc/v1/oci_pb.ts";
+import { OptionsSchema as CriOptionsSchema } from "../../../proto/gen/runtimeoptions/v1/api_pb.ts";
+import { shimCgroupOf } from "../../../sdk/shim/boot/start.ts";
+import { joinCgroup } from "../../../sdk/linux/cgroup_join.ts";
+import { cgroupVersion } from "../../../sdk/linux/cgroup_paths.ts";
+import { integrationTest } from "../../_integration.ts";
 
 const runc = (shimCgroup: string, typeUrl = "containerd.runc.v1.Options") =>
   create(AnySchema, {

@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
-import { integrationTest } from "../_integration.ts";
-import { mkfifo, preloadLibc } from "../../sdk/linux/libc.ts";
-import { ProcessIo } from "../../sdk/linux/process_io.ts";
-import { parseOutputTarget } from "../../sdk/linux/stdio_uri.ts";
-import { ConsoleSocket } from "../../sdk/linux/console.ts";
-import { busyboxBundle, deadline, run } from "../_linux_support.ts";
+import { integrationTest } from "../../_integration.ts";
+import { mkfifo, preloadLibc } from "../../../sdk/linux/libc.ts";
+import { ProcessIo } from "../../../sdk/linux/process_io.ts";
+import { parseOutputTarget } from "../../../sdk/linux/stdio_uri.ts";
+import { ConsoleSocket } from "../../../sdk/linux/console.ts";
+import { busyboxBundle, deadline, run } from "../../_linux_support.ts";
 
 preloadLibc(); // bound once per file, so resource sanitizers see no new library
 

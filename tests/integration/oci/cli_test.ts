@@ -1,11 +1,11 @@
 import assert from "node:assert/strict";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { OciRuntimeCli } from "../../sdk/oci/cli.ts";
-import { isNotExist, mapKillError, OciRuntimeError } from "../../sdk/oci/errors.ts";
-import type { OciRuntimeCliOptions, ProcessStdio } from "../../sdk/oci/options.ts";
-import { readPidFile } from "../../sdk/linux/pid_file.ts";
-import { Reaper } from "../../sdk/linux/reaper.ts";
-import { exists, integrationTest } from "../_integration.ts";
+import { OciRuntimeCli } from "../../../sdk/oci/cli.ts";
+import { isNotExist, mapKillError, OciRuntimeError } from "../../../sdk/oci/errors.ts";
+import type { OciRuntimeCliOptions, ProcessStdio } from "../../../sdk/oci/options.ts";
+import { readPidFile } from "../../../sdk/linux/pid_file.ts";
+import { Reaper } from "../../../sdk/linux/reaper.ts";
+import { exists, integrationTest } from "../../_integration.ts";
 
 // ---------------------------------------------------------------------------------------------
 // A fake runtime: records its argv, stdin and process file; its behaviour per subcommand comes

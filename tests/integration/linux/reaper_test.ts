@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
-import { integrationTest } from "../_integration.ts";
-import { decodeWaitStatus, kill, preloadLibc } from "../../sdk/linux/libc.ts";
-import { type ProcessExit, Reaper } from "../../sdk/linux/reaper.ts";
-import { bootTicks, processStartTime, processState } from "../../sdk/linux/proc_stat.ts";
-import { deadline } from "../_linux_support.ts";
+import { integrationTest } from "../../_integration.ts";
+import { decodeWaitStatus, kill, preloadLibc } from "../../../sdk/linux/libc.ts";
+import { type ProcessExit, Reaper } from "../../../sdk/linux/reaper.ts";
+import { bootTicks, processStartTime, processState } from "../../../sdk/linux/proc_stat.ts";
+import { deadline } from "../../_linux_support.ts";
 
 const sanitize = { sanitizeOps: true, sanitizeResources: true };
 preloadLibc(); // bound once for the whole file, so the resource sanitizer sees no new library
