@@ -148,3 +148,31 @@ integrationTest(
     }
   },
 );
+
+Deno.test(".ci/run adds up the unit tier's summary and the rest's, not a test's own output", async () => {
+  const ci = await Deno.readTextFile(`${root}/.ci/run`);
+  const unitDone = ci.match(/^readonly UNIT_DONE='([^']+)'$/m)?.[1];
+  assert.ok(unitDone, ".ci/run defines UNIT_DONE");
+  const tasks = JSON.parse(await Deno.readTextFile(`${root}/deno.json`)).tasks;
+  assert.ok(tasks.test.includes(`echo '${unitDone}'`), "deno task test echoes UNIT_DONE");
+  const summaryPart = ci.slice(ci.indexOf("summaries=$("));
+  const dir = await Deno.makeTempDir();
+  try {
+    const log = [
+      "ok | 700 passed | 0 failed (41s)",
+      unitDone,
+      "------- post-test output -------",
+      "ok | 17 passed | 0 failed (6m27s)", // the QEMU guest's own deno test
+      "----- post-test output end -----",
+      "ok | 225 passed (272 steps) | 0 failed (29m18s)",
+    ].join("\n");
+    await Deno.writeTextFile(`${dir}/log`, log);
+    const script = `set -euo pipefail\nUNIT_DONE='${unitDone}'\nlog=${dir}/log\nstatus=0\n` +
+      `start=$SECONDS\n${summaryPart}`;
+    const out = await new Deno.Command("bash", { args: ["-c", script], stdout: "piped" }).output();
+    assert.equal(out.code, 0, "no ignored tests is 0 ignored, not a failure");
+    assert.match(dec.decode(out.stdout), /^tests: 925 passed, 0 failed, 0 skipped \(2 runs/m);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
