@@ -147,7 +147,9 @@ export class FdStream {
         if (n === null) controller.close();
         else controller.enqueue(buf.subarray(0, n));
       },
-    });
+      // No read-ahead: bytes stay in the descriptor until a reader asks, so what a live upgrade
+      // hands on is never half in this stream's queue.
+    }, { highWaterMark: 0 });
   }
 
   /**

@@ -36,6 +36,9 @@ const SYMBOLS = {
   inotify_add_watch: { parameters: ["i32", "buffer", "u32"], result: "i32" },
   malloc_trim: { parameters: ["usize"], result: "i32" },
   setpriority: { parameters: ["i32", "u32", "i32"], result: "i32" },
+  execve: { parameters: ["buffer", "buffer", "buffer"], result: "i32" },
+  getsockname: { parameters: ["i32", "buffer", "buffer"], result: "i32" },
+  getsockopt: { parameters: ["i32", "i32", "i32", "buffer", "buffer"], result: "i32" },
 } as const;
 
 /**

@@ -29,9 +29,11 @@ export { type ProcessExit, Reaper, type ReaperOptions } from "./reaper.ts";
 export {
   type CommandStdio,
   ProcessIo,
+  type ProcessIoCarry,
   type ProcessIoContext,
   type StdioSpec,
 } from "./process_io.ts";
+export { type ChildPipes, takeChildPipes } from "./child_pipes.ts";
 export { type OutputTarget, parseOutputTarget } from "./stdio_uri.ts";
 export { BinaryLogger, type BinaryLoggerOptions } from "./binary_logger.ts";
 export { ConsoleSocket, Pty } from "./console.ts";

@@ -11,6 +11,8 @@ import { FdStream } from "./fd_stream.ts";
 import { BinaryLogger } from "./binary_logger.ts";
 import { fifoPath, parseOutputTarget } from "./stdio_uri.ts";
 import type { Pty } from "./pty.ts";
+import { type ChildPipes, takeChildPipes } from "./child_pipes.ts";
+import { setCloseOnExec } from "./descriptors.ts";
 import type { Reaper } from "./reaper.ts";
 
 /**
@@ -86,6 +88,28 @@ export interface CommandStdio {
 }
 
 /** A writer for output; FIFOs, files and logger pipes are all {@linkcode FdStream}s. */
+/**
+ * A process's stdio as it crosses a live upgrade: the descriptors the next code continues with
+ * (each kept open across `execve`). A part that has ended (a pipe at end of file, a target
+ * closed, stdin after CloseIO) is absent.
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { ProcessIoCarry } from "@skiff/shim/linux";
+ * const carry: ProcessIoCarry = { stdout: { sink: 12, pipe: 14 }, stderr: { sink: 13, pipe: 15 } };
+ * strictEqual(carry.stdin, undefined);
+ * ```
+ */
+export interface ProcessIoCarry {
+  /** The stdin FIFO (read end), its keep-alive writer, and the pipe into the process. */
+  stdin?: { fifo: number; keepAlive?: number; pipe?: number };
+  /** The stdout target and the pipe from the process. */
+  stdout?: { sink: number; pipe?: number };
+  /** The stderr target (the same descriptor as stdout's for a `file://` log) and its pipe. */
+  stderr?: { sink: number; pipe?: number };
+}
+
 interface Sink {
   write(data: Uint8Array): Promise<void>;
   close(): Promise<void>;
@@ -200,6 +224,11 @@ export class ProcessIo {
   #terminal: boolean;
   #attached = false;
   #closed: Promise<void> | undefined;
+  #pipes: ChildPipes = {};
+  /** Chunks read but not yet written: a live upgrade waits for none. */
+  #inHand = 0;
+  /** Why this process's stdio cannot cross a live upgrade, if it cannot. */
+  #uncarriable: string | undefined;
 
   private constructor(
     stdio: CommandStdio,
@@ -219,6 +248,9 @@ export class ProcessIo {
     this.#stdout = parts.stdout;
     this.#stderr = parts.stderr;
     this.#logger = parts.logger;
+    if (parts.logger) {
+      this.#uncarriable = "output to a binary:// logger is not carried across a live upgrade yet";
+    }
   }
 
   /**
@@ -280,6 +312,14 @@ export class ProcessIo {
    */
   attach(child: Deno.ChildProcess): void {
     this.#beginAttach("attach");
+    // Into descriptors skiff owns, so that a live upgrade can hand them on.
+    const pipes = takeChildPipes(child, {
+      stdin: this.stdio.stdin === "piped",
+      stdout: this.stdio.stdout === "piped",
+      stderr: this.stdio.stderr === "piped",
+    });
+    if (pipes) return this.#pump(pipes);
+    this.#uncarriable = `the stdio pipes of pid ${child.pid} could not be identified`;
     if (this.stdio.stdin === "piped" && this.#stdin) {
       this.#copies.push(this.#copyStdin(this.#stdin, child.stdin.getWriter()));
     }
@@ -292,6 +332,136 @@ export class ProcessIo {
   }
 
   /**
+   * Whether a chunk of output or input has been read and not yet written (a live upgrade
+   * replaces the process image only when none is).
+   */
+  get inHand(): boolean {
+    return this.#inHand > 0;
+  }
+
+  /**
+   * The descriptors a live upgrade keeps open for the next code ({@linkcode ProcessIo.adopt}).
+   *
+   * @throws {Error} when this stdio cannot be carried (a terminal, a `binary://` logger, or
+   *   streams a runtime took), saying why
+   */
+  carry(): ProcessIoCarry {
+    if (this.#uncarriable) throw new Error(this.#uncarriable);
+    const open = (s: { fd: number; closed: boolean } | undefined) =>
+      s && !s.closed ? s.fd : undefined;
+    const out: ProcessIoCarry = {};
+    const fifo = open(this.#stdin);
+    if (fifo !== undefined) {
+      out.stdin = { fifo };
+      const keepAlive = open(this.#stdinKeepAlive);
+      if (keepAlive !== undefined) out.stdin.keepAlive = keepAlive;
+      const pipe = open(this.#pipes.stdin);
+      if (pipe !== undefined) out.stdin.pipe = pipe;
+    }
+    for (const name of ["stdout", "stderr"] as const) {
+      // Without a logger, every target is an FdStream (a FIFO or a file).
+      const sink = open((name === "stdout" ? this.#stdout : this.#stderr) as FdStream | undefined);
+      if (sink === undefined) continue;
+      out[name] = { sink };
+      const pipe = open(this.#pipes[name]);
+      if (pipe !== undefined) out[name]!.pipe = pipe;
+    }
+    return out;
+  }
+
+  /**
+   * Continues, in the code a live upgrade started, the stdio that {@linkcode ProcessIo.carry}
+   * handed over: the same descriptors, copied as before.
+   *
+   * @param carry what the previous code handed over
+   * @example Usage
+   * ```ts
+   * import { strictEqual } from "node:assert/strict";
+   * import { ProcessIo } from "@skiff/shim/linux";
+   * const dir = Deno.makeTempDirSync();
+   * const io = await ProcessIo.open(
+   *   { stdin: "", stdout: `file://${dir}/log`, stderr: `file://${dir}/log`, terminal: false },
+   *   { containerId: "web", namespace: "default" },
+   * );
+   * const child = new Deno.Command("sh", { args: ["-c", "sleep 0.2; echo after"], ...io.stdio }).spawn();
+   * io.attach(child);
+   * const next = ProcessIo.adopt(io.carry()); // as the next code would, with the same descriptors
+   * await child.status;
+   * await next.drain();
+   * strictEqual(Deno.readTextFileSync(`${dir}/log`), "after\n");
+   * await next.close();
+   * Deno.removeSync(dir, { recursive: true });
+   * ```
+   */
+  static adopt(carry: ProcessIoCarry): ProcessIo {
+    const streams = new Map<number, FdStream>();
+    const take = (fd: number | undefined, what: string) => {
+      if (fd === undefined) return undefined;
+      let s = streams.get(fd);
+      if (!s) {
+        setCloseOnExec(fd, true); // inherited without it: the runtime's children must not get it
+        streams.set(fd, s = new FdStream(fd, what));
+      }
+      return s;
+    };
+    const stdin = take(carry.stdin?.fifo, "stdin fifo (carried)");
+    const keepAlive = take(carry.stdin?.keepAlive, "stdin fifo keep-alive (carried)");
+    const stdout = take(carry.stdout?.sink, "stdout target (carried)");
+    const stderr = take(carry.stderr?.sink, "stderr target (carried)");
+    const io = new ProcessIo({ stdin: "null", stdout: "null", stderr: "null" }, {
+      ...(stdin ? { stdin } : {}),
+      ...(keepAlive ? { stdinKeepAlive: keepAlive } : {}),
+      ...(stdout ? { stdout } : {}),
+      ...(stderr ? { stderr } : {}),
+    });
+    io.#attached = true;
+    const pipes: ChildPipes = {};
+    const inPipe = take(carry.stdin?.pipe, "stdin pipe (carried)");
+    const outPipe = take(carry.stdout?.pipe, "stdout pipe (carried)");
+    const errPipe = take(carry.stderr?.pipe, "stderr pipe (carried)");
+    if (inPipe) pipes.stdin = inPipe;
+    if (outPipe) pipes.stdout = outPipe;
+    if (errPipe) pipes.stderr = errPipe;
+    io.#pump(pipes);
+    return io;
+  }
+
+  /** Copies between the targets and pipes this process owns. */
+  #pump(pipes: ChildPipes): void {
+    this.#pipes = pipes;
+    if (pipes.stdin && this.#stdin) {
+      const to = pipes.stdin;
+      this.#copies.push(this.#copyStdinTo(this.#stdin, to));
+    } else void pipes.stdin?.close();
+    for (const name of ["stdout", "stderr"] as const) {
+      const pipe = pipes[name];
+      if (!pipe) continue;
+      const sink = name === "stdout" ? this.#stdout : this.#stderr;
+      this.#track(
+        this.#copyOut(pipe.readable(), sink).finally(() => pipe.close()),
+        true,
+      );
+    }
+  }
+
+  async #copyStdinTo(from: FdStream, to: FdStream): Promise<void> {
+    const buf = new Uint8Array(32 * 1024);
+    try {
+      for (let n; (n = await from.read(buf)) !== null;) {
+        this.#inHand++;
+        try {
+          await to.write(buf.subarray(0, n));
+        } finally {
+          this.#inHand--;
+        }
+      }
+    } catch {
+      // The process closed its stdin (or exited): nothing left to feed.
+    }
+    await to.close();
+  }
+
+  /**
    * Starts copying in terminal mode: stdin FIFO → pty, pty → stdout target. As in the Go runc
    * shim, EOF on stdin closes the pty. {@linkcode ProcessIo.close} closes the pty too.
    *
@@ -299,6 +469,7 @@ export class ProcessIo {
    */
   attachPty(pty: Pty): void {
     this.#beginAttach("attachPty");
+    this.#uncarriable = "a terminal's stdio is not carried across a live upgrade yet";
     this.#pty = pty;
     if (this.#stdin) {
       const stdin = this.#stdin;
@@ -329,6 +500,7 @@ export class ProcessIo {
     stderr?: WritableStream<Uint8Array>;
   } {
     this.#beginAttach("streams");
+    this.#uncarriable = "stdio a runtime took as streams is not carried across a live upgrade";
     const out: {
       stdin?: ReadableStream<Uint8Array>;
       stdout?: WritableStream<Uint8Array>;
@@ -394,6 +566,7 @@ export class ProcessIo {
     this.#closed ??= (async () => {
       await Promise.allSettled(this.#readers.map((r) => r.cancel()));
       await Promise.allSettled([this.#stdin?.close(), this.#stdinKeepAlive?.close()]);
+      await Promise.allSettled(Object.values(this.#pipes).map((p) => p.close()));
       await this.#pty?.close();
       // A runtime that took the streams and failed before it used them never closes them.
       for (const end of this.#unclosedSinks) end();
@@ -450,10 +623,13 @@ export class ProcessIo {
           break;
         }
         if (broken) continue;
+        this.#inHand++;
         try {
           await sink!.write(value);
         } catch {
           broken = true; // reader gone (e.g. the logger died): discard from now on
+        } finally {
+          this.#inHand--;
         }
       }
     } catch {

@@ -63,6 +63,11 @@ export interface ReaperOptions {
    * Deno's children are told apart by registration and pidfd, not by this delay.
    */
   graceMs?: number;
+  /**
+   * Reap nothing until {@linkcode Reaper.release} (a live upgrade: the exits of the window wait
+   * as zombies until the carried processes are known again); default false.
+   */
+  held?: boolean;
   /** Safety-net sweep interval, in case a SIGCHLD was coalesced away; 1000 ms. */
   sweepIntervalMs?: number;
 }
@@ -102,11 +107,19 @@ export class Reaper {
   #interval: ReturnType<typeof setInterval> | undefined;
   #timer: ReturnType<typeof setTimeout> | undefined;
   #closed = false;
+  #held: boolean;
 
   private constructor(options: Required<ReaperOptions>) {
     this.#options = options;
+    this.#held = options.held;
     if (options.subreaper) prctl(PR_SET_CHILD_SUBREAPER, 1);
     Deno.addSignalListener("SIGCHLD", this.#onSignal);
+    this.sweep();
+  }
+
+  /** Starts reaping after `held: true`: the zombies that waited are reaped now. */
+  release(): void {
+    this.#held = false;
     this.sweep();
   }
 
@@ -131,6 +144,7 @@ export class Reaper {
     return new Reaper({
       subreaper: options.subreaper ?? true,
       graceMs: options.graceMs ?? 0,
+      held: options.held ?? false,
       sweepIntervalMs: options.sweepIntervalMs ?? 1000,
     });
   }
@@ -195,7 +209,7 @@ export class Reaper {
    * those that are not Deno's (after `graceMs`, when set).
    */
   sweep(): void {
-    if (this.#closed) return;
+    if (this.#closed || this.#held) return;
     const now = Date.now();
     const children = listChildren();
     if (children.length > 0) this.#watch();

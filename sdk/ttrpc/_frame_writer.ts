@@ -46,6 +46,11 @@ export class FrameWriter {
     return this.#queuedBytes;
   }
 
+  /** True when nothing is queued and no write is under way. */
+  get idle(): boolean {
+    return this.#queuedBytes === 0 && !this.#flushing;
+  }
+
   /** Queues an encoded frame; dropped silently once the connection has failed. */
   send(frame: Uint8Array): void {
     if (this.#failed) return;

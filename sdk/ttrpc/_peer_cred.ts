@@ -51,6 +51,20 @@ export function effectiveIds(): { uid: number; gid: number } {
 }
 
 /** True when `fd` is a unix socket named `path` that is not listening: one `accept` gave us. */
+/**
+ * The path a unix socket is bound to (an accepted socket reports its listener's), or
+ * `undefined` for another kind of descriptor or an unnamed socket.
+ */
+export function socketName(fd: number): string | undefined {
+  const addr = new Uint8Array(110);
+  const len = new Uint32Array([addr.length]);
+  if (openLibc().symbols.getsockname(fd, addr, len) !== 0) return undefined;
+  if ((addr[0] | (addr[1] << 8)) !== AF_UNIX) return undefined;
+  let end = Math.min(len[0], addr.length);
+  while (end > 2 && addr[end - 1] === 0) end--;
+  return end > 2 ? new TextDecoder().decode(addr.subarray(2, end)) : undefined;
+}
+
 function acceptedFrom(lib: Libc, fd: number, path: Uint8Array): boolean {
   // struct sockaddr_un: sa_family_t (2 bytes), then sun_path[108].
   const addr = new Uint8Array(110);
@@ -117,6 +131,25 @@ export class PeerCredentialResolver {
     if (rc !== 0) throw new Error(`getsockopt(SO_PEERCRED) failed on socket inode ${inode}`);
     this.#known.set(fd, inode);
     // struct ucred { pid_t pid; uid_t uid; gid_t gid; } in native byte order.
+    const [pid, uid, gid] = new Uint32Array(cred.buffer);
+    return { inode, creds: { pid, uid, gid } };
+  }
+
+  /**
+   * Attributes a socket this process did not accept itself (one inherited across a live
+   * upgrade), so the next accept is still told apart; returns its peer's credentials.
+   *
+   * @param fd the accepted socket's descriptor
+   */
+  adopt(fd: number): { inode: number; creds: PeerCredentials } {
+    const inode = socketInode(fd);
+    if (inode === undefined) throw new Error(`descriptor ${fd} is not a socket`);
+    const cred = new Uint8Array(12);
+    const len = new Uint32Array([12]);
+    if (openLibc().symbols.getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, len) !== 0) {
+      throw new Error(`getsockopt(SO_PEERCRED) failed on descriptor ${fd} (socket inode ${inode})`);
+    }
+    this.#known.set(fd, inode);
     const [pid, uid, gid] = new Uint32Array(cred.buffer);
     return { inode, creds: { pid, uid, gid } };
   }

@@ -73,6 +73,23 @@ export interface ConnectionContext {
   writeTimeoutMs: number;
 }
 
+/**
+ * What one connection carries across a live upgrade (sdk/shim/upgrade): the code that continues
+ * it dispatches `replay` first (requests taken but not answered, in stream order), then decodes
+ * `partial` (a frame begun but not complete) ahead of what it reads from the socket.
+ */
+export interface ConnectionCarry {
+  /** The highest stream id taken; later requests must be above it. */
+  lastStreamId: number;
+  /** `ttrpc.Request` payloads, by stream id, to dispatch as if they had just arrived. */
+  replay: { id: number; payload: Uint8Array }[];
+  /** The bytes of the frame in progress. */
+  partial: Uint8Array;
+}
+
+/** Which calls a held connection carries over instead of waiting for them (e.g. `Wait`). */
+export type CarriedCall = (service: string, method: string) => boolean;
+
 /** Read buffer size; frames larger than this arrive over several reads. */
 const READ_CHUNK = 32 * 1024;
 /**
@@ -136,12 +153,21 @@ export class ServerConnection {
   #draining = false;
   #closed = false;
   #madeCalls = false;
+  /** Set while held for a live upgrade: which calls are carried rather than awaited. */
+  #carried: CarriedCall | undefined;
+  /** Requests taken while held, and answers of carried calls kept back while held. */
+  #held: { id: number; payload: Uint8Array; req: Request }[] = [];
+  #deferred: { id: number; payload: Uint8Array; frame: Uint8Array }[] = [];
+  #calls = new Map<number, Request>();
+  #carry: ConnectionCarry | undefined;
   /** Closes a connection whose first frame, or a started frame, does not complete in time. */
   #frameTimer: ReturnType<typeof setTimeout> | undefined;
 
-  constructor(conn: ByteStream, ctx: ConnectionContext) {
+  constructor(conn: ByteStream, ctx: ConnectionContext, carry?: ConnectionCarry) {
     this.#conn = conn;
     this.#ctx = ctx;
+    this.#carry = carry;
+    if (carry) this.#lastStreamId = carry.lastStreamId;
     this.#writer = new FrameWriter(conn, (err) => {
       ctx.onError(err);
       this.#close(statusError("ttrpc connection failed while writing", Code.Canceled));
@@ -163,6 +189,7 @@ export class ServerConnection {
   async run(): Promise<void> {
     const buf = new Uint8Array(READ_CHUNK);
     try {
+      if (this.#carry) this.#resumeCarry(this.#carry);
       while (!this.#closed) {
         if (this.#writer.queuedBytes > WRITE_HIGH_WATER) await this.#writer.drained();
         const n = await this.#conn.read(buf);
@@ -184,6 +211,75 @@ export class ServerConnection {
     }
     // The peer is gone (or we closed): like Go, cancel what its calls are still doing.
     this.#close(statusError("ttrpc connection closed", Code.Canceled));
+  }
+
+  /**
+   * Holds the connection for a live upgrade: requests that arrive from now on are kept, not
+   * dispatched, and answers of `carried` calls are kept back. {@linkcode quiet} tells when only
+   * carried calls are running and every answer is written; {@linkcode carry} then says what the
+   * next code must continue with; {@linkcode release} undoes the hold (the upgrade failed).
+   *
+   * @param carried the calls carried over instead of awaited
+   */
+  hold(carried: CarriedCall): void {
+    this.#carried = carried;
+  }
+
+  /** True when held, every running call is carried and nothing waits to be written. */
+  get quiet(): boolean {
+    if (!this.#carried || !this.#writer.idle) return false;
+    for (const id of this.#inFlight.keys()) {
+      const req = this.#calls.get(id);
+      if (!req || !this.#carried(req.service, req.method)) return false;
+    }
+    return true;
+  }
+
+  /**
+   * What the next code continues with, taken synchronously right before the process image is
+   * replaced; `undefined` when the connection cannot be handed over now (an oversized frame is
+   * being skipped).
+   */
+  carry(): ConnectionCarry | undefined {
+    const partial = this.#decoder.pendingBytes();
+    if (partial === undefined) return undefined;
+    const replay = new Map<number, Uint8Array>();
+    for (const id of this.#inFlight.keys()) {
+      const req = this.#calls.get(id);
+      if (req) replay.set(id, REQUEST.encode(req));
+    }
+    for (const d of this.#deferred) replay.set(d.id, d.payload);
+    for (const h of this.#held) replay.set(h.id, h.payload);
+    return {
+      lastStreamId: this.#lastStreamId,
+      replay: [...replay].sort(([a], [b]) => a - b).map(([id, payload]) => ({ id, payload })),
+      partial,
+    };
+  }
+
+  /** Ends a hold: kept answers are written and kept requests dispatched, in order. */
+  release(): void {
+    if (!this.#carried) return;
+    this.#carried = undefined;
+    const deferred = this.#deferred.splice(0);
+    const held = this.#held.splice(0);
+    for (const d of deferred) if (!this.#closed) this.#writer.send(d.frame);
+    for (const h of held) this.#onRequest(h.id, h.req);
+  }
+
+  #resumeCarry(carry: ConnectionCarry): void {
+    this.#carry = undefined;
+    for (const r of carry.replay) {
+      let req: Request;
+      try {
+        req = REQUEST.decode(r.payload);
+      } catch (err) {
+        this.#ctx.onError(err);
+        continue;
+      }
+      this.#onRequest(r.id, req);
+    }
+    for (const frame of this.#decoder.push(carry.partial)) this.#onFrame(frame);
   }
 
   /** Stops taking new calls; closes once running calls have answered. */
@@ -281,6 +377,14 @@ export class ServerConnection {
       const msg = err instanceof Error ? err.message : String(err);
       return this.#sendStatus(id, Code.InvalidArgument, `unmarshal request error: ${msg}`);
     }
+    if (this.#carried) {
+      this.#held.push({ id, payload: frame.payload!, req });
+      return;
+    }
+    this.#onRequest(id, req);
+  }
+
+  #onRequest(id: number, req: Request): void {
     if (this.#draining) {
       return this.#sendStatus(id, Code.Unavailable, "ttrpc server is shutting down");
     }
@@ -342,6 +446,7 @@ export class ServerConnection {
       requestHeader: headersOf(req),
     });
     this.#inFlight.set(id, ctx);
+    this.#calls.set(id, req);
     let frame: Uint8Array;
     try {
       let input;
@@ -360,8 +465,14 @@ export class ServerConnection {
       frame = responseFrame(id, statusOf(err));
     } finally {
       if (this.#inFlight.get(id) === ctx) this.#inFlight.delete(id);
+      this.#calls.delete(id);
       // Completing the call aborts its signal (Connect semantics) and clears the deadline timer.
       ctx.abort();
+    }
+    if (this.#carried?.(req.service, req.method)) {
+      // Held: the next code answers it again from the same state, or release() sends this.
+      this.#deferred.push({ id, payload: REQUEST.encode(req), frame });
+      return;
     }
     if (!this.#closed) this.#writer.send(frame);
     this.#closeIfDrained();

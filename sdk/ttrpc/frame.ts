@@ -208,6 +208,34 @@ export class FrameDecoder {
   }
 
   /**
+   * The bytes of the frame in progress, exactly as they were read (its header and the payload so
+   * far): what a live upgrade hands to the code that continues the connection. `undefined` while
+   * an oversized frame is being skipped, which cannot be handed over.
+   *
+   * @example Usage
+   * ```ts
+   * import { deepStrictEqual } from "node:assert/strict";
+   * import { encodeFrame, FrameDecoder, FrameType } from "./frame.ts";
+   * const frame = encodeFrame(1, FrameType.Request, 0, new Uint8Array([1, 2, 3]));
+   * const d = new FrameDecoder();
+   * d.push(frame.subarray(0, 12)); // the header and two payload bytes
+   * deepStrictEqual(d.pendingBytes(), frame.subarray(0, 12));
+   * ```
+   */
+  pendingBytes(): Uint8Array | undefined {
+    if (this.#current === undefined) return this.#header.slice(0, this.#headerFill);
+    if (this.#payload === undefined) return undefined;
+    const out = new Uint8Array(FRAME_HEADER_LENGTH + this.#payloadFill);
+    const view = new DataView(out.buffer);
+    view.setUint32(0, this.#current.length);
+    view.setUint32(4, this.#current.streamId);
+    out[8] = this.#current.type;
+    out[9] = this.#current.flags;
+    out.set(this.#payload.subarray(0, this.#payloadFill), FRAME_HEADER_LENGTH);
+    return out;
+  }
+
+  /**
    * Consumes a chunk and returns every frame it completed, in order. The chunk is copied where
    * needed, so the caller may reuse its buffer.
    *

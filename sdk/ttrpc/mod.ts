@@ -55,6 +55,9 @@ export {
   MAX_PAYLOAD_LENGTH,
 } from "./frame.ts";
 export {
+  type CarriedCall,
+  type CarriedConnection,
+  type ConnectionCarry,
   type TtrpcByteStream,
   type TtrpcCloseOptions,
   type TtrpcListenOptions,

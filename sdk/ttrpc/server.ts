@@ -20,7 +20,34 @@ import {
   ServerConnection,
   type ServiceEntry,
 } from "./_server_connection.ts";
-import { effectiveIds, PeerCredentialResolver } from "./_peer_cred.ts";
+import {
+  effectiveIds,
+  PeerCredentialResolver,
+  type PeerCredentials,
+  socketName,
+} from "./_peer_cred.ts";
+import type { CarriedCall, ConnectionCarry } from "./_server_connection.ts";
+
+export type { CarriedCall, ConnectionCarry };
+
+/**
+ * A connection as it crosses a live upgrade: its socket (by inode, which names it in
+ * `/proc/self/fd`) and what the next code continues with.
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { CarriedConnection } from "@skiff/shim/ttrpc";
+ * const c: CarriedConnection = { inode: 4242, carry: { lastStreamId: 7, replay: [], partial: new Uint8Array() } };
+ * strictEqual(c.carry.lastStreamId, 7);
+ * ```
+ */
+export interface CarriedConnection {
+  /** The socket's inode. */
+  inode: number;
+  /** Stream state and requests to replay. */
+  carry: ConnectionCarry;
+}
 
 /**
  * Options for {@linkcode TtrpcServer}.
@@ -230,6 +257,12 @@ function wireEntry(typeName: string, list: readonly WireMethod[]): ServiceEntry 
 export interface TtrpcListenOptions {
   /** File mode of the socket. Default 0o600: only the owner (containerd runs as root) connects. */
   mode?: number;
+  /**
+   * Take the path over from a live socket (one this process inherited across a live upgrade):
+   * the new socket is bound beside it and renamed onto the path, so a client's connect never
+   * finds no socket there. Default false: a live server at the path is refused.
+   */
+  replace?: boolean;
 }
 
 /**
@@ -293,6 +326,10 @@ export class TtrpcServer {
   #ownedPaths = new Set<string>();
   /** In accept order, which eviction relies on (oldest first). */
   #connections = new Map<ServerConnection, Promise<void>>();
+  /** Accepted sockets' inodes (known only for listeners with a peer check). */
+  #inodes = new Map<ServerConnection, number>();
+  #resolvers = new Map<string, PeerCredentialResolver>();
+  #carried: CarriedCall | undefined;
   #maxConnections: number;
   #maxCalls: number;
   #frameTimeoutMs: number;
@@ -480,21 +517,28 @@ export class TtrpcServer {
         Code.FailedPrecondition,
       );
     }
-    await removeStaleSocket(path);
+    const bindAt = options.replace ? `${path}.next` : path;
+    await removeStaleSocket(bindAt);
     if (this.#closing) {
       throw statusError(
         `ttrpc server closed while preparing to listen on ${path}`,
         Code.FailedPrecondition,
       );
     }
-    const listener = Deno.listen({ transport: "unix", path });
-    this.#ownedPaths.add(path);
+    const listener = Deno.listen({ transport: "unix", path: bindAt });
     try {
-      Deno.chmodSync(path, options.mode ?? 0o600);
+      Deno.chmodSync(bindAt, options.mode ?? 0o600);
+      if (bindAt !== path) Deno.renameSync(bindAt, path);
     } catch (err) {
       listener.close();
+      try {
+        Deno.removeSync(bindAt);
+      } catch { /* not created */ }
       throw err;
     }
+    this.#ownedPaths.add(path);
+    // The listener's own address is the path it was bound at; the peer check must look for
+    // sockets accepted from that name.
     void this.serve(listener);
   }
 
@@ -515,7 +559,7 @@ export class TtrpcServer {
     }
     this.#listeners.add(listener);
     const path = listener.addr.transport === "unix" ? (listener.addr as Deno.UnixAddr).path : "";
-    const peers = this.#requireSameUser && path ? new PeerCredentialResolver(path) : undefined;
+    const peers = this.#requireSameUser && path ? this.#resolver(path) : undefined;
     let backoff = 0;
     try {
       while (!this.#closing) {
@@ -541,7 +585,7 @@ export class TtrpcServer {
             continue;
           }
         }
-        void this.serveConn(conn).finally(() => {
+        void this.#serve(conn, inode).finally(() => {
           if (inode !== undefined) peers?.release(inode);
         });
       }
@@ -558,7 +602,104 @@ export class TtrpcServer {
    * @param conn the connection; closed when it ends
    * @returns resolves when the connection is closed
    */
-  async serveConn(conn: TtrpcByteStream): Promise<void> {
+  serveConn(conn: TtrpcByteStream): Promise<void> {
+    return this.#serve(conn);
+  }
+
+  /**
+   * Serves a connection this process did not accept itself: one inherited across a live
+   * upgrade (with its `carry`), or one taken from an inherited listener's backlog. The socket's
+   * peer is checked as an accepted one would be.
+   *
+   * @param conn the byte stream over the socket
+   * @param fd the socket's descriptor
+   * @param carry what the previous code handed over for it
+   * @returns resolves when the connection is closed
+   */
+  async serveInherited(
+    conn: TtrpcByteStream,
+    fd: number,
+    carry?: ConnectionCarry,
+  ): Promise<void> {
+    // Attributed under the name it was accepted from, so this listener's next accept is
+    // still told apart from it.
+    const peers = this.#resolver(socketName(fd) ?? "");
+    let inode: number;
+    try {
+      const adopted = peers.adopt(fd);
+      inode = adopted.inode;
+      if (this.#requireSameUser) this.#checkCreds(adopted.creds);
+    } catch (err) {
+      this.#onError(err);
+      conn.close();
+      return;
+    }
+    try {
+      await this.#serve(conn, inode, carry);
+    } finally {
+      peers.release(inode);
+    }
+  }
+
+  /**
+   * Holds every connection for a live upgrade (and those accepted from now on): requests are
+   * kept, not dispatched, and `carried` calls are not waited for. See {@linkcode quiet},
+   * {@linkcode carry} and {@linkcode release}.
+   *
+   * @param carried the calls carried over instead of awaited (e.g. `Wait`)
+   */
+  hold(carried: CarriedCall): void {
+    this.#carried = carried;
+    for (const sc of this.#connections.keys()) sc.hold(carried);
+  }
+
+  /** True when held and every connection runs only carried calls and has written everything. */
+  get quiet(): boolean {
+    if (!this.#carried) return false;
+    for (const sc of this.#connections.keys()) if (!sc.quiet) return false;
+    return true;
+  }
+
+  /**
+   * Every connection's state for the next code, taken synchronously right before the process
+   * image is replaced.
+   *
+   * @throws {Error} when a connection cannot be handed over (its socket is unknown, or it is
+   *   skipping an oversized frame)
+   */
+  carry(): CarriedConnection[] {
+    const out: CarriedConnection[] = [];
+    for (const sc of this.#connections.keys()) {
+      const inode = this.#inodes.get(sc);
+      if (inode === undefined) {
+        throw new Error(
+          "a connection without a known socket (served with serveConn) cannot be carried",
+        );
+      }
+      const carry = sc.carry();
+      if (!carry) {
+        throw new Error(
+          `connection on socket inode ${inode} is mid-way through an oversized frame`,
+        );
+      }
+      out.push({ inode, carry });
+    }
+    return out;
+  }
+
+  /** Ends a hold: every connection dispatches what it kept, in order. */
+  release(): void {
+    this.#carried = undefined;
+    for (const sc of this.#connections.keys()) sc.release();
+  }
+
+  #resolver(path: string): PeerCredentialResolver {
+    let r = this.#resolvers.get(path);
+    if (!r) this.#resolvers.set(path, r = new PeerCredentialResolver(path));
+    return r;
+  }
+
+  async #serve(conn: TtrpcByteStream, inode?: number, carry?: ConnectionCarry): Promise<void> {
     if (this.#closing) {
       conn.close();
       return;
@@ -581,13 +722,16 @@ export class TtrpcServer {
       maxCalls: this.#maxCalls,
       frameTimeoutMs: this.#frameTimeoutMs,
       writeTimeoutMs: this.#writeTimeoutMs,
-    });
+    }, carry);
+    if (this.#carried) sc.hold(this.#carried);
+    if (inode !== undefined) this.#inodes.set(sc, inode);
     const done = sc.run();
     this.#connections.set(sc, done);
     try {
       await done;
     } finally {
       this.#connections.delete(sc);
+      this.#inodes.delete(sc);
     }
   }
 
@@ -668,15 +812,23 @@ export class TtrpcServer {
       );
     }
     const { inode, creds } = peers.resolveLatest();
+    try {
+      this.#checkCreds(creds);
+    } catch (err) {
+      peers.release(inode);
+      throw err;
+    }
+    return inode;
+  }
+
+  #checkCreds(creds: PeerCredentials): void {
     const self = effectiveIds();
     if (creds.uid !== self.uid || creds.gid !== self.gid) {
-      peers.release(inode);
       throw statusError(
         `ttrpc peer (pid ${creds.pid}) has uid ${creds.uid} gid ${creds.gid}, expected uid ${self.uid} gid ${self.gid}`,
         Code.PermissionDenied,
       );
     }
-    return inode;
   }
 }
 

@@ -8,6 +8,7 @@
 
 import { SKIFF_VERSION } from "../version.ts";
 import { parseShimFlags, type ShimFlags } from "../contract/flags.ts";
+import { LAUNCHER_ENV } from "../contract/launcher_env.ts";
 import type { Shim } from "../shim.ts";
 import type { ServerExtension } from "../server/extension.ts";
 
@@ -52,6 +53,16 @@ export async function runShimWith<T extends object>(
   argv: readonly string[],
   serverExtensions: ExtensionLoader,
 ): Promise<void> {
+  if (argv[0] === "upgrade") {
+    // The operator's command (./upgrade.ts), not one of containerd's actions.
+    const launcher = Deno.env.get(LAUNCHER_ENV.launcher);
+    if (!launcher) {
+      console.error(`${shim.runtimeName} upgrade: run it as the installed shim binary`);
+      Deno.exit(2);
+    }
+    const { runUpgrade } = await import("./upgrade.ts");
+    Deno.exit(await runUpgrade(argv.slice(1), launcher));
+  }
   let flags: ShimFlags;
   try {
     flags = parseShimFlags(argv);
@@ -85,6 +96,19 @@ export async function runShimWith<T extends object>(
       await writeAll(Deno.stdout, await runDelete(shim, flags));
       Deno.exit(0);
     }
+    if (flags.upgradeCheck) {
+      // A live upgrade asks the installed code whether it loads and takes the old code's state.
+      const [{ checkUpgradeFormat }] = await Promise.all([
+        import("../contract/upgrade.ts"),
+        import("../server/serve.ts"),
+        serverExtensions(),
+      ]);
+      checkUpgradeFormat(flags.upgradeCheck);
+      console.log(
+        JSON.stringify({ version: SKIFF_VERSION, code: Deno.env.get(LAUNCHER_ENV.code) }),
+      );
+      Deno.exit(0);
+    }
     if (flags.spare) {
       const { runSpare } = await import("../spare/spare.ts");
       await runSpare(shim, flags, serverExtensions);
@@ -100,7 +124,13 @@ export async function runShimWith<T extends object>(
     Deno.exit(0);
   } catch (e) {
     // containerd shows start's combined output in its error, so say what failed.
-    const action = flags.info ? "-info" : flags.spare ? "-spare" : flags.action;
+    const action = flags.info
+      ? "-info"
+      : flags.spare
+      ? "-spare"
+      : flags.upgradeCheck
+      ? "-upgrade-check"
+      : flags.action;
     console.error(`${shim.runtimeName} ${action}: ${(e as Error).message}`);
     Deno.exit(1);
   }

@@ -36,9 +36,22 @@ export interface ShimFlags {
   spare: boolean;
   /** the positional action; a missing one means "serve". */
   action: ShimAction;
+  /**
+   * `-upgrade-check <format>`: installed code asked, before a live upgrade, whether it can take
+   * that state format (it loads the server and answers); "" otherwise.
+   */
+  upgradeCheck: string;
 }
 
-const stringFlags = ["namespace", "address", "publish-binary", "id", "bundle", "socket"] as const;
+const stringFlags = [
+  "namespace",
+  "address",
+  "publish-binary",
+  "id",
+  "bundle",
+  "socket",
+  "upgrade-check",
+] as const;
 const boolFlags = ["debug", "v", "info", "spare"] as const;
 
 /**
@@ -69,6 +82,7 @@ export function parseShimFlags(argv: readonly string[]): ShimFlags {
     info: false,
     spare: false,
     action: "serve",
+    upgradeCheck: "",
   };
   let i = 0;
   for (; i < argv.length; i++) {
@@ -122,6 +136,9 @@ export function parseShimFlags(argv: readonly string[]): ShimFlags {
         break;
       case "socket":
         flags.socket = value;
+        break;
+      case "upgrade-check":
+        flags.upgradeCheck = value;
         break;
     }
   }

@@ -34,6 +34,8 @@ export const LAUNCHER_ENV = {
   spareNice: "SKIFF_SPARE_NICE",
   /** `start`'s ready socket, named to the cold server it spawns; dropped once used. */
   readySocket: "SKIFF_READY_SOCKET",
+  /** A live upgrade's state file, named to the code the server re-executes into; dropped once read. */
+  upgradeState: "SKIFF_UPGRADE_STATE",
 } as const;
 
 /** The name of one variable of {@linkcode LAUNCHER_ENV}. */

@@ -253,6 +253,24 @@ export class Container<T = unknown> {
     return p.pid;
   }
 
+  /**
+   * After a live upgrade: what create had set up and the previous code held in memory (the
+   * rootfs to unmount on Delete, the init's cgroups, the OOM watch).
+   *
+   * @param rootfsMounted whether create mounted the rootfs
+   */
+  async resume(rootfsMounted: boolean): Promise<void> {
+    if (rootfsMounted) this.#rootfsMounted = true;
+    if (this.init.pid !== 0 && this.init.state !== "stopped") await this.prepareInit();
+  }
+
+  /** Why this container cannot cross a live upgrade now, or `undefined` when it can. */
+  uncarriable(): string | undefined {
+    if (this.#restoreFrom) return `container "${this.id}" waits to be restored from a checkpoint`;
+    if (this.#initKills.size > 0) return `container "${this.id}" has a kill in flight`;
+    return undefined;
+  }
+
   /** Once the init runs: keeps its cgroups when the platform reads stats, and watches for OOM. */
   async prepareInit(): Promise<void> {
     this.#keepInitCgroup();

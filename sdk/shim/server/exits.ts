@@ -124,6 +124,7 @@ export class ExitRouter {
   /** Reaped exits of processes whose runtime reports their exit, kept for a failed report. */
   #aside = new WeakMap<ShimProcess, PromiseWithResolvers<ReapedExit>>();
   #unsubscribe: () => void;
+  #settling = 0;
 
   /**
    * Subscribes to reaped exits.
@@ -146,6 +147,14 @@ export class ExitRouter {
    *
    * @param c the container
    */
+  /**
+   * Exits taken in and not yet recorded and published (waiting for output, execs or kills): a
+   * live upgrade waits for none.
+   */
+  get settling(): number {
+    return this.#settling;
+  }
+
   initExitTaken(c: RoutedContainer): boolean {
     return this.#initExits.has(c);
   }
@@ -290,10 +299,15 @@ export class ExitRouter {
     exit: ProcessExitInfo,
     outputWaitMs = OUTPUT_BEFORE_REAPED_EXIT_MS,
   ): Promise<void> {
-    await p.startSettled();
-    await outputLanded(p, outputWaitMs);
-    p.markExited(exit);
-    this.#publishExit(c, p);
+    this.#settling++;
+    try {
+      await p.startSettled();
+      await outputLanded(p, outputWaitMs);
+      p.markExited(exit);
+      this.#publishExit(c, p);
+    } finally {
+      this.#settling--;
+    }
   }
 
   /**
@@ -313,6 +327,19 @@ export class ExitRouter {
     // Reported once; a second report (a late one) changes nothing.
     if (this.#initExits.has(c)) return;
     this.#initExits.add(c);
+    this.#settling++;
+    try {
+      await this.#initExitSettle(c, exit, outputWaitMs);
+    } finally {
+      this.#settling--;
+    }
+  }
+
+  async #initExitSettle(
+    c: RoutedContainer,
+    exit: ProcessExitInfo,
+    outputWaitMs: number,
+  ): Promise<void> {
     const p = c.init;
     await p.startSettled();
     // Like the Go shim, hold the init's exit while an exec is mid-start (containerd #10589):

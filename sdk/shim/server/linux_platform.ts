@@ -13,6 +13,7 @@ import { ProcessIo, type ProcessIoContext } from "../../linux/process_io.ts";
 import { mountAll, unmountAll } from "../../linux/mount.ts";
 import { parseProcCgroup } from "../../linux/cgroup_paths.ts";
 import type { CgroupMembership, ProcessIoSetup, ShimPlatform } from "./platform.ts";
+import type { ProcessIoHandle } from "./process.ts";
 
 /** How long to wait for the runtime to hand over a terminal's pty master. */
 const PTY_TIMEOUT_MS = 10_000;
@@ -41,6 +42,7 @@ export function linuxPlatform(reaper: Reaper): ShimPlatform {
       if (pidsWithPidfd().has(pid)) return "it was spawned with Deno.Command outside ctx.spawn";
       return undefined;
     },
+    adoptIo: (carry) => pipesHandle(ProcessIo.adopt(carry)),
     openIo: (paths, ctx) =>
       paths.terminal
         ? openTerminal(paths, { ...ctx, reaper })
@@ -75,11 +77,18 @@ async function openPipes(
       streams: () => io.streams(),
     },
     ready: () => Promise.resolve(),
-    handle: {
-      closeStdin: () => io.closeStdin(),
-      drain: async (ms) => void await io.drain(ms),
-      close: () => io.close(),
-    },
+    handle: pipesHandle(io),
+  };
+}
+
+/** The server's handle on piped stdio; it can cross a live upgrade. */
+function pipesHandle(io: ProcessIo): ProcessIoHandle {
+  return {
+    closeStdin: () => io.closeStdin(),
+    drain: async (ms) => void await io.drain(ms),
+    close: () => io.close(),
+    carry: () => io.carry(),
+    inHand: () => io.inHand,
   };
 }
 

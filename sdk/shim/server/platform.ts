@@ -8,6 +8,7 @@
 import type { Any } from "@bufbuild/protobuf/wkt";
 import type { ProcessExitInfo, ProcessIoHandle, ProcessStdioPaths } from "./process.ts";
 import type { RuntimeStdio } from "../runtime.ts";
+import type { ProcessIoCarry } from "../../linux/process_io.ts";
 
 /**
  * A process's cgroups, one entry per hierarchy (controllers, none for v2; path), as
@@ -74,6 +75,11 @@ export interface ShimPlatform {
     paths: ProcessStdioPaths,
     ctx: { containerId: string; namespace: string },
   ): Promise<ProcessIoSetup>;
+  /**
+   * Continues stdio that a live upgrade carried over (what a handle's `carry()` returned in the
+   * previous code). Absent: processes with stdio are not carried.
+   */
+  adoptIo?(carry: ProcessIoCarry): ProcessIoHandle;
   /** Mounts the rootfs mounts onto `target`. */
   mount(mounts: RootfsMount[], target: string): Promise<void>;
   /** Unmounts everything below and at `target`. */

@@ -5,6 +5,7 @@
  * @module
  */
 
+import type { ProcessIoCarry } from "../../linux/process_io.ts";
 import { Code, statusError } from "../../ttrpc/status_error.ts";
 import type { RuntimeProcess } from "../runtime.ts";
 
@@ -41,6 +42,10 @@ export interface ProcessIoHandle {
   close(): Promise<void>;
   /** Resizes the terminal, when there is one. */
   resize?(width: number, height: number): void;
+  /** The descriptors a live upgrade hands on; throws saying why when it cannot. */
+  carry?(): ProcessIoCarry;
+  /** True while a chunk has been read and not yet written. */
+  inHand?(): boolean;
 }
 
 /**
@@ -84,6 +89,28 @@ export class ShimProcess {
     this.execId = execId;
     this.stdio = stdio;
     this.spec = spec;
+  }
+
+  /**
+   * Continues a process that a live upgrade carried over (sdk/shim/server/carry.ts): its pid,
+   * start time, state and exit as the previous code left them, and its stdio.
+   *
+   * @param s the carried state
+   * @param io the adopted stdio
+   */
+  resume(
+    s: { pid: number; startTime?: number; state: ProcessState; exit?: ProcessExitInfo },
+    io: ProcessIoHandle | undefined,
+  ): void {
+    this.#pid = s.pid;
+    this.#startTime = s.startTime;
+    if (s.pid !== 0) this.#runtime = { pid: s.pid };
+    this.#io = io;
+    this.#state = s.state;
+    if (s.exit) {
+      this.#exit = s.exit;
+      this.#exited.resolve(s.exit);
+    }
   }
 
   /** The process's id as containerd names it in events (exec id, or the container id). */

@@ -21,6 +21,7 @@ import { composeExtensions } from "./compose.ts";
 import { serverLogger } from "./server_logger.ts";
 import { registerServices } from "./services.ts";
 import { serverShutdown } from "./shutdown.ts";
+import { registerUpgradeService, resumeUpgrade, takeUpgradeState } from "./upgrade.ts";
 
 /** How a server came to run, for {@linkcode serveShim}. */
 export interface ServeOptions {
@@ -49,7 +50,9 @@ export async function serveShim<T extends object>(
   flags: ShimFlags,
   options: ServeOptions = {},
 ): Promise<void> {
-  const bundle = Deno.cwd();
+  // A live upgrade's new code: the state the old code left (sdk/shim/server/upgrade.ts).
+  const resumed = takeUpgradeState();
+  const bundle = resumed?.bundle ?? Deno.cwd();
   // Leave the bundle: containerd removes it when that container is deleted, while a shim that
   // serves a group of containers lives on, and Deno cannot spawn runc from a deleted cwd.
   Deno.chdir("/");
@@ -64,7 +67,8 @@ export async function serveShim<T extends object>(
   const origin = options.origin ?? "cold";
   const setup = { shim, flags, logger, origin, socket, bundle };
   const hooks = await composeExtensions(options.extensions ?? [], setup);
-  const reaper = options.reaper ?? Reaper.start();
+  // After an upgrade, the exits of the window wait as zombies until their processes are known.
+  const reaper = options.reaper ?? Reaper.start({ held: resumed !== undefined });
   const publisher = new EventPublisher({
     address: Deno.env.get("TTRPC_ADDRESS") ?? `${flags.address}.ttrpc`,
     namespace: flags.namespace,
@@ -86,11 +90,30 @@ export async function serveShim<T extends object>(
     release: () => (services.tasks.close(), reaper.close()),
   });
   const deps = { shim, flags, logger, bundle, endpoint, socket, platform, events: publisher };
-  const services = registerServices(server, { ...deps, shutdown: (why) => void shutdown(why) });
+  const services = registerServices(server, {
+    ...deps,
+    shutdown: (why) => void shutdown(why),
+    ...(resumed?.inheritedOptions != null
+      ? { inheritedOptions: resumed.inheritedOptions as T }
+      : {}),
+  });
+  registerUpgradeService({
+    flags,
+    socket,
+    bundle,
+    server,
+    tasks: services.tasks,
+    publisher,
+    sandboxes: services.sandboxes,
+    inheritedOptions: services.options,
+    logger,
+    ...(resumed ? { resumed } : {}),
+  });
 
-  if (options.listener) void server.serve(options.listener);
+  if (resumed) await resumeUpgrade(resumed, { server, tasks: services.tasks, logger }, reaper);
+  else if (options.listener) void server.serve(options.listener);
   else await server.listen(socket);
-  await options.onListening?.();
+  if (!resumed) await options.onListening?.();
   trimMemoryLater(); // idle memory back to the kernel once the first requests are done
   await hooks.onServing({
     spawn: (cmd) => reaper.spawn(cmd),
@@ -105,6 +128,11 @@ export async function serveShim<T extends object>(
     onAbandoned: () => void shutdown("abandoned: the bundle is gone and nothing was created"),
   });
   const served = formatTaskApiEndpoint(endpoint);
-  logger.info("serving", { id: flags.id, endpoint: served, pid: Deno.pid, origin });
+  logger.info("serving", {
+    id: flags.id,
+    endpoint: served,
+    pid: Deno.pid,
+    origin: resumed ? "upgrade" : origin,
+  });
   await server.closed;
 }

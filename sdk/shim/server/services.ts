@@ -45,6 +45,8 @@ export interface ServicesDeps<T extends object> {
   events: EventPublisher;
   /** Ends the server (Shutdown with nothing left, or ShutdownSandbox). */
   shutdown(why: string): void;
+  /** The options `start` handed over, when known already (a live upgrade carries them). */
+  inheritedOptions?: T;
 }
 
 /** The registered services, as the server reads them. */
@@ -71,10 +73,12 @@ export function registerServices<T extends object>(
   server: TtrpcServer,
   d: ServicesDeps<T>,
 ): Services<T> {
-  let inherited: T | undefined;
-  try {
-    inherited = JSON.parse(Deno.readTextFileSync(`${d.bundle}/options.json`)) as T;
-  } catch { /* start had no options */ }
+  let inherited: T | undefined = d.inheritedOptions;
+  if (inherited === undefined) {
+    try {
+      inherited = JSON.parse(Deno.readTextFileSync(`${d.bundle}/options.json`)) as T;
+    } catch { /* start had no options */ }
+  }
   let sandboxes: SandboxService<T> | undefined;
   const tasks = new TaskService<T>({
     shim: d.shim,

@@ -35,7 +35,9 @@ import type {
 import type { Status } from "../../../proto/gen/containerd/types/task/task_pb.ts";
 import { packShimAny, shimCodec, TASK_STATUS, timestampOf } from "../../../proto/shim_wire.ts";
 import { abortable } from "./abortable.ts";
-import type { Container } from "./container.ts";
+import { Container } from "./container.ts";
+import { adoptProcess, carryContainer, type ContainerCarry, stdioSettled } from "./carry.ts";
+import type { ContainerRuntime } from "../runtime.ts";
 import { createContainer } from "./create.ts";
 import type { EventPublisher } from "./events.ts";
 import { ExitRouter } from "./exits.ts";
@@ -198,19 +200,7 @@ export class TaskService<T extends object> {
     Deno.writeTextFileSync(`${r.bundle}/options.json`, JSON.stringify(resolved.options));
 
     const clog = logger.with({ id: r.id, namespace });
-    // A process the runtime spawned itself and reported by pid gets its exit from Deno.
-    const spawned = new SpawnedExits(
-      (cmd) => platform.spawn(cmd),
-      platform.unseenExit && ((pid) => platform.unseenExit!(pid)),
-    );
-    const runtime = spawned.wrap(shim.runtime({
-      id: r.id,
-      namespace,
-      bundle: r.bundle,
-      options: resolved.options,
-      spawn: (cmd) => spawned.spawn(cmd),
-      logger: clog,
-    }));
+    const runtime = this.#runtimeFor(r.id, namespace, r.bundle, resolved.options, clog);
     if (r.checkpoint && !runtime.restore) {
       throw statusError(
         `restoring container "${r.id}" from checkpoint "${r.checkpoint}" is not supported`,
@@ -225,6 +215,73 @@ export class TaskService<T extends object> {
       list: (c) => this.#containers.set(c.id, c),
     });
     return { pid: c.init.pid };
+  }
+
+  #runtimeFor(
+    id: string,
+    namespace: string,
+    bundle: string,
+    options: T,
+    logger: Logger,
+  ): ContainerRuntime {
+    const { shim, platform } = this.#d;
+    // A process the runtime spawned itself and reported by pid gets its exit from Deno.
+    const spawned = new SpawnedExits(
+      (cmd) => platform.spawn(cmd),
+      platform.unseenExit && ((pid) => platform.unseenExit!(pid)),
+    );
+    return spawned.wrap(shim.runtime({
+      id,
+      namespace,
+      bundle,
+      options,
+      spawn: (cmd) => spawned.spawn(cmd),
+      logger,
+    }));
+  }
+
+  /**
+   * True when a live upgrade may replace the process image now: no exit is being settled and
+   * no stdio chunk is in hand.
+   */
+  get settled(): boolean {
+    return this.#exits.settling === 0 && stdioSettled(this.#containers.values());
+  }
+
+  /**
+   * Every container's state for the next code (sdk/shim/upgrade).
+   *
+   * @throws {Error} when one cannot be carried now, saying why
+   */
+  carry(): ContainerCarry[] {
+    return [...this.#containers.values()].map((c) => carryContainer(c));
+  }
+
+  /**
+   * Continues the containers a live upgrade carried over: each with its runtime (from its
+   * options, as create built it), processes, stdio and OOM watch; exits are routed to them
+   * from now on.
+   *
+   * @param carried what the previous code handed over
+   */
+  async adopt(carried: readonly ContainerCarry[]): Promise<void> {
+    const { platform, logger } = this.#d;
+    for (const cc of carried) {
+      const clog = logger.with({ id: cc.id, namespace: cc.namespace });
+      const options = cc.options as T;
+      const c = new Container<T>({
+        id: cc.id,
+        namespace: cc.namespace,
+        bundle: cc.bundle,
+        runtime: this.#runtimeFor(cc.id, cc.namespace, cc.bundle, options, clog),
+        process: adoptProcess(cc.id, cc.init, platform),
+        options,
+        deps: { platform, events: this.#d.events, logger: clog, exits: this.#exits },
+      });
+      for (const e of cc.execs) c.execs.set(e.execId, adoptProcess(cc.id, e, platform));
+      this.#containers.set(c.id, c);
+      await c.resume(cc.rootfsMounted);
+    }
   }
 
   /** Starts the init process or an exec. */

@@ -325,6 +325,7 @@ async function adopt<T extends object>(
     info: false,
     spare: false,
     action: "serve",
+    upgradeCheck: "",
   };
   try {
     await serveShim(shim, flags, {

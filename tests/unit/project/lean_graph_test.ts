@@ -15,6 +15,9 @@ const SHARED = [
   "sdk/shim/boot/run.ts",
   "proto/wire.ts",
   "sdk/shim/contract/flags.ts",
+  // The launcher contract's variable names (constants only): run.ts names the launcher for the
+  // operator's `upgrade` command.
+  "sdk/shim/contract/launcher_env.ts",
   "sdk/shim/version.ts",
   "sdk/shim/shim.ts",
   "sdk/shim/options.ts",

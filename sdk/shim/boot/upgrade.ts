@@ -1,0 +1,232 @@
+/**
+ * `<shim binary> upgrade (--all | --id ID) [--namespace NS]`: the operator's command for live
+ * upgrades. It finds the running servers of this binary from containerd's task state (each
+ * container's bundle has the server's `address` and `shim.pid`), asks each to re-execute into
+ * the code installed now (`skiff.shim.v1.Upgrade` on its own socket), prints a line per shim
+ * and exits 0 only when every one upgraded or already ran the installed code.
+ *
+ * @module
+ */
+
+import { TtrpcWireClient } from "../../ttrpc/wire_client.ts";
+import { ADDRESS_FILE, socketPath } from "../contract/socket_address.ts";
+import { LAUNCHER_ENV } from "../contract/launcher_env.ts";
+import {
+  jsonMessage,
+  UPGRADE_METHOD,
+  UPGRADE_SERVICE,
+  type UpgradeReport,
+  type UpgradeRequest,
+} from "../contract/upgrade.ts";
+
+/** containerd's task state directory for the runtime v2 shims (its `state` + plugin id). */
+export const DEFAULT_TASK_STATE_DIR = "/run/containerd/io.containerd.runtime.v2.task";
+
+const REQUEST = jsonMessage<UpgradeRequest>("skiff.shim.v1.UpgradeRequest");
+const REPORT = jsonMessage<UpgradeReport>("skiff.shim.v1.UpgradeReport");
+
+/**
+ * One running server of a shim binary, as found in containerd's task state.
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { RunningShim } from "./upgrade.ts";
+ * const s: RunningShim = { socket: "/run/containerd/s/ab", pid: 4242, namespace: "k8s.io", ids: ["pod", "app"] };
+ * strictEqual(s.ids.length, 2);
+ * ```
+ */
+export interface RunningShim {
+  /** The server's socket path. */
+  socket: string;
+  /** Its pid. */
+  pid: number;
+  /** The namespace of its containers. */
+  namespace: string;
+  /** The containers it serves. */
+  ids: string[];
+}
+
+/**
+ * The servers started by `launcher`, from the bundles under `stateDir` (`<ns>/<id>/address`
+ * and `shim.pid`); a server is counted once however many containers it serves.
+ *
+ * @param stateDir containerd's runtime v2 task state directory
+ * @param launcher the shim binary's path; only its servers are listed
+ * @param filter one container (with its namespace, or any)
+ * @example Usage
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import { findShims } from "./upgrade.ts";
+ * const dir = Deno.makeTempDirSync();
+ * Deno.mkdirSync(`${dir}/default/web`, { recursive: true });
+ * Deno.writeTextFileSync(`${dir}/default/web/address`, "unix:///run/containerd/s/ab");
+ * Deno.writeTextFileSync(`${dir}/default/web/shim.pid`, String(Deno.pid)); // not launched by it
+ * deepStrictEqual(findShims(dir, "/usr/local/bin/containerd-shim-mine-v1"), []);
+ * Deno.removeSync(dir, { recursive: true });
+ * ```
+ */
+export function findShims(
+  stateDir: string,
+  launcher: string,
+  filter?: { id: string; namespace?: string },
+): RunningShim[] {
+  const bySocket = new Map<string, RunningShim>();
+  for (const ns of entries(stateDir)) {
+    if (filter?.namespace && ns !== filter.namespace) continue;
+    for (const id of entries(`${stateDir}/${ns}`)) {
+      if (filter && id !== filter.id) continue;
+      const bundle = `${stateDir}/${ns}/${id}`;
+      let socket: string;
+      let pid: number;
+      try {
+        socket = socketPath(Deno.readTextFileSync(`${bundle}/${ADDRESS_FILE}`).trim());
+        pid = Number(Deno.readTextFileSync(`${bundle}/shim.pid`).trim());
+      } catch {
+        continue; // not a shim's bundle, or one being set up
+      }
+      if (!launchedBy(pid, launcher)) continue;
+      const known = bySocket.get(socket);
+      if (known) known.ids.push(id);
+      else bySocket.set(socket, { socket, pid, namespace: ns, ids: [id] });
+    }
+  }
+  return [...bySocket.values()];
+}
+
+function entries(dir: string): string[] {
+  try {
+    return [...Deno.readDirSync(dir)].filter((e) => e.isDirectory).map((e) => e.name).sort();
+  } catch {
+    return [];
+  }
+}
+
+/** Whether process `pid` runs code started by `launcher` (its environment names it). */
+function launchedBy(pid: number, launcher: string): boolean {
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  try {
+    const env = Deno.readTextFileSync(`/proc/${pid}/environ`).split("\0");
+    return env.includes(`${LAUNCHER_ENV.launcher}=${launcher}`);
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Asks one server to upgrade; resolves with its report.
+ *
+ * @param socket the server's socket
+ * @param request what to ask
+ * @param timeoutMs how long to wait for the answer
+ */
+export async function upgradeShim(
+  socket: string,
+  request: UpgradeRequest,
+  timeoutMs = 60_000,
+): Promise<UpgradeReport> {
+  const client = new TtrpcWireClient({ path: socket });
+  try {
+    return await client.call(
+      UPGRADE_SERVICE,
+      UPGRADE_METHOD,
+      REQUEST as never,
+      REPORT as never,
+      request as never,
+      { timeoutMs },
+    ) as UpgradeReport;
+  } finally {
+    await client.close();
+  }
+}
+
+interface UpgradeArgs {
+  all: boolean;
+  id?: string;
+  namespace?: string;
+  "state-dir": string;
+  force: boolean;
+  "settle-timeout-ms"?: string;
+}
+
+/** The command's flags (no node:util: the server's graph loads no Node module). */
+function parseUpgradeArgs(argv: readonly string[]): UpgradeArgs {
+  const out: UpgradeArgs = { all: false, force: false, "state-dir": DEFAULT_TASK_STATE_DIR };
+  for (let i = 0; i < argv.length; i++) {
+    const [name, inline] = argv[i].replace(/^--?/, "").split(/=(.*)/s, 2);
+    if (!argv[i].startsWith("-")) throw new Error(`unexpected argument "${argv[i]}"`);
+    if (name === "all" || name === "force") {
+      out[name] = true;
+      continue;
+    }
+    if (!["id", "namespace", "state-dir", "settle-timeout-ms"].includes(name)) {
+      throw new Error(`unknown flag "${argv[i]}"`);
+    }
+    const value = inline ?? argv[++i];
+    if (value === undefined) throw new Error(`flag --${name} needs a value`);
+    out[name as "id"] = value;
+  }
+  return out;
+}
+
+const USAGE = "usage: <shim binary> upgrade (--all | --id ID) [--namespace NS] " +
+  "[--state-dir DIR] [--force] [--settle-timeout-ms MS]";
+
+/**
+ * Runs the `upgrade` command; resolves with its exit code.
+ *
+ * @param argv the arguments after `upgrade`
+ * @param launcher this binary's path (the launcher's `$0`)
+ */
+export async function runUpgrade(argv: readonly string[], launcher: string): Promise<number> {
+  let values: UpgradeArgs;
+  try {
+    values = parseUpgradeArgs(argv);
+  } catch (e) {
+    console.error(`${(e as Error).message}\n${USAGE}`);
+    return 2;
+  }
+  if (values.all === (values.id !== undefined)) {
+    console.error(`give exactly one of --all and --id\n${USAGE}`);
+    return 2;
+  }
+  const filter = values.id !== undefined
+    ? { id: values.id, ...(values.namespace ? { namespace: values.namespace } : {}) }
+    : undefined;
+  const shims = findShims(values["state-dir"], launcher, filter);
+  if (shims.length === 0) {
+    console.log(
+      filter
+        ? `no running shim of ${launcher} serves container "${filter.id}"`
+        : `no running shim of ${launcher}`,
+    );
+    return filter ? 1 : 0;
+  }
+  const settle = values["settle-timeout-ms"];
+  let failed = 0;
+  // Four at a time: each holds its pod's requests for a moment and boots a Deno.
+  const queue = [...shims];
+  await Promise.all(Array.from({ length: Math.min(4, queue.length) }, async () => {
+    for (let s; (s = queue.shift());) {
+      const what = `pid ${s.pid} ${s.namespace}/${s.ids.join(",")}`;
+      try {
+        const r = await upgradeShim(s.socket, {
+          token: crypto.randomUUID(),
+          force: values.force,
+          ...(settle ? { settleTimeoutMs: Number(settle) } : {}),
+        });
+        console.log(
+          r.upgraded
+            ? `${what}: upgraded ${r.from.code.slice(0, 12)} -> ${r.to.code.slice(0, 12)} ` +
+              `(skiff ${r.from.version} -> ${r.to.version}), requests held ${r.heldMs} ms, ` +
+              `${r.containers} containers, ${r.connections} connections`
+            : `${what}: already runs the installed code ${r.to.code.slice(0, 12)}`,
+        );
+      } catch (e) {
+        failed++;
+        console.log(`${what}: FAILED: ${(e as Error).message}`);
+      }
+    }
+  }));
+  return failed === 0 ? 0 : 1;
+}

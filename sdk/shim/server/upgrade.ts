@@ -1,0 +1,438 @@
+/**
+ * Live upgrade: the server re-executes itself (`execve`, same pid) into the code installed now,
+ * keeping containerd's connections, its listening socket, its children and every container's
+ * stdio. The old code holds new requests, waits until only carried calls (`Wait`) run and no
+ * exit or stdio chunk is mid-way, writes the state, clears close-on-exec on what it hands on
+ * and re-executes the launcher; the new code ({@linkcode resumeUpgrade}) takes it all back and
+ * replays the held requests. Before anything is held, the installed code is asked whether it
+ * can take the state (`-upgrade-check`): a broken bundle or an unknown format is refused while
+ * the old code keeps serving.
+ *
+ * @module
+ */
+
+import type { TtrpcByteStream, TtrpcServer, WireMethod } from "../../ttrpc/server.ts";
+import { Code, statusError } from "../../ttrpc/status_error.ts";
+import { FdStream } from "../../linux/fd_stream.ts";
+import { close } from "../../linux/libc.ts";
+import {
+  acceptPending,
+  descriptorsByLink,
+  execInPlace,
+  listeningSockets,
+  setCloseOnExec,
+} from "../../linux/descriptors.ts";
+import type { Reaper } from "../../linux/reaper.ts";
+import type { ShimFlags } from "../contract/flags.ts";
+import { LAUNCHER_ENV } from "../contract/launcher_env.ts";
+import {
+  type CodeIdentity,
+  fromBase64,
+  jsonMessage,
+  parseUpgradeState,
+  toBase64,
+  UPGRADE_CHECK_FLAG,
+  UPGRADE_METHOD,
+  UPGRADE_SERVICE,
+  UPGRADE_STATE_FORMAT,
+  type UpgradeReport,
+  type UpgradeRequest,
+  type UpgradeState,
+} from "../contract/upgrade.ts";
+import { SKIFF_VERSION } from "../version.ts";
+import type { Logger } from "../logger.ts";
+import type { EventPublisher } from "./events.ts";
+import { carriedDescriptors, type ContainerCarry } from "./carry.ts";
+
+const REQUEST = jsonMessage<UpgradeRequest>("skiff.shim.v1.UpgradeRequest");
+const REPORT = jsonMessage<UpgradeReport>("skiff.shim.v1.UpgradeReport");
+const DEFAULT_SETTLE_MS = 5_000;
+const CHECK_TIMEOUT_MS = 30_000;
+/** Carried, not awaited: calls that may wait for a long time and answer the same again. */
+const CARRIED_METHODS = new Set(["Wait", UPGRADE_METHOD]);
+
+/** What the upgrade needs of the task service (sdk/shim/server/task_service.ts). */
+export interface UpgradableTasks {
+  /** The containers served. */
+  readonly containers: ReadonlyMap<string, unknown>;
+  /** No exit and no stdio chunk mid-way. */
+  readonly settled: boolean;
+  /** Every container's state; throws saying why one cannot be carried. */
+  carry(): ContainerCarry[];
+  /** Takes carried containers back. */
+  adopt(carried: readonly ContainerCarry[]): Promise<void>;
+}
+
+/** What the upgrade needs of the running server. */
+export interface UpgradeDeps {
+  /** containerd's flags, as the server was started with. */
+  flags: ShimFlags;
+  /** The server's socket. */
+  socket: string;
+  /** The bundle the server started in. */
+  bundle: string;
+  /** The ttrpc server. */
+  server: TtrpcServer;
+  /** The containers. */
+  tasks: UpgradableTasks;
+  /** Events still to publish. */
+  publisher: Pick<EventPublisher, "stats">;
+  /** Sandboxes served through the Sandbox API (not carried yet). */
+  sandboxes(): number;
+  /** Runtime options `start` handed over. */
+  inheritedOptions(): unknown;
+  /** The server's log. */
+  logger: Logger;
+  /** Set in the code an upgrade started: the state it resumed from. */
+  resumed?: UpgradeState;
+}
+
+/** The code this process runs. */
+export function currentCode(): CodeIdentity {
+  return { code: Deno.env.get(LAUNCHER_ENV.code) ?? "unknown", version: SKIFF_VERSION };
+}
+
+/** The code identity a launcher file states (`SKIFF_SHIM_CODE=...`), or "unknown". */
+function installedCode(launcher: string): string {
+  try {
+    const m = new RegExp(`^${LAUNCHER_ENV.code}=([0-9a-f]+)$`, "m")
+      .exec(Deno.readTextFileSync(launcher));
+    return m ? m[1] : "unknown";
+  } catch (e) {
+    throw statusError(
+      `cannot read the installed launcher "${launcher}": ${(e as Error).message}`,
+      Code.FailedPrecondition,
+    );
+  }
+}
+
+/**
+ * Serves the upgrade service on the shim's own socket (`skiff.shim.v1.Upgrade`).
+ *
+ * @param d the server's parts
+ */
+export function registerUpgradeService(d: UpgradeDeps): void {
+  d.server.registerWire(UPGRADE_SERVICE, [upgradeMethod(d)]);
+}
+
+function upgradeMethod(d: UpgradeDeps): WireMethod {
+  let running = false;
+  return {
+    name: UPGRADE_METHOD,
+    input: REQUEST as unknown as WireMethod["input"],
+    output: REPORT as unknown as WireMethod["output"],
+    impl: async (req: UpgradeRequest) => {
+      // The call that started an upgrade, replayed in the code it started: answer it.
+      if (d.resumed && d.resumed.token === req.token) return resumedReport(d.resumed, d);
+      if (running) {
+        throw statusError("a live upgrade is already under way", Code.FailedPrecondition);
+      }
+      running = true;
+      try {
+        return await upgrade(d, req);
+      } finally {
+        running = false;
+      }
+    },
+  };
+}
+
+function resumedReport(s: UpgradeState, d: UpgradeDeps): UpgradeReport {
+  return {
+    pid: Deno.pid,
+    from: s.from,
+    to: currentCode(),
+    upgraded: true,
+    heldMs: resumedAt - s.heldAt,
+    containers: d.tasks.containers.size,
+    connections: s.connections.length,
+  };
+}
+
+let resumedAt = 0;
+
+async function upgrade(d: UpgradeDeps, req: UpgradeRequest): Promise<UpgradeReport> {
+  const launcher = Deno.env.get(LAUNCHER_ENV.launcher);
+  if (!launcher) {
+    throw statusError(
+      "this shim was not started by an installed launcher, so there is no installed code to upgrade to",
+      Code.FailedPrecondition,
+    );
+  }
+  const from = currentCode();
+  const to = installedCode(launcher);
+  const unchanged: UpgradeReport = {
+    pid: Deno.pid,
+    from,
+    to: from,
+    upgraded: false,
+    heldMs: 0,
+    containers: d.tasks.containers.size,
+    connections: d.server.connectionCount,
+  };
+  if (to === from.code && to !== "unknown" && !req.force) return unchanged;
+  if (d.sandboxes() > 0) {
+    throw statusError(
+      "refused: this shim serves sandboxes (the Sandbox API), which a live upgrade does not carry yet",
+      Code.FailedPrecondition,
+    );
+  }
+  refuseUncarriable(() => d.tasks.carry());
+  await checkInstalledCode(launcher);
+
+  const heldAt = Date.now();
+  d.logger.info("live upgrade: holding requests", { to });
+  d.server.hold((_service, method) => CARRIED_METHODS.has(method));
+  const deadline = heldAt + (req.settleTimeoutMs ?? DEFAULT_SETTLE_MS);
+  try {
+    for (;;) {
+      // A macrotask: every read that completed has been handled by its reader by now.
+      await new Promise((r) => setTimeout(r, 2));
+      const pending = whatIsPending(d);
+      if (pending === undefined) {
+        const err = reexecute(d, launcher, req.token, heldAt, from);
+        throw statusError(`live upgrade failed, still serving the old code: ${err}`, Code.Internal);
+      }
+      if (Date.now() > deadline) {
+        throw statusError(
+          `refused: not settled within ${
+            req.settleTimeoutMs ?? DEFAULT_SETTLE_MS
+          } ms (${pending}); still serving the old code`,
+          Code.FailedPrecondition,
+        );
+      }
+    }
+  } finally {
+    d.server.release();
+  }
+}
+
+function refuseUncarriable(carry: () => unknown): void {
+  try {
+    carry();
+  } catch (e) {
+    throw statusError(`refused: ${(e as Error).message}`, Code.FailedPrecondition);
+  }
+}
+
+/** Asks the installed code whether it loads and takes this state format. */
+async function checkInstalledCode(launcher: string): Promise<void> {
+  const env = { ...Deno.env.toObject() };
+  delete env[LAUNCHER_ENV.upgradeState];
+  let out: Deno.CommandOutput;
+  try {
+    out = await new Deno.Command(launcher, {
+      args: [`-${UPGRADE_CHECK_FLAG}`, UPGRADE_STATE_FORMAT],
+      env,
+      clearEnv: true,
+      stdin: "null",
+      signal: AbortSignal.timeout(CHECK_TIMEOUT_MS),
+    }).output();
+  } catch (e) {
+    throw statusError(
+      `refused: the installed code at "${launcher}" did not answer its check: ${
+        (e as Error).message
+      }`,
+      Code.FailedPrecondition,
+    );
+  }
+  if (!out.success) {
+    const said = new TextDecoder().decode(out.stderr).trim() ||
+      new TextDecoder().decode(out.stdout).trim();
+    throw statusError(
+      `refused: the installed code at "${launcher}" failed its check (exit ${out.code}): ${said}`,
+      Code.FailedPrecondition,
+    );
+  }
+}
+
+/** What still keeps the upgrade waiting, or `undefined` when it may go ahead. */
+function whatIsPending(d: UpgradeDeps): string | undefined {
+  if (!d.server.quiet) return "calls still running or answers unwritten";
+  if (!d.tasks.settled) return "an exit or a stdio chunk is mid-way";
+  if (d.publisher.stats.queued > 0) return `${d.publisher.stats.queued} events to publish`;
+  return undefined;
+}
+
+/**
+ * Writes the state and replaces the process image; returns only when that failed (with why),
+ * having undone what it changed.
+ */
+function reexecute(
+  d: UpgradeDeps,
+  launcher: string,
+  token: string,
+  heldAt: number,
+  from: CodeIdentity,
+): string {
+  retireListener(d.server);
+  let containers: ContainerCarry[];
+  let state: UpgradeState;
+  const statePath = `${d.socket}.upgrade`;
+  const kept: number[] = [];
+  try {
+    containers = d.tasks.carry();
+    const fds = descriptorsByLink();
+    const connections = d.server.carry().map((c) => {
+      const fd = fds.get(`socket:[${c.inode}]`);
+      if (fd === undefined) throw new Error(`no descriptor for connection socket ${c.inode}`);
+      return {
+        fd,
+        lastStreamId: c.carry.lastStreamId,
+        replay: c.carry.replay.map((r) => ({ id: r.id, payload: toBase64(r.payload) })),
+        partial: toBase64(c.carry.partial),
+      };
+    });
+    const listeners = listeningSockets([d.socket, `${d.socket}.next`]);
+    if (listeners.length !== 1) {
+      throw new Error(`found ${listeners.length} listening sockets for ${d.socket}, expected 1`);
+    }
+    state = {
+      format: UPGRADE_STATE_FORMAT,
+      token,
+      from,
+      heldAt,
+      socket: d.socket,
+      bundle: d.bundle,
+      listener: listeners[0],
+      connections,
+      containers,
+      inheritedOptions: d.inheritedOptions() ?? null,
+    };
+    Deno.writeTextFileSync(statePath, JSON.stringify(state), { mode: 0o600 });
+    for (
+      const fd of [
+        listeners[0],
+        ...connections.map((c) => c.fd),
+        ...carriedDescriptors(containers),
+      ]
+    ) {
+      setCloseOnExec(fd, false);
+      kept.push(fd);
+    }
+  } catch (e) {
+    undo(kept, statePath);
+    return (e as Error).message;
+  }
+  const env = { ...Deno.env.toObject(), [LAUNCHER_ENV.upgradeState]: statePath };
+  const f = d.flags;
+  const args = [
+    launcher,
+    "-namespace",
+    f.namespace,
+    "-id",
+    f.id,
+    "-address",
+    f.address,
+    "-publish-binary",
+    f.publishBinary,
+    "-socket",
+    d.socket,
+    ...(f.debug ? ["-debug"] : []),
+  ];
+  // The server's cwd is "/"; the new code learns its bundle from the state.
+  const err = execInPlace(launcher, args, env);
+  undo(kept, statePath);
+  return err.message;
+}
+
+function undo(kept: number[], statePath: string): void {
+  for (const fd of kept) {
+    try {
+      setCloseOnExec(fd, true);
+    } catch { /* closed meanwhile */ }
+  }
+  try {
+    Deno.removeSync(statePath);
+  } catch { /* not written */ }
+}
+
+/**
+ * In the code an upgrade started: the state, read and removed, or `undefined` for an ordinary
+ * start. A state this code cannot read ends the process (the old code's check said it could).
+ */
+export function takeUpgradeState(): UpgradeState | undefined {
+  const path = Deno.env.get(LAUNCHER_ENV.upgradeState);
+  if (!path) return undefined;
+  Deno.env.delete(LAUNCHER_ENV.upgradeState);
+  const text = Deno.readTextFileSync(path);
+  try {
+    Deno.removeSync(path);
+  } catch { /* already gone */ }
+  return parseUpgradeState(text);
+}
+
+/** The inherited listening socket, until its backlog is drained and it is closed. */
+let retiring: number | undefined;
+
+/** Serves what waits in a listening socket's backlog. */
+function drainListener(fd: number, server: TtrpcServer): void {
+  for (let conn; (conn = acceptPending(fd)) !== null;) {
+    void server.serveInherited(fdConn(conn), conn);
+  }
+}
+
+/** Drains and closes the inherited listening socket, once (also before the next upgrade). */
+function retireListener(server: TtrpcServer): void {
+  const fd = retiring;
+  if (fd === undefined) return;
+  retiring = undefined;
+  try {
+    drainListener(fd, server);
+  } finally {
+    close(fd);
+  }
+}
+
+/** A ttrpc byte stream over an inherited socket descriptor. */
+function fdConn(fd: number): TtrpcByteStream {
+  const s = new FdStream(fd, `ttrpc connection (descriptor ${fd})`);
+  return {
+    read: (b) => s.read(b as Uint8Array<ArrayBuffer>),
+    write: async (b) => {
+      await s.write(b);
+      return b.length;
+    },
+    close: () => void s.close(),
+  };
+}
+
+/**
+ * In the code an upgrade started: takes back the containers, then the socket path (a new
+ * listener renamed onto it, so no connect is refused), then every connection with its held
+ * requests, then drains what waited in the old listener's backlog; reaping resumes once the
+ * carried processes are known again.
+ *
+ * @param s the state
+ * @param d the new server's parts
+ * @param reaper the reaper, held until now
+ */
+export async function resumeUpgrade(
+  s: UpgradeState,
+  d: Pick<UpgradeDeps, "server" | "tasks" | "logger">,
+  reaper: Reaper,
+): Promise<void> {
+  await d.tasks.adopt(s.containers as ContainerCarry[]);
+  reaper.release();
+  for (const fd of [s.listener, ...s.connections.map((c) => c.fd)]) setCloseOnExec(fd, true);
+  await d.server.listen(s.socket, { replace: true });
+  resumedAt = Date.now();
+  for (const c of s.connections) {
+    void d.server.serveInherited(fdConn(c.fd), c.fd, {
+      lastStreamId: c.lastStreamId,
+      replay: c.replay.map((r) => ({ id: r.id, payload: fromBase64(r.payload) })),
+      partial: fromBase64(c.partial),
+    });
+  }
+  retiring = s.listener;
+  drainListener(s.listener, d.server);
+  // A connect that found the old socket just before the rename may still be queueing.
+  setTimeout(() => retireListener(d.server), 200);
+  d.logger.info("live upgrade: resumed", {
+    from: s.from.code,
+    to: currentCode().code,
+    containers: s.containers.length,
+    connections: s.connections.length,
+    heldMs: resumedAt - s.heldAt,
+  });
+}

@@ -1,0 +1,267 @@
+/**
+ * Live shim upgrade (sdk/shim/server/upgrade.ts, the `upgrade` command in
+ * sdk/shim/boot/upgrade.ts) under real containerd 1.6, 2.1 and 2.4 with real runc and the
+ * skiff runc example installed as a bundle launcher, as an operator runs it:
+ *
+ * - 20 upgrades in a row while a container prints a counter every 10 ms through containerd's
+ *   FIFOs (`ctr run`, attached: its `Wait` is pending across every upgrade) and execs start,
+ *   print and exit with their own status: no line lost or repeated, every exit status right,
+ *   the shim's pid unchanged, containerd never sees the shim go;
+ * - processes that exit while upgrades run get their own status, once;
+ * - the installed code unchanged: nothing is done without `--force`;
+ * - a broken installed bundle: the upgrade is refused, the command exits non-zero, and the old
+ *   code keeps serving the running container.
+ *
+ * Everything waits by polling with generous bounds; nothing asserts a duration.
+ */
+import assert from "node:assert/strict";
+import { integrationTest } from "../../../_integration.ts";
+import { containerdVersions } from "../../../../sdk/testing/containerd.ts";
+import type { PrivateContainerd } from "../../../../sdk/testing/containerd.ts";
+import { ctrRunArgs } from "../../../../sdk/testing/ctr.ts";
+import {
+  describe,
+  eventually,
+  kit,
+  LAUNCHER,
+  NEEDS,
+  ok,
+  serverOf,
+  sleep,
+  uid,
+} from "../../../_spare.ts";
+
+const versions = containerdVersions().filter((v) => /^(1\.6|2\.1|2\.4)\./.test(v.version));
+const dec = new TextDecoder();
+
+integrationTest("live upgrade is tested under containerd 1.6, 2.1 and 2.4", {
+  ...NEEDS,
+  check() {
+    const have = versions.map((v) => v.version);
+    const lacking = ["1.6", "2.1", "2.4"].filter((p) => !have.some((h) => h.startsWith(p)));
+    return lacking.length > 0
+      ? `containerd ${lacking.join(", ")} (found ${have.join(", ") || "none"}; ` +
+        "run tests/setup/prepare.sh as root)"
+      : undefined;
+  },
+}, () => {
+  assert.equal(versions.length >= 3, true, "containerd 1.6, 2.1 and 2.4");
+  return Promise.resolve();
+});
+
+/** Runs `<launcher> upgrade ...` as an operator would; its exit code and output. */
+async function upgradeCommand(
+  bin: string,
+  c: PrivateContainerd,
+  ...args: string[]
+): Promise<{ code: number; out: string }> {
+  const r = await new Deno.Command(bin, {
+    args: ["upgrade", ...args, "--state-dir", `${c.state}/io.containerd.runtime.v2.task`],
+    stdin: "null",
+  }).output();
+  return { code: r.code, out: dec.decode(r.stdout) + dec.decode(r.stderr) };
+}
+
+/** `ctr run` attached (FIFO stdio), in the background: its output and exit code. */
+function runAttached(
+  c: PrivateContainerd,
+  k: Awaited<ReturnType<typeof kit>>,
+  ns: string,
+  id: string,
+  script: string,
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  const args = ctrRunArgs(c, {
+    id,
+    namespace: ns,
+    image: k.image,
+    runtime: "skiff",
+    runtimeConfigPath: `${c.dir}/runc.toml`,
+    args: ["sh", "-c", script],
+  });
+  const child = new Deno.Command(`${c.binDir}/ctr`, {
+    args: ["-a", c.address, "-n", ns, ...args],
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  return child.output().then((o) => ({
+    code: o.code,
+    stdout: dec.decode(o.stdout),
+    stderr: dec.decode(o.stderr),
+  }));
+}
+
+/**
+ * Lines of containerd's log that say it lost the shim of `id` (containerd logs them too when a
+ * shim exits after its last task: ask while the task still runs).
+ */
+async function shimLossLines(c: PrivateContainerd, id: string): Promise<string[]> {
+  return (await c.logs()).split("\n").filter((l) =>
+    /shim disconnected|cleaning up after shim|dead shim/i.test(l) && l.includes(`id=${id}`)
+  );
+}
+
+for (const v of versions) {
+  integrationTest(
+    `live upgrade under containerd ${v.version}: 20 upgrades under a counter and execs, exits in the window, unchanged code, a broken bundle`,
+    NEEDS,
+    async (t) => {
+      const k = await kit(v.binDir);
+      const bin = `${k.prefix}/bin/${LAUNCHER}`;
+      try {
+        const c = await k.containerd();
+        const ns = "upgrade";
+        await ok(k.run(c, { id: uid("warm"), namespace: ns, args: ["true"] }), "image import");
+
+        await t.step("20 upgrades: the counter, execs and the shim's pid carry on", async () => {
+          const id = uid("counter");
+          const lines = 1500;
+          const run = runAttached(
+            c,
+            k,
+            ns,
+            id,
+            `i=0; while [ $i -lt ${lines} ]; do echo $i; i=$((i+1)); sleep 0.01; done; exit 7`,
+          );
+          const pid = await serverOf(c, ns, id);
+          await eventually("the counter's task to run", async () => {
+            const r = await c.ctr(["tasks", "ls"], { namespace: ns });
+            return r.stdout.includes(id) && r.stdout.includes("RUNNING") ? true : undefined;
+          });
+          let execs = 0;
+          let stop = false;
+          const execLoop = (async () => {
+            for (let i = 0; !stop; i++) {
+              const r = await c.ctr(
+                [
+                  "tasks",
+                  "exec",
+                  "--exec-id",
+                  `e${i}`,
+                  id,
+                  "sh",
+                  "-c",
+                  `echo exec-${i}; exit ${i % 5}`,
+                ],
+                { namespace: ns },
+              );
+              assert.equal(r.code, i % 5, `exec ${i}: ${describe(r)}`);
+              assert.equal(r.stdout.trim(), `exec-${i}`, `exec ${i}'s output`);
+              execs++;
+            }
+          })();
+          try {
+            for (let i = 0; i < 20; i++) {
+              const r = await upgradeCommand(bin, c, "--all", "--force");
+              assert.equal(r.code, 0, `upgrade ${i}: ${r.out}`);
+              assert.match(r.out, new RegExp(`pid ${pid} ${ns}/.*: upgraded`), r.out);
+              assert.equal(await serverOf(c, ns, id), pid, "the same shim process");
+              await sleep(100);
+            }
+            assert.deepEqual(await shimLossLines(c, id), [], "containerd never lost the shim");
+          } finally {
+            stop = true;
+            await execLoop;
+          }
+          assert.ok(execs > 0, "execs ran during the upgrades");
+          const done = await run;
+          assert.equal(done.code, 7, `the counter's exit status through its Wait: ${done.stderr}`);
+          const got = done.stdout.trim().split("\n");
+          assert.equal(got.length, lines, "every counter line, once");
+          got.forEach((l, i) => assert.equal(l, String(i), `line ${i}`));
+        });
+
+        // `ctr run` attached removes its container when it ends (--rm).
+        await t.step("exits while upgrades run: each with its own status", async () => {
+          const ids = Array.from({ length: 6 }, (_, i) => uid(`exit${i}`));
+          // One pod-less shim per container: each run is its own shim; upgrade them all at once.
+          const runs = ids.map((id, i) =>
+            runAttached(c, k, ns, id, `sleep 0.${3 + i}; echo bye-${i}; exit ${10 + i}`)
+          );
+          for (let i = 0; i < 4; i++) {
+            const r = await upgradeCommand(bin, c, "--all", "--force");
+            // A shim whose container exited and was deleted meanwhile is gone: not an error
+            // of the upgrade, so only the upgraded lines are checked.
+            assert.ok(
+              !/FAILED/.test(r.out) || /not found|unavailable|closed|connect/i.test(r.out),
+              r.out,
+            );
+          }
+          const results = await Promise.all(runs);
+          results.forEach((r, i) => {
+            assert.equal(r.code, 10 + i, `container ${i}'s status: ${r.stderr}`);
+            assert.equal(r.stdout.trim(), `bye-${i}`);
+          });
+        });
+
+        await t.step("unchanged code: nothing is done without --force", async () => {
+          const id = uid("same");
+          await ok(k.run(c, { id, namespace: ns, detach: true, args: ["sleep", "600"] }), "run");
+          const r = await upgradeCommand(bin, c, "--id", id, "--namespace", ns);
+          assert.equal(r.code, 0, r.out);
+          assert.match(r.out, /already runs the installed code/, r.out);
+          await ok(c.ctr(["tasks", "kill", "-s", "KILL", id], { namespace: ns }), "kill");
+          await eventually("the task to stop", async () => {
+            const r = await c.ctr(["tasks", "ls"], { namespace: ns });
+            return r.stdout.includes(id) && !r.stdout.includes("STOPPED") ? undefined : true;
+          });
+          await ok(c.ctr(["tasks", "delete", id], { namespace: ns }), "task delete");
+          await ok(c.ctr(["containers", "delete", id], { namespace: ns }), "delete");
+        });
+
+        await t.step("a broken installed bundle: refused, the old code keeps serving", async () => {
+          const id = uid("broken");
+          await ok(k.run(c, { id, namespace: ns, detach: true, args: ["sleep", "600"] }), "run");
+          const pid = await serverOf(c, ns, id);
+          // The installed bundle's server chunk broken (what a bad build or a half-copied
+          // install gives): the command itself still runs, the new server cannot load.
+          const launcher = await Deno.readTextFile(bin);
+          const entry = /^SKIFF_SHIM_BUNDLE='([^']+)'$/m.exec(launcher)?.[1];
+          assert.ok(entry, `the launcher names its bundle:\n${launcher}`);
+          const dir = entry.slice(0, entry.lastIndexOf("/"));
+          const chunk = [...Deno.readDirSync(dir)].find((e) => /^serve-.*\.js$/.test(e.name));
+          assert.ok(chunk, `the server's chunk in ${dir}`);
+          const original = await Deno.readTextFile(`${dir}/${chunk.name}`);
+          await Deno.writeTextFile(`${dir}/${chunk.name}`, "this is not javascript (\n");
+          try {
+            const r = await upgradeCommand(bin, c, "--all", "--force");
+            assert.equal(r.code, 1, r.out);
+            assert.match(
+              r.out,
+              /FAILED: .*refused: the installed code .* failed its check/s,
+              r.out,
+            );
+          } finally {
+            await Deno.writeTextFile(`${dir}/${chunk.name}`, original);
+          }
+          assert.equal(await serverOf(c, ns, id), pid, "the same shim process");
+          const e = await c.ctr([
+            "tasks",
+            "exec",
+            "--exec-id",
+            "after",
+            id,
+            "sh",
+            "-c",
+            "echo still; exit 4",
+          ], {
+            namespace: ns,
+          });
+          assert.equal(e.code, 4, describe(e));
+          assert.equal(e.stdout.trim(), "still");
+          assert.deepEqual(await shimLossLines(c, id), [], "containerd never lost the shim");
+          await ok(c.ctr(["tasks", "kill", "-s", "KILL", id], { namespace: ns }), "kill");
+          await eventually("the task to stop", async () => {
+            const r = await c.ctr(["tasks", "ls"], { namespace: ns });
+            return r.stdout.includes(id) && !r.stdout.includes("STOPPED") ? undefined : true;
+          });
+          await ok(c.ctr(["tasks", "delete", id], { namespace: ns }), "task delete");
+          await ok(c.ctr(["containers", "delete", id], { namespace: ns }), "delete");
+        });
+        await c.stop();
+      } finally {
+        await k.close();
+      }
+    },
+  );
+}
