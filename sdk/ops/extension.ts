@@ -8,6 +8,7 @@
  */
 
 import type { ServerExtension } from "../shim/server/extension.ts";
+import { LAUNCHER_ENV } from "../shim/contract/launcher_env.ts";
 
 /**
  * Which operations features a shim server turns on.
@@ -78,6 +79,7 @@ export function opsExtension(opts: OpsExtensionOptions = {}): ServerExtension {
         const ops = new ShimOps({
           runtime: shim.runtimeName,
           version: shim.version,
+          code: Deno.env.get(LAUNCHER_ENV.code) ?? "unknown",
           namespace: flags.namespace,
           id: flags.id,
           containerdAddress: flags.address,

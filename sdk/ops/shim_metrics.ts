@@ -36,6 +36,8 @@ export interface ShimIdentity {
   id: string;
   /** The shim's version. */
   version: string;
+  /** The running code's identity (changed by a live upgrade); "unknown" when not given. */
+  code?: string;
 }
 
 /**
@@ -143,9 +145,9 @@ export class ShimMetrics {
     r.gauge({
       name: "skiff_shim_info",
       help:
-        "Identity of the shim: always 1, with its runtime, namespace, id and version as labels.",
-      labelNames: ["runtime", "namespace", "id", "version"],
-    }).set({ ...identity }, 1);
+        "Identity of the shim: always 1, with its runtime, namespace, id, version and running code as labels.",
+      labelNames: ["runtime", "namespace", "id", "version", "code"],
+    }).set({ ...identity, code: identity.code ?? "unknown" }, 1);
     this.#taskCreates = r.counter({
       name: "skiff_task_create_requests_total",
       help: "Task API Create calls handled, by result (ok or error).",

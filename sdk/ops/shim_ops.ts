@@ -53,6 +53,11 @@ export interface ShimOpsOptions {
   runtime: string;
   /** Shim version. */
   version: string;
+  /**
+   * The running code's identity (the launcher's `SKIFF_SHIM_CODE`), which a live upgrade
+   * changes; default "unknown".
+   */
+  code?: string;
   /** Namespace from the command line. */
   namespace: string;
   /** The id the shim was started for. */
@@ -180,6 +185,7 @@ export class ShimOps {
       namespace: opts.namespace,
       id: opts.id,
       version: opts.version,
+      code: opts.code ?? "unknown",
     });
     this.interceptors = [rpcInterceptor({
       observe: (o) => this.metrics.observeRpc(o),

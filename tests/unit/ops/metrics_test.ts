@@ -155,7 +155,13 @@ Deno.test("ShimMetrics reads containers, live processes and event counters at sc
   const containers = new Map<string, OpsContainerView>();
   const events = { published: 0, failed: 0, queued: 0 };
   const m = new ShimMetrics(
-    { runtime: "io.containerd.skiff-runc.v2", namespace: "ns", id: "c1", version: "9.9.9" },
+    {
+      runtime: "io.containerd.skiff-runc.v2",
+      namespace: "ns",
+      id: "c1",
+      version: "9.9.9",
+      code: "c0de",
+    },
     { containers: () => containers.values(), events: () => events },
   );
   const value = (name: string) =>
@@ -198,7 +204,7 @@ Deno.test("ShimMetrics reads containers, live processes and event counters at sc
   assert.equal(
     parseExposition(m.render()).find((f) => f.name === "skiff_shim_info")!.samples[0]!.labels
       .map(([k, v]) => `${k}=${v}`).join(","),
-    "runtime=io.containerd.skiff-runc.v2,namespace=ns,id=c1,version=9.9.9",
+    "runtime=io.containerd.skiff-runc.v2,namespace=ns,id=c1,version=9.9.9,code=c0de",
   );
 });
 

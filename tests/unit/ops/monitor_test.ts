@@ -212,7 +212,13 @@ Deno.test("serveMonitor() serves /metrics, /shims and /healthz on loopback; 404 
     assert.equal(metrics.status, 200);
     assert.equal(metrics.headers.get("content-type"), "text/plain; version=0.0.4; charset=utf-8");
     assert.deepEqual(labelsOf(await metrics.text(), "skiff_shim_info"), [
-      { namespace: "n1", id: "c1", runtime: "io.containerd.skiff-runc.v2", version: "0.0.1" },
+      {
+        namespace: "n1",
+        id: "c1",
+        runtime: "io.containerd.skiff-runc.v2",
+        version: "0.0.1",
+        code: "unknown",
+      },
     ]);
     const shims = await (await fetch(`${m.url}/shims`)).json();
     assert.deepEqual(shims, [{
