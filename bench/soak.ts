@@ -21,6 +21,8 @@ const { values } = parseArgs({
     containers: { type: "string", default: "200" },
     "burst-containers": { type: "string", default: "40" },
     "burst-execs": { type: "string", default: "1000" },
+    "upgrade-execs": { type: "string", default: "2000" },
+    "upgrade-every-ms": { type: "string", default: "2000" },
     only: { type: "string" },
     json: { type: "string" },
   },
@@ -43,6 +45,8 @@ const rows = await runSoak({
   containers: count("containers", values.containers),
   burstContainers: count("burst-containers", values["burst-containers"]),
   burstExecs: count("burst-execs", values["burst-execs"]),
+  upgradeExecs: count("upgrade-execs", values["upgrade-execs"]),
+  upgradeEveryMs: count("upgrade-every-ms", values["upgrade-every-ms"]),
   ...(values.only === "skiff" ? { only: "skiff" as const } : {}),
   log: (line) => console.error(`[${((Date.now() - t0) / 1000).toFixed(0)}s] ${line}`),
 });

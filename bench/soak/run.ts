@@ -17,6 +17,7 @@ import { startBed } from "./bed.ts";
 import { containerPhase, type ContainerPhaseResult } from "./phase_containers.ts";
 import { execPhase, type ExecPhaseResult } from "./phase_execs.ts";
 import { restartPhase, type RestartPhaseResult } from "./phase_restart.ts";
+import { upgradePhase, type UpgradePhaseResult } from "./phase_upgrade.ts";
 
 /**
  * Options of {@linkcode runSoak}.
@@ -40,6 +41,10 @@ export interface SoakOptions {
   /** Phase (c) execs in the burst. Default 1000. */
   burstExecs?: number;
   /** Run against skiff's shim only. */
+  /** Execs of phase (d), run while the shim is upgraded in place; default 2000. */
+  upgradeExecs?: number;
+  /** How often phase (d) upgrades the shim, ms; default 2000. */
+  upgradeEveryMs?: number;
   only?: "skiff";
   /** Progress lines go here. Default: none. */
   log?: (line: string) => void;
@@ -57,6 +62,7 @@ export interface SoakRow {
   containers: ContainerPhaseResult;
   /** Phase (c). */
   restart: RestartPhaseResult;
+  upgrade: UpgradePhaseResult;
 }
 
 /**
@@ -91,9 +97,22 @@ export async function runSoak(opts: SoakOptions = {}): Promise<SoakRow[]> {
           execs: opts.burstExecs ?? 1000,
           inFlight: opts.inFlight ?? 8,
         });
-        const row = { version: v.version, shim: shim.label, execs, containers, restart };
+        log(`${tag}: (d) live upgrades every ${opts.upgradeEveryMs ?? 2000} ms under execs`);
+        const upgrade = await upgradePhase(bed, shim, {
+          execs: opts.upgradeExecs ?? 2000,
+          inFlight: opts.inFlight ?? 8,
+          everyMs: opts.upgradeEveryMs ?? 2000,
+        });
+        const row = { version: v.version, shim: shim.label, execs, containers, restart, upgrade };
         log(`${tag}: ${soakErrors(row)} errors`);
-        for (const s of [...execs.samples, ...containers.samples, ...restart.samples]) {
+        for (
+          const s of [
+            ...execs.samples,
+            ...containers.samples,
+            ...restart.samples,
+            ...upgrade.samples,
+          ]
+        ) {
           log(`  ${s}`);
         }
         rows.push(row);
@@ -117,7 +136,18 @@ export function soakErrors(r: SoakRow): number {
     (a.wraps > 0 ? 0 : 1) +
     b.wrong + b.eventsMissing + b.leaks +
     c.containersWrong + c.execsWrong + c.eventsMissing + c.zombies + c.leaks +
-    (c.restartsMidBurst === 2 ? 0 : 1);
+    (c.restartsMidBurst === 2 ? 0 : 1) + upgradeErrors(r.upgrade);
+}
+
+function upgradeErrors(d: UpgradePhaseResult): number {
+  if (!d.applicable) return 0;
+  return d.upgradeFailures + d.wrong + d.lost + d.eventsMissing + d.eventsWrong + d.zombies +
+    (d.samePid ? 0 : 1) + (d.upgrades > 0 ? 0 : 1);
+}
+
+function percentile(xs: number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length === 0 ? NaN : s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
 }
 
 /**
@@ -157,6 +187,31 @@ export function soakTable(rows: SoakRow[]): string {
     ],
     ["(c) zombies", (r) => r.restart.zombies],
     ["(c) leftovers", (r) => r.restart.leaks],
+    [
+      "(d) live upgrades done / refused",
+      (r) => r.upgrade.applicable ? `${r.upgrade.upgrades} / ${r.upgrade.upgradeFailures}` : "n/a",
+    ],
+    ["(d) execs meanwhile", (r) => r.upgrade.applicable ? r.upgrade.execs : "n/a"],
+    [
+      "(d) wrong / lost exit codes",
+      (r) => r.upgrade.applicable ? `${r.upgrade.wrong} / ${r.upgrade.lost}` : "n/a",
+    ],
+    [
+      "(d) exit events missing / wrong",
+      (r) => r.upgrade.applicable ? `${r.upgrade.eventsMissing} / ${r.upgrade.eventsWrong}` : "n/a",
+    ],
+    [
+      "(d) same shim pid, zombies",
+      (r) =>
+        r.upgrade.applicable ? `${r.upgrade.samePid ? "yes" : "NO"}, ${r.upgrade.zombies}` : "n/a",
+    ],
+    [
+      "(d) requests held per upgrade, p50 / max (ms)",
+      (r) =>
+        r.upgrade.applicable
+          ? `${percentile(r.upgrade.heldMs, 50)} / ${Math.max(...r.upgrade.heldMs)}`
+          : "n/a",
+    ],
     ["errors", (r) => soakErrors(r)],
   ];
   const head = `| | ${rows.map((r) => `${r.shim} (${r.version})`).join(" | ")} |`;

@@ -39,7 +39,8 @@
 
 import { sha256Hex } from "../shim/contract/sha256.ts";
 import { RUNTIME_DELETED_FILE } from "../shim/contract/bundle_files.ts";
-import { ADDRESS_FILE } from "../shim/contract/socket_address.ts";
+import { ADDRESS_FILE, OPS_SOCKET_SUFFIX } from "../shim/contract/socket_address.ts";
+import { UPGRADE_STATE_SUFFIX } from "../shim/contract/upgrade.ts";
 import { LAUNCHER_ENV as E } from "../shim/contract/launcher_env.ts";
 
 /**
@@ -225,7 +226,10 @@ export function deleteFastPath(): string[] {
     "  done",
     `  if [ -n "$b" ] && [ -s ${answer} ] &&`,
     `    { read -r addr < ${address} || [ -n "\${addr-}" ]; } 2>/dev/null &&`,
-    '    [ -n "$addr" ] && [ ! -e "${addr#unix://}" ]; then',
+    '    [ -n "$addr" ] && [ ! -e "${addr#unix://}" ] &&',
+    // What the delete action would also remove: the ops socket, a half-done upgrade's files.
+    `    [ ! -e "\${addr#unix://}${OPS_SOCKET_SUFFIX}" ] &&`,
+    `    [ ! -e "\${addr#unix://}${UPGRADE_STATE_SUFFIX}" ] && [ ! -e "\${addr#unix://}.next" ]; then`,
     `    exec cat ${answer}`,
     "  fi",
     "fi",

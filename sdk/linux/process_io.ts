@@ -10,7 +10,7 @@ import { ErrnoError, O, open } from "./libc.ts";
 import { FdStream } from "./fd_stream.ts";
 import { BinaryLogger } from "./binary_logger.ts";
 import { fifoPath, parseOutputTarget } from "./stdio_uri.ts";
-import type { Pty } from "./pty.ts";
+import { Pty } from "./pty.ts";
 import { type ChildPipes, takeChildPipes } from "./child_pipes.ts";
 import { setCloseOnExec } from "./descriptors.ts";
 import type { Reaper } from "./reaper.ts";
@@ -104,6 +104,8 @@ export interface CommandStdio {
 export interface ProcessIoCarry {
   /** The stdin FIFO (read end), its keep-alive writer, and the pipe into the process. */
   stdin?: { fifo: number; keepAlive?: number; pipe?: number };
+  /** The terminal's master, when the process has one (then there are no pipes). */
+  pty?: number;
   /** The stdout target and the pipe from the process. */
   stdout?: { sink: number; pipe?: number };
   /** The stderr target (the same descriptor as stdout's for a `file://` log) and its pipe. */
@@ -350,6 +352,8 @@ export class ProcessIo {
     const open = (s: { fd: number; closed: boolean } | undefined) =>
       s && !s.closed ? s.fd : undefined;
     const out: ProcessIoCarry = {};
+    const pty = open(this.#pty);
+    if (pty !== undefined) out.pty = pty;
     const fifo = open(this.#stdin);
     if (fifo !== undefined) {
       out.stdin = { fifo };
@@ -415,6 +419,12 @@ export class ProcessIo {
       ...(stderr ? { stderr } : {}),
     });
     io.#attached = true;
+    if (carry.pty !== undefined) {
+      setCloseOnExec(carry.pty, true);
+      io.#terminal = true;
+      io.#pumpPty(new Pty(carry.pty));
+      return io;
+    }
     const pipes: ChildPipes = {};
     const inPipe = take(carry.stdin?.pipe, "stdin pipe (carried)");
     const outPipe = take(carry.stdout?.pipe, "stdout pipe (carried)");
@@ -469,14 +479,35 @@ export class ProcessIo {
    */
   attachPty(pty: Pty): void {
     this.#beginAttach("attachPty");
-    this.#uncarriable = "a terminal's stdio is not carried across a live upgrade yet";
+    this.#pumpPty(pty);
+  }
+
+  /**
+   * Resizes the terminal (a process attached with {@linkcode ProcessIo.attachPty}, or adopted
+   * with one); nothing without a terminal.
+   *
+   * @param width columns
+   * @param height rows
+   */
+  resize(width: number, height: number): void {
+    this.#pty?.resize(width, height);
+  }
+
+  #pumpPty(pty: Pty): void {
     this.#pty = pty;
     if (this.#stdin) {
       const stdin = this.#stdin;
       this.#copies.push((async () => {
         const buf = new Uint8Array(32 * 1024);
         try {
-          for (let n; (n = await stdin.read(buf)) !== null;) await pty.write(buf.subarray(0, n));
+          for (let n; (n = await stdin.read(buf)) !== null;) {
+            this.#inHand++;
+            try {
+              await pty.write(buf.subarray(0, n));
+            } finally {
+              this.#inHand--;
+            }
+          }
         } catch {
           // the pty went away: nothing left to feed
         }

@@ -41,6 +41,11 @@ export class Pty {
     this.#stream = new FdStream(fd, `pty master`, { eioIsEof: true });
   }
 
+  /** True once {@linkcode Pty.close} has begun. */
+  get closed(): boolean {
+    return this.#stream.closed;
+  }
+
   /** Output of the container's terminal, until it closes or {@linkcode Pty.close}. */
   get readable(): ReadableStream<Uint8Array> {
     this.#readable ??= this.#stream.readable();

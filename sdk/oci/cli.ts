@@ -172,6 +172,31 @@ export class OciRuntimeCli {
     return { pid, exited: exit.promise };
   }
 
+  /**
+   * After a live upgrade: the process's exit report again. With `initExit: "wait"` the init's
+   * exit comes from a new `wait` (now if it was started, else from `start`); every other
+   * process is reaped by the shim, which needs nothing from here.
+   *
+   * @param id Container id.
+   * @param process the process as the previous code knew it
+   * @example Usage
+   * ```ts
+   * import { strictEqual } from "node:assert/strict";
+   * import { OciRuntimeCli } from "@skiff/shim";
+   * const cli = new OciRuntimeCli({ binary: "runc" }); // initExit "reap": nothing to resume
+   * strictEqual(cli.resumeProcess("web", { execId: "", pid: 42, created: false }).exited, undefined);
+   * ```
+   */
+  resumeProcess(
+    id: string,
+    process: { execId: string; pid: number; created: boolean },
+  ): RuntimeProcess {
+    if (process.execId !== "") return { pid: process.pid };
+    const init = this.#init(id, process.pid);
+    if (!process.created) this.#waitInit(id);
+    return init;
+  }
+
   /** With `initExit: "wait"`: runs `wait` for the init `create` or `restore` reported. */
   #waitInit(id: string): void {
     const exit = this.#exits.get(id);

@@ -250,6 +250,16 @@ export interface ContainerRuntime {
    */
   restore?(id: string, opts: RuntimeRestoreOptions): Promise<RuntimeProcess>;
   /**
+   * After a live upgrade, in the code that now runs: a process whose exit this runtime reports
+   * ({@link RuntimeProcess.exited}), reported again (e.g. a new `runsc wait`). Optional: without
+   * it, a shim with such a process refuses to upgrade (runtimes whose processes the shim reaps
+   * need nothing).
+   */
+  resumeProcess?(
+    id: string,
+    process: { execId: string; pid: number; created: boolean },
+  ): RuntimeProcess;
+  /**
    * cgroup (or guest) statistics for Stats, packed as containerd expects (e.g.
    * `io.containerd.cgroups.v1.Metrics`). Optional: by default the platform reads the cgroup of
    * the init's host pid.

@@ -174,12 +174,21 @@ integrationTest(
       traits: { sandboxApi: false },
     });
     const md = describe(report);
+    // No live upgrade either: the Go shim runs its code until its last container exits.
     for (const v of [v24!, v21!]) {
       assert.deepEqual(byStatus(report, v.version, "fail"), [], md);
-      assert.deepEqual(byStatus(report, v.version, "skip"), ["sandbox-api"], md);
+      assert.deepEqual(byStatus(report, v.version, "skip"), ["sandbox-api", "live-upgrade"], md);
     }
     assert.deepEqual(byStatus(report, v16!.version, "fail"), [], md);
-    assert.deepEqual(byStatus(report, v16!.version, "skip"), ["info", "sandbox-api"], md);
+    assert.deepEqual(
+      byStatus(report, v16!.version, "skip"),
+      ["info", "sandbox-api", "live-upgrade"],
+      md,
+    );
+    assert.match(
+      report.results.find((x) => x.scenario === "live-upgrade")!.reason!,
+      /^not applicable: the shim serves no live upgrade/,
+    );
     assert.match(
       report.results.find((x) => x.scenario === "info" && x.containerd === v16!.version)!.reason!,
       /needs containerd >= 2\.0/,
@@ -266,6 +275,7 @@ integrationTest(
             "events-order", // /tasks/exit(x)=3
             "containerd-restart", // exec after restart exits 9
             "cri-pod", // ExecSync exit code 4
+            "live-upgrade", // the exec after the upgrades exits 3, not 2
           ],
         },
         {
@@ -280,6 +290,7 @@ integrationTest(
             "grouping", // two shims for the group
             "info", // RuntimeInfo without a name
             "sandbox-api", // the sandboxed container exits 5
+            "live-upgrade", // Wait across the upgrades: 7, not 6
           ],
         },
       ];

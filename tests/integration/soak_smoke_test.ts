@@ -25,6 +25,8 @@ integrationTest(
       containers: 20,
       burstContainers: 10,
       burstExecs: 200,
+      upgradeExecs: 300,
+      upgradeEveryMs: 300,
       only: "skiff",
       log: (line) => console.log(line),
     });
@@ -33,6 +35,8 @@ integrationTest(
     const [row] = rows;
     assert.equal(row!.execs.execs, 300);
     assert.equal(row!.containers.containers, 20);
+    assert.equal(row!.upgrade.execs, 300);
+    assert.ok(row!.upgrade.upgrades > 0, "live upgrades ran while the execs did");
     assert.equal(soakErrors(row!), 0, soakTable(rows));
   },
 );

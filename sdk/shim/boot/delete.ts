@@ -19,6 +19,7 @@ import {
   socketPath,
 } from "../contract/socket_address.ts";
 import { DEAD_SHIM_EXIT_STATUS, RUNTIME_DELETED_FILE } from "../contract/bundle_files.ts";
+import { UPGRADE_STATE_SUFFIX } from "../contract/upgrade.ts";
 
 export { DEAD_SHIM_EXIT_STATUS } from "../contract/bundle_files.ts";
 
@@ -113,8 +114,11 @@ async function removeDeadSocket(bundle: string, flags: ShimFlags): Promise<void>
   );
   if (await socketAlive(path)) return;
   await Deno.remove(path).catch(() => {});
-  // The operations endpoint's socket sits beside it (sdk/ops).
-  await Deno.remove(opsSocketPath(path)).catch(() => {});
+  // The operations endpoint's socket sits beside it (sdk/ops), and what a live upgrade that
+  // died half-way leaves: its state file and a new socket not yet renamed onto the path.
+  for (const p of [opsSocketPath(path), `${path}${UPGRADE_STATE_SUFFIX}`, `${path}.next`]) {
+    await Deno.remove(p).catch(() => {});
+  }
 }
 
 /** The init process's pid `start`/`create` recorded, or 0. */

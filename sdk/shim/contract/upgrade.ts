@@ -9,6 +9,12 @@
 /** The state format this code writes and reads. */
 export const UPGRADE_STATE_FORMAT = "skiff.upgrade/1";
 
+/**
+ * The state file's name beside the server's socket (`<socket>.upgrade`); the `delete` action
+ * removes one a failed upgrade left.
+ */
+export const UPGRADE_STATE_SUFFIX = ".upgrade";
+
 /** The flag that asks installed code whether it can take a state format (`-upgrade-check F`). */
 export const UPGRADE_CHECK_FLAG = "upgrade-check";
 

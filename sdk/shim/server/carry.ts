@@ -9,6 +9,7 @@
 import type { ProcessIoCarry } from "../../linux/process_io.ts";
 import type { Container } from "./container.ts";
 import type { ShimPlatform } from "./platform.ts";
+import type { ContainerRuntime, RuntimeProcess } from "../runtime.ts";
 import { type ProcessState, type ProcessStdioPaths, ShimProcess } from "./process.ts";
 
 /**
@@ -43,6 +44,8 @@ export interface ProcessCarry {
   exit?: { status: number; exitedAt: string };
   /** Its stdio's descriptors, while it runs. */
   io?: ProcessIoCarry;
+  /** Its exit is the runtime's to report (`ContainerRuntime.resumeProcess` reports it again). */
+  runtimeExit?: boolean;
 }
 
 /**
@@ -83,13 +86,18 @@ export interface ContainerCarry {
  * @param p the process
  * @throws {Error} when it cannot be carried now, saying why
  */
-export function carryProcess(p: ShimProcess): ProcessCarry {
-  if (p.runtime?.exited) {
+export function carryProcess(
+  p: ShimProcess,
+  runtime?: Pick<ContainerRuntime, "resumeProcess">,
+): ProcessCarry {
+  const runtimeExit = p.runtime?.exited !== undefined && p.exit === undefined;
+  if (runtimeExit && !runtime?.resumeProcess) {
     throw new Error(
-      `${p.describe()}: its exit is reported by the runtime, which a live upgrade does not carry yet`,
+      `${p.describe()}: its exit is reported by a runtime that cannot report it again after an upgrade (no resumeProcess)`,
     );
   }
   const out: ProcessCarry = { execId: p.execId, stdio: p.stdio, pid: p.pid, state: p.state };
+  if (runtimeExit) out.runtimeExit = true;
   if (p.spec !== undefined) out.spec = p.spec;
   if (p.startTime !== undefined) out.startTime = p.startTime;
   if (p.exit) out.exit = { status: p.exit.status, exitedAt: p.exit.exitedAt.toISOString() };
@@ -119,8 +127,8 @@ export function carryContainer(c: Container): ContainerCarry {
     bundle: c.bundle,
     options: c.options,
     rootfsMounted: c.rootfsMounted,
-    init: carryProcess(c.init),
-    execs: [...c.execs.values()].map(carryProcess),
+    init: carryProcess(c.init, c.runtime),
+    execs: [...c.execs.values()].map((p) => carryProcess(p, c.runtime)),
   };
 }
 
@@ -159,6 +167,7 @@ export function adoptProcess(
   containerId: string,
   carried: ProcessCarry,
   platform: Pick<ShimPlatform, "adoptIo">,
+  runtime?: Pick<ContainerRuntime, "resumeProcess">,
 ): ShimProcess {
   const p = new ShimProcess(containerId, carried.execId, carried.stdio, carried.spec);
   let io;
@@ -168,14 +177,29 @@ export function adoptProcess(
     }
     io = platform.adoptIo(carried.io);
   }
-  p.resume({
-    pid: carried.pid,
-    state: carried.state,
-    ...(carried.startTime !== undefined ? { startTime: carried.startTime } : {}),
-    ...(carried.exit
-      ? { exit: { status: carried.exit.status, exitedAt: new Date(carried.exit.exitedAt) } }
-      : {}),
-  }, io);
+  let reported: RuntimeProcess | undefined;
+  if (carried.runtimeExit) {
+    if (!runtime?.resumeProcess) {
+      throw new Error(`${p.describe()}: the runtime cannot report its exit again`);
+    }
+    reported = runtime.resumeProcess(containerId, {
+      execId: carried.execId,
+      pid: carried.pid,
+      created: carried.state === "created",
+    });
+  }
+  p.resume(
+    {
+      pid: carried.pid,
+      state: carried.state,
+      ...(carried.startTime !== undefined ? { startTime: carried.startTime } : {}),
+      ...(carried.exit
+        ? { exit: { status: carried.exit.status, exitedAt: new Date(carried.exit.exitedAt) } }
+        : {}),
+    },
+    io,
+    reported,
+  );
   return p;
 }
 

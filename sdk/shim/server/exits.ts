@@ -197,6 +197,18 @@ export class ExitRouter {
    * Once `p`'s pid is known (and `c` is listed): awaits the exit its runtime reports, or hands
    * over the reaped exit `window` holds for it, if any.
    */
+  /**
+   * After a live upgrade: a carried process whose exit the runtime reports is awaited again
+   * (one the shim reaps needs nothing: its exit is routed by pid).
+   *
+   * @param c its container
+   * @param p the process
+   */
+  adopt(c: RoutedContainer, p: ShimProcess): void {
+    const exited = p.runtime?.exited;
+    if (exited && p.state !== "stopped") void this.#runtimeExit(c, p, exited);
+  }
+
   #takeEarlyExit(c: RoutedContainer, p: ShimProcess, window: ExitWindow): void {
     const exited = p.runtime?.exited;
     if (exited) {

@@ -42,7 +42,10 @@ export function linuxPlatform(reaper: Reaper): ShimPlatform {
       if (pidsWithPidfd().has(pid)) return "it was spawned with Deno.Command outside ctx.spawn";
       return undefined;
     },
-    adoptIo: (carry) => pipesHandle(ProcessIo.adopt(carry)),
+    adoptIo: (carry) => {
+      const io = ProcessIo.adopt(carry);
+      return { ...pipesHandle(io), resize: (w, h) => io.resize(w, h) };
+    },
     openIo: (paths, ctx) =>
       paths.terminal
         ? openTerminal(paths, { ...ctx, reaper })
@@ -144,6 +147,8 @@ async function openTerminal(
         await pty?.close();
       },
       resize: (w, h) => pty?.resize(w, h),
+      carry: () => io.carry(),
+      inHand: () => io.inHand,
     },
   };
 }

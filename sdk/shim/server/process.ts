@@ -97,14 +97,16 @@ export class ShimProcess {
    *
    * @param s the carried state
    * @param io the adopted stdio
+   * @param runtime the runtime's report of it, when the runtime reports its exit
    */
   resume(
     s: { pid: number; startTime?: number; state: ProcessState; exit?: ProcessExitInfo },
     io: ProcessIoHandle | undefined,
+    runtime?: RuntimeProcess,
   ): void {
     this.#pid = s.pid;
     this.#startTime = s.startTime;
-    if (s.pid !== 0) this.#runtime = { pid: s.pid };
+    if (s.pid !== 0) this.#runtime = runtime ?? { pid: s.pid };
     this.#io = io;
     this.#state = s.state;
     if (s.exit) {

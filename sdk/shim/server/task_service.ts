@@ -269,18 +269,20 @@ export class TaskService<T extends object> {
     for (const cc of carried) {
       const clog = logger.with({ id: cc.id, namespace: cc.namespace });
       const options = cc.options as T;
+      const runtime = this.#runtimeFor(cc.id, cc.namespace, cc.bundle, options, clog);
       const c = new Container<T>({
         id: cc.id,
         namespace: cc.namespace,
         bundle: cc.bundle,
-        runtime: this.#runtimeFor(cc.id, cc.namespace, cc.bundle, options, clog),
-        process: adoptProcess(cc.id, cc.init, platform),
+        runtime,
+        process: adoptProcess(cc.id, cc.init, platform, runtime),
         options,
         deps: { platform, events: this.#d.events, logger: clog, exits: this.#exits },
       });
-      for (const e of cc.execs) c.execs.set(e.execId, adoptProcess(cc.id, e, platform));
+      for (const e of cc.execs) c.execs.set(e.execId, adoptProcess(cc.id, e, platform, runtime));
       this.#containers.set(c.id, c);
       await c.resume(cc.rootfsMounted);
+      for (const p of [c.init, ...c.execs.values()]) this.#exits.adopt(c, p);
     }
   }
 

@@ -35,6 +35,7 @@ import {
   UPGRADE_METHOD,
   UPGRADE_SERVICE,
   UPGRADE_STATE_FORMAT,
+  UPGRADE_STATE_SUFFIX,
   type UpgradeReport,
   type UpgradeRequest,
   type UpgradeState,
@@ -268,7 +269,7 @@ function reexecute(
   retireListener(d.server);
   let containers: ContainerCarry[];
   let state: UpgradeState;
-  const statePath = `${d.socket}.upgrade`;
+  const statePath = `${d.socket}${UPGRADE_STATE_SUFFIX}`;
   const kept: number[] = [];
   try {
     containers = d.tasks.carry();

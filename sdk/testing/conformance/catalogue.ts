@@ -16,7 +16,9 @@ import { RuntimeInfoSchema } from "../../../proto/gen/containerd/types/introspec
 import { MetricsSchema as V1Metrics } from "../../../proto/gen/io/containerd/cgroups/v1/metrics_pb.ts";
 import { MetricsSchema as V2Metrics } from "../../../proto/gen/io/containerd/cgroups/v2/metrics_pb.ts";
 import { OptionsSchema as RuncOptionsSchema } from "../../../proto/gen/containerd/runc/v1/oci_pb.ts";
-import type { Scenario } from "./scenario.ts";
+import { type Scenario, ScenarioSkip } from "./scenario.ts";
+import { upgradeShim } from "../../shim/boot/upgrade.ts";
+import { socketPath } from "../../shim/contract/socket_address.ts";
 import type { ScenarioContext } from "./kit.ts";
 import { criPodScenario } from "./cri.ts";
 import type { TaskEvent } from "./events.ts";
@@ -420,6 +422,56 @@ export const CATALOGUE: readonly Scenario[] = [
     standsFor: "kubelet's path: RunPodSandbox (host network), CreateContainer, StartContainer, " +
       "ExecSync, StopContainer, RemoveContainer, StopPodSandbox, RemovePodSandbox",
     check: criPodScenario,
+  },
+  {
+    id: "live-upgrade",
+    title: "live upgrade: the shim re-executes, its container carries on",
+    standsFor: "an operator's `<shim binary> upgrade` (skiff.shim.v1.Upgrade on the shim's own " +
+      "socket): the same shim process re-executes into its installed code three times while the " +
+      "container prints through its FIFOs and containerd's Wait is pending; no output is lost, " +
+      "the Wait returns the exit status, an exec works afterwards",
+    requires: { runtime: ["liveUpgrade"] },
+    async check(ctx) {
+      const lines = 300;
+      const id = await ctx.container({
+        args: [
+          "sh",
+          "-c",
+          `i=0; while [ $i -lt ${lines} ]; do echo $i; i=$((i+1)); sleep 0.01; done; exit 6`,
+        ],
+      });
+      const io = ctx.fifos(id, ["stdout", "stderr"]);
+      const out = ctx.readAll(io.stdout);
+      void ctx.readAll(io.stderr).catch(() => {});
+      await ctx.startTask(id, io);
+      const waited = ctx.wait(id);
+      const bundle = `${ctx.containerd.state}/io.containerd.runtime.v2.task/${ctx.namespace}/${id}`;
+      const socket = socketPath((await Deno.readTextFile(`${bundle}/address`)).trim());
+      const pid = Number((await Deno.readTextFile(`${bundle}/shim.pid`)).trim());
+      for (let i = 0; i < 3; i++) {
+        let report;
+        try {
+          report = await ctx.within(
+            upgradeShim(socket, { token: crypto.randomUUID(), force: true }),
+            `upgrade ${i}`,
+          );
+        } catch (e) {
+          if (ConnectError.from(e).code === Code.Unimplemented) {
+            throw new ScenarioSkip(
+              "not applicable: the shim serves no live upgrade (skiff.shim.v1.Upgrade)",
+            );
+          }
+          throw e;
+        }
+        assert.equal(report.upgraded, true, `upgrade ${i}: ${JSON.stringify(report)}`);
+        assert.equal(report.pid, pid, "the same shim process");
+      }
+      await ctx.exec(id, "after", ["sh", "-c", "exit 2"]);
+      assert.equal(await ctx.wait(id, "after"), 2, "an exec after the upgrades");
+      assert.equal(await ctx.within(waited, "the Wait pending across the upgrades"), 6);
+      const got = (await ctx.within(out, "stdout EOF")).trim().split("\n");
+      assert.deepEqual(got, Array.from({ length: lines }, (_, i) => String(i)), "every line, once");
+    },
   },
 ];
 

@@ -56,6 +56,12 @@ export interface RuntimeTraits {
   cgroupMetrics?: Trait;
   /** A memory limit makes the kernel kill the container and the shim publish /tasks/oom. */
   oomEvents?: Trait;
+  /**
+   * Live upgrade: the shim re-executes into its installed code on `skiff.shim.v1.Upgrade`,
+   * keeping its containers and containerd's connection. A shim that does not serve that
+   * service (containerd's Go runc shim) is reported not applicable without declaring it.
+   */
+  liveUpgrade?: Trait;
 }
 
 /**
@@ -75,6 +81,7 @@ export const RUNTIME_TRAITS: readonly (keyof RuntimeTraits)[] = [
   "pause",
   "cgroupMetrics",
   "oomEvents",
+  "liveUpgrade",
 ];
 
 /**

@@ -12,7 +12,8 @@ import { launcherCodeId } from "../../../sdk/shim/spare/mod.ts";
 import { sha256Hex } from "../../../sdk/shim/contract/sha256.ts";
 import { runDelete } from "../../../sdk/shim/boot/delete.ts";
 import { RUNTIME_DELETED_FILE } from "../../../sdk/shim/contract/bundle_files.ts";
-import { ADDRESS_FILE } from "../../../sdk/shim/contract/socket_address.ts";
+import { ADDRESS_FILE, OPS_SOCKET_SUFFIX } from "../../../sdk/shim/contract/socket_address.ts";
+import { UPGRADE_STATE_SUFFIX } from "../../../sdk/shim/contract/upgrade.ts";
 import { parseShimFlags } from "../../../sdk/shim/contract/flags.ts";
 import type { Shim } from "../../../sdk/shim/shim.ts";
 import { Logger } from "../../../sdk/shim/logger.ts";
@@ -357,7 +358,7 @@ Deno.test("the launchers' delete fast path answers only where the delete action 
     const flags = ["-namespace", "n", "-address", "/a", "-publish-binary", "/p", "-id", "c1"];
     type Case = {
       name: string;
-      files: { answer?: Uint8Array; address?: string; socket?: boolean };
+      files: { answer?: Uint8Array; address?: string; socket?: boolean; beside?: string };
       args: string[];
       answers: boolean;
     };
@@ -394,6 +395,24 @@ Deno.test("the launchers' delete fast path answers only where the delete action 
         answers: true,
       },
       {
+        name: "the operations socket left",
+        files: { answer, address: gone, beside: OPS_SOCKET_SUFFIX },
+        args: [...flags, "-bundle", bundle, "delete"],
+        answers: false,
+      },
+      {
+        name: "a half-done upgrade's state left",
+        files: { answer, address: gone, beside: UPGRADE_STATE_SUFFIX },
+        args: [...flags, "-bundle", bundle, "delete"],
+        answers: false,
+      },
+      {
+        name: "a half-done upgrade's new socket left",
+        files: { answer, address: gone, beside: ".next" },
+        args: [...flags, "-bundle", bundle, "delete"],
+        answers: false,
+      },
+      {
         name: "the socket still there",
         files: { answer, address: gone, socket: true },
         args: [...flags, "-bundle", bundle, "delete"],
@@ -422,12 +441,16 @@ Deno.test("the launchers' delete fast path answers only where the delete action 
     for (const c of cases) {
       await Deno.remove(bundle, { recursive: true }).catch(() => {});
       await Deno.remove(sock).catch(() => {});
+      for (const b of [OPS_SOCKET_SUFFIX, UPGRADE_STATE_SUFFIX, ".next"]) {
+        await Deno.remove(`${sock}${b}`).catch(() => {});
+      }
       await Deno.mkdir(bundle);
       if (c.files.answer) await Deno.writeFile(`${bundle}/${RUNTIME_DELETED_FILE}`, c.files.answer);
       if (c.files.address !== undefined) {
         await Deno.writeTextFile(`${bundle}/${ADDRESS_FILE}`, c.files.address);
       }
       if (c.files.socket) await Deno.writeTextFile(sock, "");
+      if (c.files.beside) await Deno.writeTextFile(`${sock}${c.files.beside}`, "");
       const out = await new Deno.Command("sh", { args: [script, ...c.args], stdout: "piped" })
         .output();
       assert.equal(out.code, 0, c.name);
@@ -443,6 +466,14 @@ Deno.test("the launchers' delete fast path answers only where the delete action 
       const action = await runDelete(recordingShim(calls), parseShimFlags(c.args), quiet);
       assert.deepEqual(action, out.stdout, `${c.name}: the delete action prints the same`);
       assert.deepEqual(calls, [], `${c.name}: the delete action runs no runtime command`);
+    }
+    // Where the launcher falls through, the delete action removes what it found beside the
+    // socket, so the next delete of the group is answered by the shell.
+    for (const b of [OPS_SOCKET_SUFFIX, UPGRADE_STATE_SUFFIX, ".next"]) {
+      await Deno.writeTextFile(`${sock}${b}`, "");
+      const f = [...flags, "-bundle", bundle, "delete"];
+      await runDelete(recordingShim([]), parseShimFlags(f), quiet);
+      assert.equal(await Deno.stat(`${sock}${b}`).then(() => true, () => false), false, b);
     }
   } finally {
     await Deno.remove(dir, { recursive: true });

@@ -7,6 +7,7 @@
  *   FIFOs (`ctr run`, attached: its `Wait` is pending across every upgrade) and execs start,
  *   print and exit with their own status: no line lost or repeated, every exit status right,
  *   the shim's pid unchanged, containerd never sees the shim go;
+ * - a terminal (`ctr run -t`): its output and exit status carry on across 5 upgrades;
  * - processes that exit while upgrades run get their own status, once;
  * - the installed code unchanged: nothing is done without `--force`;
  * - a broken installed bundle: the upgrade is refused, the command exits non-zero, and the old
@@ -18,7 +19,7 @@ import assert from "node:assert/strict";
 import { integrationTest } from "../../../_integration.ts";
 import { containerdVersions } from "../../../../sdk/testing/containerd.ts";
 import type { PrivateContainerd } from "../../../../sdk/testing/containerd.ts";
-import { ctrRunArgs } from "../../../../sdk/testing/ctr.ts";
+import { ctrRun, ctrRunArgs } from "../../../../sdk/testing/ctr.ts";
 import {
   describe,
   eventually,
@@ -103,7 +104,7 @@ async function shimLossLines(c: PrivateContainerd, id: string): Promise<string[]
 
 for (const v of versions) {
   integrationTest(
-    `live upgrade under containerd ${v.version}: 20 upgrades under a counter and execs, exits in the window, unchanged code, a broken bundle`,
+    `live upgrade under containerd ${v.version}: 20 upgrades under a counter and execs, a terminal, exits in the window, unchanged code, a broken bundle`,
     NEEDS,
     async (t) => {
       const k = await kit(v.binDir);
@@ -169,6 +170,40 @@ for (const v of versions) {
           const got = done.stdout.trim().split("\n");
           assert.equal(got.length, lines, "every counter line, once");
           got.forEach((l, i) => assert.equal(l, String(i), `line ${i}`));
+        });
+
+        await t.step("a terminal (`ctr run -t`): its output and exit status carry on", async () => {
+          const id = uid("tty");
+          const lines = 300;
+          const run = ctrRun(c, {
+            id,
+            namespace: ns,
+            image: k.image,
+            runtime: "skiff",
+            runtimeConfigPath: `${c.dir}/runc.toml`,
+            tty: true,
+            args: [
+              "sh",
+              "-c",
+              `i=0; while [ $i -lt ${lines} ]; do echo $i; i=$((i+1)); sleep 0.01; done; exit 5`,
+            ],
+            timeoutMs: 120_000,
+          });
+          const pid = await serverOf(c, ns, id);
+          for (let i = 0; i < 5; i++) {
+            const r = await upgradeCommand(bin, c, "--id", id, "--force");
+            assert.equal(r.code, 0, `upgrade ${i}: ${r.out}`);
+            assert.equal(await serverOf(c, ns, id), pid, "the same shim process");
+            await sleep(100);
+          }
+          const done = await run;
+          assert.equal(done.code, 5, describe(done));
+          const got = done.stdout.split(/\r?\n/).filter((l) => /^\d+$/.test(l));
+          assert.deepEqual(
+            got,
+            Array.from({ length: lines }, (_, i) => String(i)),
+            "every line, once",
+          );
         });
 
         // `ctr run` attached removes its container when it ends (--rm).

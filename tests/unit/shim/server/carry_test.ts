@@ -67,7 +67,10 @@ Deno.test("carryProcess: an exited process keeps its status and time and carries
 Deno.test("carryProcess refuses, naming the process: an exit the runtime reports, stdio that cannot be carried", () => {
   const vm = new ShimProcess("vm", "", stdio);
   vm.started({ pid: 1, exited: new Promise(() => {}) }, undefined);
-  assert.throws(() => carryProcess(vm), /container "vm": its exit is reported by the runtime/);
+  assert.throws(
+    () => carryProcess(vm, {}),
+    /container "vm": its exit is reported by a runtime that cannot report it again/,
+  );
 
   const tty = new ShimProcess("web", "sh", { ...stdio, terminal: true });
   tty.started({ pid: 2 }, 1);
@@ -116,4 +119,23 @@ Deno.test("carriedDescriptors: every stdio descriptor of every process, once, in
     }]),
     [9, 11, 30, 31, 32, 33],
   );
+});
+
+Deno.test("a process whose exit the runtime reports is carried when the runtime can report it again", async () => {
+  const p = new ShimProcess("sub", "", stdio);
+  p.started({ pid: 7, exited: new Promise(() => {}) }, undefined);
+  p.markStarted();
+  const asked: unknown[] = [];
+  const runtime = {
+    resumeProcess: (id: string, q: { execId: string; pid: number; created: boolean }) => {
+      asked.push([id, q]);
+      return { pid: q.pid, exited: Promise.resolve(9) };
+    },
+  };
+  const carried = carryProcess(p, runtime);
+  assert.equal(carried.runtimeExit, true);
+  const back = adoptProcess("sub", carried, {}, runtime);
+  assert.deepEqual(asked, [["sub", { execId: "", pid: 7, created: false }]]);
+  assert.equal(await back.runtime?.exited, 9, "the new report is the process's");
+  assert.throws(() => adoptProcess("sub", carried, {}), /cannot report its exit again/);
 });
