@@ -20,6 +20,7 @@ import { runTtrpcBench } from "./ttrpc_bench.ts";
 import { runShimBench } from "./shim_bench.ts";
 import { runStartupBench } from "./startup_bench.ts";
 import { runScaleBench } from "./scale_bench.ts";
+import { runUpgradeBench } from "./upgrade_bench.ts";
 
 const sections: [string, () => Promise<string>][] = [
   ["ttrpc round trips", async () => (await runTtrpcBench()).markdown],
@@ -44,6 +45,14 @@ const sections: [string, () => Promise<string>][] = [
     "node scale: bursts and the idle-Deno floor (containerd 1.6)",
     async () =>
       (await runScaleBench({ containerd: "1.6", only: ["burst", "cri-burst", "floor"] })).markdown,
+  ],
+  [
+    "live shim upgrade (containerd 2.4)",
+    async () => (await runUpgradeBench({ containerd: "2.4" })).markdown,
+  ],
+  [
+    "live shim upgrade (containerd 1.6)",
+    async () => (await runUpgradeBench({ containerd: "1.6" })).markdown,
   ],
 ];
 try {

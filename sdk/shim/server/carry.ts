@@ -220,21 +220,13 @@ export function adoptProcess(
  * ```
  */
 export function carriedDescriptors(containers: readonly ContainerCarry[]): number[] {
+  // Every number in a ProcessIoCarry is a descriptor: walked, not listed, so that a part added
+  // to it is never left close-on-exec (and so closed under the next code's feet).
   const fds = new Set<number>();
-  for (const c of containers) {
-    for (const p of [c.init, ...c.execs]) {
-      const io = p.io;
-      if (!io) continue;
-      for (const fd of [io.stdin?.fifo, io.stdin?.keepAlive, io.stdin?.pipe]) {
-        if (fd !== undefined) fds.add(fd);
-      }
-      for (const part of [io.stdout, io.stderr]) {
-        if (part) {
-          fds.add(part.sink);
-          if (part.pipe !== undefined) fds.add(part.pipe);
-        }
-      }
-    }
-  }
+  const walk = (v: unknown): void => {
+    if (typeof v === "number") fds.add(v);
+    else if (v && typeof v === "object") { for (const x of Object.values(v)) walk(x); }
+  };
+  for (const c of containers) for (const p of [c.init, ...c.execs]) walk(p.io);
   return [...fds].sort((a, b) => a - b);
 }

@@ -198,7 +198,7 @@ for (const v of versions) {
           }
           const done = await run;
           assert.equal(done.code, 5, describe(done));
-          const got = done.stdout.split(/\r?\n/).filter((l) => /^\d+$/.test(l));
+          const got = done.stdout.split(/\r*\n/).filter((l) => /^\d+$/.test(l));
           assert.deepEqual(
             got,
             Array.from({ length: lines }, (_, i) => String(i)),

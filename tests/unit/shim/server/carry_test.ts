@@ -115,9 +115,14 @@ Deno.test("carriedDescriptors: every stdio descriptor of every process, once, in
         execId: "e",
         pid: 2,
         io: { stdin: { fifo: 30, keepAlive: 31, pipe: 32 }, stdout: { sink: 33 } },
+      }, {
+        ...base,
+        execId: "tty",
+        pid: 3,
+        io: { pty: 40, stdin: { fifo: 41 }, stdout: { sink: 42 } },
       }],
     }]),
-    [9, 11, 30, 31, 32, 33],
+    [9, 11, 30, 31, 32, 33, 40, 41, 42],
   );
 });
 
