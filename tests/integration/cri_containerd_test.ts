@@ -31,6 +31,8 @@ import {
   type ContainerStatus,
   NamespaceMode,
 } from "../../proto/gen/runtime/v1/api_pb.ts";
+import { upgradeShim } from "../../sdk/shim/boot/upgrade.ts";
+import { socketPath } from "../../sdk/shim/contract/socket_address.ts";
 
 /** Deadline of each CRI call: generous, only there so that a hang fails instead of wedging. */
 const CALL_MS = 60_000;
@@ -239,6 +241,24 @@ async function podScenario(
     const ok = await call("ExecSync(true)", (o) =>
       cri.runtime.execSync({ containerId: svc, cmd: ["true"], timeout: 30n }, o));
     assert.equal(ok.exitCode, 0);
+    if (handler.startsWith("skiff-")) {
+      // The pod's shim (pod sandbox and containers: one group) re-executed in place twice: the
+      // rest of the pod's life (new containers, exits, stop) runs on the upgraded code.
+      // `start` ran for the pod's sandbox: its bundle has the server's address and pid (2.x
+      // reaches the pod's containers through the sandbox's endpoint, without a `start`).
+      const bundle = `${c.state}/io.containerd.runtime.v2.task/k8s.io/${podId}`;
+      const socket = socketPath(Deno.readTextFileSync(`${bundle}/address`).trim());
+      const pid = Number(Deno.readTextFileSync(`${bundle}/shim.pid`).trim());
+      for (let i = 0; i < 2; i++) {
+        const r = await upgradeShim(socket, { token: crypto.randomUUID(), force: true });
+        assert.equal(r.upgraded, true, JSON.stringify(r));
+        assert.equal(r.pid, pid, "the pod's shim process is the same");
+        assert.ok(r.containers >= 2, `the pod sandbox and svc carried: ${JSON.stringify(r)}`);
+      }
+      const after = await call("ExecSync after the upgrades", (o) =>
+        cri.runtime.execSync({ containerId: svc, cmd: ["sh", "-c", "exit 6"], timeout: 30n }, o));
+      assert.equal(after.exitCode, 6);
+    }
 
     const svcStatus = (await call("ContainerStatus(svc)", (o) =>
       cri.runtime.containerStatus({ containerId: svc }, o))).status;

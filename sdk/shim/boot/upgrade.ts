@@ -71,27 +71,55 @@ export function findShims(
   launcher: string,
   filter?: { id: string; namespace?: string },
 ): RunningShim[] {
-  const bySocket = new Map<string, RunningShim>();
+  // `start` records the server's pid (`shim.pid`) in the bundle of the group's first task only,
+  // and every task's `address`: group by socket first, then pick.
+  const bySocket = new Map<string, RunningShim & { pids: number[] }>();
   for (const ns of entries(stateDir)) {
-    if (filter?.namespace && ns !== filter.namespace) continue;
     for (const id of entries(`${stateDir}/${ns}`)) {
-      if (filter && id !== filter.id) continue;
       const bundle = `${stateDir}/${ns}/${id}`;
-      let socket: string;
-      let pid: number;
+      const socket = socketOf(bundle);
+      if (!socket) continue; // not a shim's bundle, or one being set up
+      let pid = 0;
       try {
-        socket = socketPath(Deno.readTextFileSync(`${bundle}/${ADDRESS_FILE}`).trim());
         pid = Number(Deno.readTextFileSync(`${bundle}/shim.pid`).trim());
-      } catch {
-        continue; // not a shim's bundle, or one being set up
-      }
-      if (!launchedBy(pid, launcher)) continue;
-      const known = bySocket.get(socket);
-      if (known) known.ids.push(id);
-      else bySocket.set(socket, { socket, pid, namespace: ns, ids: [id] });
+      } catch { /* another task of the group has it */ }
+      let s = bySocket.get(socket);
+      if (!s) bySocket.set(socket, s = { socket, pid: 0, namespace: ns, ids: [], pids: [] });
+      s.ids.push(id);
+      if (pid > 0) s.pids.push(pid);
     }
   }
-  return [...bySocket.values()];
+  const out: RunningShim[] = [];
+  for (const { pids, ...s } of bySocket.values()) {
+    const pid = pids.find((p) => launchedBy(p, launcher));
+    if (pid === undefined) continue;
+    if (
+      filter &&
+      !(s.ids.includes(filter.id) && (!filter.namespace || filter.namespace === s.namespace))
+    ) {
+      continue;
+    }
+    out.push({ ...s, pid });
+  }
+  return out;
+}
+
+/**
+ * The socket a task's shim serves: `start`'s `address` file, else (a task containerd 2.x created
+ * through its sandbox's endpoint, without a `start`) the address in containerd's
+ * `bootstrap.json`.
+ */
+function socketOf(bundle: string): string | undefined {
+  try {
+    const a = Deno.readTextFileSync(`${bundle}/${ADDRESS_FILE}`).trim();
+    if (a) return socketPath(a);
+  } catch { /* none: a task created through its sandbox's endpoint */ }
+  try {
+    const b = JSON.parse(Deno.readTextFileSync(`${bundle}/bootstrap.json`));
+    return typeof b?.address === "string" && b.address ? socketPath(b.address) : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 function entries(dir: string): string[] {
