@@ -46,7 +46,7 @@ export {
   type RuntimeOptions,
 } from "./sdk/shim/options.ts";
 // The runtime seam (its option types: @skiff/shim/seam).
-export type { ContainerRuntime, RuntimeStdio } from "./sdk/shim/runtime.ts";
+export type { ContainerRuntime, RuntimeProcessCarry, RuntimeStdio } from "./sdk/shim/runtime.ts";
 export { Logger } from "./sdk/shim/logger.ts";
 export { SKIFF_VERSION } from "./sdk/shim/version.ts";
 // OCI runtimes (the rest: @skiff/shim/oci).

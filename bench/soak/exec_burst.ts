@@ -120,6 +120,7 @@ export async function runExecBurst(
     const o: ExecOutcome = { index, execId, expected, pid: 0 };
     const ids = { containerId: opts.containerId, execId };
     const process = { ...base, terminal: false, args: ["sh", "-c", `exit ${expected}`] };
+    let stage = "Exec";
     try {
       await cl().tasks.exec({
         ...ids,
@@ -130,12 +131,15 @@ export async function runExecBurst(
         spec: { typeUrl: PROCESS_TYPE_URL, value: enc.encode(JSON.stringify(process)) },
       }, { timeoutMs });
       o.startAt = Date.now();
+      stage = "Start";
       o.pid = (await cl().tasks.start(ids, { timeoutMs })).pid;
+      stage = "Wait";
       o.waited = (await cl().tasks.wait(ids, { timeoutMs })).exitStatus;
       o.waitedAt = Date.now();
+      stage = "DeleteProcess";
       o.deleted = (await cl().tasks.deleteProcess(ids, { timeoutMs })).exitStatus;
     } catch (e) {
-      o.error = e instanceof Error ? e.message : String(e);
+      o.error = `${stage} (pid ${o.pid}): ${e instanceof Error ? e.message : String(e)}`;
     }
     return o;
   };

@@ -23,7 +23,7 @@ import {
 } from "./command.ts";
 import { isNotExist, mapKillError, OciRuntimeError, processGone, saysGone } from "./errors.ts";
 import { type OciFeatures, parseOciFeatures } from "./features.ts";
-import type { RuntimeProcess, RuntimeStdio } from "../shim/runtime.ts";
+import type { RuntimeProcess, RuntimeProcessCarry, RuntimeStdio } from "../shim/runtime.ts";
 import type {
   CheckpointOptions,
   CreateOptions,
@@ -66,6 +66,10 @@ export class OciRuntimeCli {
   #deferredIo: ProcessStdio | undefined;
   /** With `initExit: "wait"`: the inits' exits, settled by a `wait` run from start/restore. */
   #exits = new Map<string, PromiseWithResolvers<number>>();
+  /** `wait` commands running: pid → container id. */
+  #waiting = new Map<number, string>();
+  /** Outputs of `wait` commands the previous code started, by container id. */
+  #answers = new Map<string, { fd: number; errors: number; read: boolean }>();
 
   /**
    * Creates an adapter; nothing is spawned until a method is called.
@@ -190,11 +194,93 @@ export class OciRuntimeCli {
   resumeProcess(
     id: string,
     process: { execId: string; pid: number; created: boolean },
+    carried?: RuntimeProcessCarry,
   ): RuntimeProcess {
     if (process.execId !== "") return { pid: process.pid };
+    const output = carried?.descriptors?.waitOutput;
+    const errors = carried?.descriptors?.waitErrors;
+    if (output !== undefined && errors !== undefined) {
+      // The previous code's `wait` still runs (a second one would race it for the one exit
+      // status the runtime hands out): read its answer from its output, kept across execve.
+      const exited = this.#waitAnswer(id, output, errors);
+      exited.catch(() => {});
+      return { pid: process.pid, exited };
+    }
     const init = this.#init(id, process.pid);
     if (!process.created) this.#waitInit(id);
     return init;
+  }
+
+  /**
+   * Before a live upgrade: what the next code needs to report this process's exit: the
+   * output of the `wait` command running for it, kept open across execve.
+   *
+   * @param id Container id.
+   * @param process the process
+   * @example Usage
+   * ```ts
+   * import { strictEqual } from "node:assert/strict";
+   * import { OciRuntimeCli } from "@skiff/shim";
+   * // No wait runs for it: nothing to carry.
+   * strictEqual(new OciRuntimeCli({ binary: "runsc" }).carryProcess("web", { execId: "" }), undefined);
+   * ```
+   */
+  carryProcess(id: string, process: { execId: string }): RuntimeProcessCarry | undefined {
+    if (process.execId !== "") return undefined;
+    // A wait this code took over from its own previous code: hand the same output on.
+    const answer = this.#answers.get(id);
+    if (answer) return { descriptors: { waitOutput: answer.fd, waitErrors: answer.errors } };
+    for (const [pid, waited] of this.#waiting) {
+      if (waited !== id) continue;
+      // Its stderr too: a command whose stderr reader is gone dies on its next message.
+      const fd = parentEndOf(pid, 1);
+      const errors = parentEndOf(pid, 2);
+      if (fd === undefined || errors === undefined) {
+        throw new Error(`the output of "${this.#o.binary} wait ${id}" (pid ${pid}) is not found`);
+      }
+      return { descriptors: { waitOutput: fd, waitErrors: errors } };
+    }
+    return undefined;
+  }
+
+  /** The exit status in a carried `wait` command's output, read to its end. */
+  async #waitAnswer(id: string, fd: number, errors: number): Promise<number> {
+    const answer = { fd, errors, read: false };
+    this.#answers.set(id, answer);
+    const what = `"${this.#o.binary} wait ${id}"`;
+    let text = "";
+    let said = "";
+    try {
+      const { FdStream } = await import("../linux/fd_stream.ts");
+      const readAll = async (stream: InstanceType<typeof FdStream>, into: (t: string) => void) => {
+        try {
+          const buf = new Uint8Array(4096);
+          for (let n; (n = await stream.read(buf)) !== null;) {
+            answer.read = true; // from now on the answer is this code's to give
+            into(new TextDecoder().decode(buf.subarray(0, n)));
+          }
+        } finally {
+          await stream.close();
+        }
+      };
+      await Promise.all([
+        readAll(new FdStream(fd, `output of ${what}`), (t) => text += t),
+        readAll(new FdStream(errors, `errors of ${what}`), (t) => said += t),
+      ]);
+    } finally {
+      this.#answers.delete(id);
+    }
+    if (text.trim() === "") {
+      throw new Error(
+        `${what} (started before a live upgrade) ended without an answer: ${said.trim()}`,
+      );
+    }
+    return this.#json<{ exitStatus: number }>(
+      "wait",
+      id,
+      text,
+      (v) => typeof (v as { exitStatus?: unknown } | null)?.exitStatus === "number",
+    ).exitStatus;
   }
 
   /** With `initExit: "wait"`: runs `wait` for the init `create` or `restore` reported. */
@@ -532,7 +618,19 @@ export class OciRuntimeCli {
    * ```
    */
   async wait(id: string): Promise<number> {
-    const out = await this.#run("wait", id, [id]);
+    let pid = 0;
+    const spawn = (cmd: Deno.Command) => {
+      const child = (this.#o.spawn ?? ((c: Deno.Command) => c.spawn()))(cmd);
+      pid = child.pid;
+      this.#waiting.set(pid, id);
+      return child;
+    };
+    let out: string;
+    try {
+      out = await this.#run("wait", id, [id], { spawn });
+    } finally {
+      this.#waiting.delete(pid);
+    }
     const value = this.#json<{ exitStatus: number }>(
       "wait",
       id,
@@ -627,16 +725,69 @@ export class OciRuntimeCli {
     return outputJson<T>(this.#o.binary, command, id, out, valid);
   }
 
+  /**
+   * False while a `wait` command has ended and its answer is not yet taken in: a live upgrade
+   * replaces the process image only when it is true, so an exit that `wait` reports is never
+   * lost with the old code.
+   *
+   * @example Usage
+   * ```ts
+   * import { strictEqual } from "node:assert/strict";
+   * import { OciRuntimeCli } from "@skiff/shim";
+   * strictEqual(new OciRuntimeCli({ binary: "runsc" }).settled, true); // no wait running
+   * ```
+   */
+  get settled(): boolean {
+    for (const pid of this.#waiting.keys()) if (!stillRunning(pid)) return false;
+    for (const a of this.#answers.values()) if (a.read) return false;
+    return true;
+  }
+
   #run(
     command: string,
     id: string | undefined,
     args: string[],
-    opts: RunOptions & { global?: boolean } = {},
+    opts: RunOptions & { global?: boolean; spawn?: (cmd: Deno.Command) => Deno.ChildProcess } = {},
   ): Promise<string> {
     const argv = [...(opts.global === false ? [] : this.globalArgs), command, ...args];
     // Per-container commands run in the bundle; the others where the caller is.
     const cwd = id === undefined ? undefined : opts.cwd ?? this.#o.cwd;
-    return runCommand(this.#o, command, id, argv, { ...opts, cwd });
+    const o = opts.spawn ? { ...this.#o, spawn: opts.spawn } : this.#o;
+    return runCommand(o, command, id, argv, { ...opts, cwd });
+  }
+}
+
+/**
+ * This process's end of the pipe on descriptor `n` of child `pid` (what `/proc` links both to),
+ * or undefined. Read here, not through sdk/linux/descriptors.ts: this module is in `start`'s and
+ * `delete`'s lean graph.
+ */
+function parentEndOf(pid: number, n: number): number | undefined {
+  let link: string;
+  try {
+    link = Deno.readLinkSync(`/proc/${pid}/fd/${n}`);
+  } catch {
+    return undefined;
+  }
+  if (!link.startsWith("pipe:")) return undefined;
+  for (const e of Deno.readDirSync("/proc/self/fd")) {
+    try {
+      if (Deno.readLinkSync(`/proc/self/fd/${e.name}`) === link) return Number(e.name);
+    } catch { /* closed meanwhile */ }
+  }
+  return undefined;
+}
+
+/**
+ * Whether `pid` runs (not gone, not a zombie). Read here rather than through
+ * sdk/linux/proc_stat.ts: this module is in `start`'s and `delete`'s lean graph.
+ */
+function stillRunning(pid: number): boolean {
+  try {
+    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+    return stat[stat.lastIndexOf(")") + 2] !== "Z";
+  } catch {
+    return false;
   }
 }
 

@@ -59,6 +59,25 @@ export interface RuntimeProcess {
 }
 
 /**
+ * What a runtime hands its next code for one process across a live upgrade: descriptors kept
+ * open across execve (by name), and plain data.
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { RuntimeProcessCarry } from "@skiff/shim";
+ * const c: RuntimeProcessCarry = { descriptors: { waitOutput: 17 } };
+ * strictEqual(c.descriptors?.waitOutput, 17);
+ * ```
+ */
+export interface RuntimeProcessCarry {
+  /** Descriptors the next code reads or writes, kept open across execve. */
+  descriptors?: Record<string, number>;
+  /** Anything else, as JSON. */
+  data?: unknown;
+}
+
+/**
  * containerd's ends of a process's stdio as web streams, for runtimes that move the bytes
  * themselves (over a socket to an agent, a vsock to a guest).
  *
@@ -250,6 +269,11 @@ export interface ContainerRuntime {
    */
   restore?(id: string, opts: RuntimeRestoreOptions): Promise<RuntimeProcess>;
   /**
+   * False while an exit this runtime reports is on its way (its reporting command has ended,
+   * its answer is not taken in yet): a live upgrade waits for true. Absent: always settled.
+   */
+  readonly settled?: boolean;
+  /**
    * After a live upgrade, in the code that now runs: a process whose exit this runtime reports
    * ({@link RuntimeProcess.exited}), reported again (e.g. a new `runsc wait`). Optional: without
    * it, a shim with such a process refuses to upgrade (runtimes whose processes the shim reaps
@@ -258,7 +282,14 @@ export interface ContainerRuntime {
   resumeProcess?(
     id: string,
     process: { execId: string; pid: number; created: boolean },
+    carried?: RuntimeProcessCarry,
   ): RuntimeProcess;
+  /**
+   * Before a live upgrade, in the old code: what the next code's
+   * {@link ContainerRuntime.resumeProcess} needs for a process whose exit this runtime reports
+   * (e.g. the output of a `wait` command still running, kept open across execve). Optional.
+   */
+  carryProcess?(id: string, process: { execId: string }): RuntimeProcessCarry | undefined;
   /**
    * cgroup (or guest) statistics for Stats, packed as containerd expects (e.g.
    * `io.containerd.cgroups.v1.Metrics`). Optional: by default the platform reads the cgroup of

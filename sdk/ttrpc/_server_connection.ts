@@ -269,6 +269,11 @@ export class ServerConnection {
 
   #resumeCarry(carry: ConnectionCarry): void {
     this.#carry = undefined;
+    // Not a new peer: it made calls to the previous code. No first-frame deadline (containerd
+    // may stay silent for hours), unless a frame is half-way.
+    this.#madeCalls = true;
+    clearTimeout(this.#frameTimer);
+    this.#frameTimer = undefined;
     for (const r of carry.replay) {
       let req: Request;
       try {
@@ -280,6 +285,7 @@ export class ServerConnection {
       this.#onRequest(r.id, req);
     }
     for (const frame of this.#decoder.push(carry.partial)) this.#onFrame(frame);
+    if (this.#decoder.partial) this.#armFrameTimer("left a frame incomplete");
   }
 
   /** Stops taking new calls; closes once running calls have answered. */

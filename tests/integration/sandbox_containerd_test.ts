@@ -19,6 +19,7 @@ import { shimSocketAddress, socketPath } from "../../sdk/shim/contract/socket_ad
 import { createTtrpcTransport } from "../../sdk/ttrpc/transport.ts";
 import { createClient } from "@connectrpc/connect";
 import { Sandbox } from "../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts";
+import { upgradeShim } from "../../sdk/shim/boot/upgrade.ts";
 
 const NS = "skiff-test";
 const SPEC_TYPE = "types.containerd.io/opencontainers/runtime-spec/1/Spec";
@@ -201,6 +202,21 @@ for (const want of ["2.1", "2.2"]) {
 
           await cl.tasks.start({ containerId: "job" });
           await cl.tasks.start({ containerId: "daemon" });
+          // The sandbox's shim re-executed in place twice (live upgrade): the sandbox, its two
+          // tasks and the rest of their life (Wait, Stop, Shutdown) carry on in the new code.
+          for (let i = 0; i < 2; i++) {
+            const r = await upgradeShim(socketPath(bootstrap.address), {
+              token: crypto.randomUUID(),
+              force: true,
+            });
+            assert.equal(r.upgraded, true, JSON.stringify(r));
+            assert.equal(r.pid, shimPid, "the sandbox's shim process is the same");
+          }
+          assert.equal(
+            (await cl.sandboxController.status({ sandboxId, sandboxer: "shim" })).state,
+            "SANDBOX_READY",
+            "the sandbox after the upgrades",
+          );
           const waited = await cl.tasks.wait({ containerId: "job" });
           assert.equal(waited.exitStatus, 4);
           const output = await Deno.readTextFile(out1);

@@ -104,6 +104,7 @@ export interface CodeIdentity {
  * const s: UpgradeState = {
  *   format: UPGRADE_STATE_FORMAT, token: "t", from: { code: "aa", version: "0.9.0" },
  *   heldAt: 0, socket: "/run/containerd/s/x", bundle: "/b", listener: 5, connections: [], containers: [],
+ *   sandboxes: [],
  *   inheritedOptions: null,
  * };
  * strictEqual(s.format, "skiff.upgrade/1");
@@ -133,6 +134,8 @@ export interface UpgradeState {
   }[];
   /** The containers (sdk/shim/server/carry.ts's `ContainerCarry`). */
   containers: unknown[];
+  /** The Sandbox API's sandboxes (sdk/shim/server/sandbox_service.ts's `SandboxCarry`). */
+  sandboxes: unknown[];
   /** The runtime options `start` handed the server, if any. */
   inheritedOptions: unknown;
 }
@@ -162,7 +165,15 @@ export function parseUpgradeState(text: string): UpgradeState {
   }
   checkUpgradeFormat(s.format);
   for (
-    const key of ["token", "socket", "bundle", "listener", "connections", "containers"] as const
+    const key of [
+      "token",
+      "socket",
+      "bundle",
+      "listener",
+      "connections",
+      "containers",
+      "sandboxes",
+    ] as const
   ) {
     if (s[key] === undefined) throw new Error(`live upgrade state lacks "${key}"`);
   }

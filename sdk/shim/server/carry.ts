@@ -8,8 +8,8 @@
 
 import type { ProcessIoCarry } from "../../linux/process_io.ts";
 import type { Container } from "./container.ts";
-import type { ShimPlatform } from "./platform.ts";
-import type { ContainerRuntime, RuntimeProcess } from "../runtime.ts";
+import type { ReapedExit, ShimPlatform } from "./platform.ts";
+import type { ContainerRuntime, RuntimeProcess, RuntimeProcessCarry } from "../runtime.ts";
 import { type ProcessState, type ProcessStdioPaths, ShimProcess } from "./process.ts";
 
 /**
@@ -46,6 +46,10 @@ export interface ProcessCarry {
   io?: ProcessIoCarry;
   /** Its exit is the runtime's to report (`ContainerRuntime.resumeProcess` reports it again). */
   runtimeExit?: boolean;
+  /** What the runtime hands its next code for it (`ContainerRuntime.carryProcess`). */
+  runtimeCarry?: RuntimeProcessCarry;
+  /** Its pid's exit as reaped, kept in case the runtime's report fails (ISO 8601 time). */
+  reaped?: { status: number; exitedAt: string; startTime?: number };
 }
 
 /**
@@ -88,7 +92,8 @@ export interface ContainerCarry {
  */
 export function carryProcess(
   p: ShimProcess,
-  runtime?: Pick<ContainerRuntime, "resumeProcess">,
+  runtime?: Pick<ContainerRuntime, "resumeProcess" | "carryProcess">,
+  reaped?: (p: ShimProcess) => ReapedExit | undefined,
 ): ProcessCarry {
   const runtimeExit = p.runtime?.exited !== undefined && p.exit === undefined;
   if (runtimeExit && !runtime?.resumeProcess) {
@@ -97,7 +102,19 @@ export function carryProcess(
     );
   }
   const out: ProcessCarry = { execId: p.execId, stdio: p.stdio, pid: p.pid, state: p.state };
-  if (runtimeExit) out.runtimeExit = true;
+  if (runtimeExit) {
+    out.runtimeExit = true;
+    const carried = runtime?.carryProcess?.(p.containerId, { execId: p.execId });
+    if (carried) out.runtimeCarry = carried;
+    const aside = reaped?.(p);
+    if (aside) {
+      out.reaped = {
+        status: aside.status,
+        exitedAt: aside.exitedAt.toISOString(),
+        ...(aside.startTime !== undefined ? { startTime: aside.startTime } : {}),
+      };
+    }
+  }
   if (p.spec !== undefined) out.spec = p.spec;
   if (p.startTime !== undefined) out.startTime = p.startTime;
   if (p.exit) out.exit = { status: p.exit.status, exitedAt: p.exit.exitedAt.toISOString() };
@@ -118,7 +135,10 @@ export function carryProcess(
  * @param c the container
  * @throws {Error} when it cannot be carried now, saying why
  */
-export function carryContainer(c: Container): ContainerCarry {
+export function carryContainer(
+  c: Container,
+  reaped?: (p: ShimProcess) => ReapedExit | undefined,
+): ContainerCarry {
   const why = c.uncarriable();
   if (why) throw new Error(why);
   return {
@@ -127,8 +147,8 @@ export function carryContainer(c: Container): ContainerCarry {
     bundle: c.bundle,
     options: c.options,
     rootfsMounted: c.rootfsMounted,
-    init: carryProcess(c.init, c.runtime),
-    execs: [...c.execs.values()].map((p) => carryProcess(p, c.runtime)),
+    init: carryProcess(c.init, c.runtime, reaped),
+    execs: [...c.execs.values()].map((p) => carryProcess(p, c.runtime, reaped)),
   };
 }
 
@@ -186,7 +206,7 @@ export function adoptProcess(
       execId: carried.execId,
       pid: carried.pid,
       created: carried.state === "created",
-    });
+    }, carried.runtimeCarry);
   }
   p.resume(
     {
@@ -227,6 +247,8 @@ export function carriedDescriptors(containers: readonly ContainerCarry[]): numbe
     if (typeof v === "number") fds.add(v);
     else if (v && typeof v === "object") { for (const x of Object.values(v)) walk(x); }
   };
-  for (const c of containers) for (const p of [c.init, ...c.execs]) walk(p.io);
+  for (const c of containers) {
+    for (const p of [c.init, ...c.execs]) walk([p.io, p.runtimeCarry?.descriptors]);
+  }
   return [...fds].sort((a, b) => a - b);
 }

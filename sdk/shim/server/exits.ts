@@ -123,6 +123,7 @@ export class ExitRouter {
   #initExits = new WeakSet<RoutedContainer>();
   /** Reaped exits of processes whose runtime reports their exit, kept for a failed report. */
   #aside = new WeakMap<ShimProcess, PromiseWithResolvers<ReapedExit>>();
+  #asideExits = new WeakMap<ShimProcess, ReapedExit>();
   #unsubscribe: () => void;
   #settling = 0;
 
@@ -203,8 +204,10 @@ export class ExitRouter {
    *
    * @param c its container
    * @param p the process
+   * @param aside its reaped exit the previous code kept, if any
    */
-  adopt(c: RoutedContainer, p: ShimProcess): void {
+  adopt(c: RoutedContainer, p: ShimProcess, aside?: ReapedExit): void {
+    if (aside) this.#setAside(p, aside);
     const exited = p.runtime?.exited;
     if (exited && p.state !== "stopped") void this.#runtimeExit(c, p, exited);
   }
@@ -248,7 +251,7 @@ export class ExitRouter {
         if (p.pid === 0 || p.state === "stopped" || this.#claimed.has(p)) continue;
         if (!isExitOf(exit, p.pid, p.startTime)) continue;
         if (p.runtime?.exited) {
-          this.#reapedAside(p).resolve(exit);
+          this.#setAside(p, exit);
           return true;
         }
         this.#claimed.add(p);
@@ -258,7 +261,7 @@ export class ExitRouter {
     }
     for (const c of inits) {
       // The runtime reports this init's exit; the reaper's is kept for a failed report.
-      if (c.init.runtime?.exited) this.#reapedAside(c.init).resolve(exit);
+      if (c.init.runtime?.exited) this.#setAside(c.init, exit);
       else void this.#initExited(c, exit);
     }
     return inits.length > 0;
@@ -270,6 +273,18 @@ export class ExitRouter {
    * within {@link REAPED_FALLBACK_MS}; else status 255.
    */
   async #runtimeExit(c: RoutedContainer, p: ShimProcess, exited: Promise<number>): Promise<void> {
+    // Settling from the report's arrival (or failure) to its delivery: a live upgrade waits.
+    const settled = exited.then(() => {}, () => {});
+    void settled.then(() => this.#settling++);
+    try {
+      await this.#runtimeExitOf(c, p, exited);
+    } finally {
+      await settled;
+      this.#settling--;
+    }
+  }
+
+  async #runtimeExitOf(c: RoutedContainer, p: ShimProcess, exited: Promise<number>): Promise<void> {
     let status: number;
     try {
       status = await exited;
@@ -297,6 +312,22 @@ export class ExitRouter {
     if (this.#claimed.has(p)) return;
     this.#claimed.add(p);
     await this.#execExited(c, p, exit, OUTPUT_BEFORE_EXIT_MS);
+  }
+
+  /** A reaped exit of a process whose exit the runtime reports, kept for a failed report. */
+  #setAside(p: ShimProcess, exit: ReapedExit): void {
+    this.#asideExits.set(p, exit);
+    this.#reapedAside(p).resolve(exit);
+  }
+
+  /**
+   * The reaped exit kept for a process whose exit the runtime reports (a live upgrade carries
+   * it: the runtime's report may still fail in the next code).
+   *
+   * @param p the process
+   */
+  reapedAside(p: ShimProcess): ReapedExit | undefined {
+    return this.#asideExits.get(p);
   }
 
   #reapedAside(p: ShimProcess): PromiseWithResolvers<ReapedExit> {

@@ -59,6 +59,30 @@ interface SandboxRecord<T> {
 }
 
 /** Dependencies of the Sandbox service. */
+/**
+ * One sandbox as a live upgrade hands it over (sdk/shim/server/upgrade.ts): its context (the
+ * hook is made again from it), state, pid, times and exit.
+ */
+export interface SandboxCarry {
+  /** The context's plain parts. */
+  ctx: {
+    id: string;
+    namespace: string;
+    bundle: string;
+    netnsPath: string;
+    annotations: Record<string, string>;
+    options: unknown;
+  };
+  /** Its state. */
+  state: "created" | "ready" | "stopped";
+  /** Its pid (the shim's own when the runtime has no sandbox process). */
+  pid: number;
+  /** When it was created or started (ISO 8601). */
+  createdAt: string;
+  /** Once stopped: status and time (ISO 8601). */
+  exited?: { status: number; exitedAt: string };
+}
+
 export interface SandboxServiceDeps<T extends object> {
   /** The runtime definition (its optional `sandbox` hook). */
   shim: Shim<T>;
@@ -102,6 +126,63 @@ export class SandboxService<T extends object> {
   }
 
   /** The Connect implementation. */
+  /**
+   * Every sandbox's state for the next code.
+   *
+   * @throws {Error} when one cannot be carried now, saying why
+   */
+  carry(): SandboxCarry[] {
+    return [...this.#sandboxes.values()].map((s) => {
+      const id = s.ctx.id;
+      if (s.stopping && !s.exited) throw new Error(`sandbox "${id}" is stopping`);
+      if (s.ends && !s.exited) {
+        throw new Error(
+          `sandbox "${id}": its end is reported by the runtime's sandbox hook, which a live upgrade does not carry yet`,
+        );
+      }
+      const { logger: _, ...ctx } = s.ctx;
+      return {
+        ctx: { ...ctx, annotations: { ...ctx.annotations } },
+        state: s.state,
+        pid: s.pid,
+        createdAt: s.createdAt.toISOString(),
+        ...(s.exited
+          ? { exited: { status: s.exited.status, exitedAt: s.exited.exitedAt.toISOString() } }
+          : {}),
+      };
+    });
+  }
+
+  /**
+   * Continues the sandboxes a live upgrade carried over; each one's hook is made again from its
+   * context.
+   *
+   * @param carried what the previous code handed over
+   */
+  adopt(carried: readonly SandboxCarry[]): void {
+    for (const c of carried) {
+      const ctx: SandboxContext<T> = {
+        ...c.ctx,
+        options: c.ctx.options as T,
+        logger: this.#d.logger.with({ sandbox: c.ctx.id }),
+      };
+      const exit = Promise.withResolvers<{ status: number; exitedAt: Date }>();
+      const exited = c.exited
+        ? { status: c.exited.status, exitedAt: new Date(c.exited.exitedAt) }
+        : undefined;
+      if (exited) exit.resolve(exited);
+      this.#sandboxes.set(c.ctx.id, {
+        ctx,
+        hook: this.#d.shim.sandbox?.(ctx),
+        state: c.state,
+        pid: c.pid,
+        createdAt: new Date(c.createdAt),
+        exit,
+        ...(exited ? { exited } : {}),
+      });
+    }
+  }
+
   impl(): SandboxImpl {
     return {
       createSandbox: (r, c) => this.createSandbox(r, c),

@@ -20,6 +20,7 @@ import type { ServerExtension } from "./extension.ts";
 import { composeExtensions } from "./compose.ts";
 import { serverLogger } from "./server_logger.ts";
 import { registerServices } from "./services.ts";
+import type { SandboxCarry } from "./sandbox_service.ts";
 import { serverShutdown } from "./shutdown.ts";
 import { registerUpgradeService, resumeUpgrade, takeUpgradeState } from "./upgrade.ts";
 
@@ -96,6 +97,7 @@ export async function serveShim<T extends object>(
     ...(resumed?.inheritedOptions != null
       ? { inheritedOptions: resumed.inheritedOptions as T }
       : {}),
+    ...(resumed ? { carriedSandboxes: resumed.sandboxes as SandboxCarry[] } : {}),
   });
   registerUpgradeService({
     flags,
@@ -104,7 +106,7 @@ export async function serveShim<T extends object>(
     server,
     tasks: services.tasks,
     publisher,
-    sandboxes: services.sandboxes,
+    carrySandboxes: services.carrySandboxes,
     inheritedOptions: services.options,
     logger,
     ...(resumed ? { resumed } : {}),

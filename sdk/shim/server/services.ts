@@ -16,7 +16,7 @@ import type { Logger } from "../logger.ts";
 import type { Shim } from "../shim.ts";
 import type { EventPublisher } from "./events.ts";
 import type { ShimPlatform } from "./platform.ts";
-import type { SandboxService } from "./sandbox_service.ts";
+import type { SandboxCarry, SandboxService } from "./sandbox_service.ts";
 import { TaskService } from "./task_service.ts";
 
 /** Service names the Task implementation is registered under. */
@@ -47,6 +47,8 @@ export interface ServicesDeps<T extends object> {
   shutdown(why: string): void;
   /** The options `start` handed over, when known already (a live upgrade carries them). */
   inheritedOptions?: T;
+  /** Sandboxes a live upgrade carried over, taken back when the Sandbox API first loads. */
+  carriedSandboxes?: readonly SandboxCarry[];
 }
 
 /** The registered services, as the server reads them. */
@@ -55,6 +57,8 @@ export interface Services<T extends object> {
   tasks: TaskService<T>;
   /** How many sandboxes are served (0 until the Sandbox API is first called). */
   sandboxes(): number;
+  /** The sandboxes' state for a live upgrade; throws saying why one cannot be carried. */
+  carrySandboxes(): SandboxCarry[];
   /** Shim-wide runtime options (from `start` or a sandbox), if any. */
   options(): T | undefined;
   /** Whether anything was ever created here (a container or a sandbox). */
@@ -80,6 +84,9 @@ export function registerServices<T extends object>(
     } catch { /* start had no options */ }
   }
   let sandboxes: SandboxService<T> | undefined;
+  // Carried sandboxes count before the Sandbox API is loaded (by their first call).
+  const carried = d.carriedSandboxes ?? [];
+  const sandboxCount = () => sandboxes?.size ?? carried.length;
   const tasks = new TaskService<T>({
     shim: d.shim,
     platform: d.platform,
@@ -97,7 +104,7 @@ export function registerServices<T extends object>(
       }
     },
     onShutdown: () => {
-      if ((sandboxes?.size ?? 0) !== 0) return;
+      if (sandboxCount() !== 0) return;
       // Gone before Shutdown answers: containerd runs the `delete` action as soon as the
       // connection closes, and a launcher answers it without deno only when no socket is left.
       try {
@@ -128,13 +135,15 @@ export function registerServices<T extends object>(
       adoptOptions: (o) => inherited = o,
       onShutdown: () => setTimeout(() => d.shutdown("ShutdownSandbox"), 0),
     });
+    sandboxes.adopt(carried);
     return createServiceImplSpec<typeof Sandbox>(Sandbox, sandboxes.impl());
   }, "containerd.runtime.sandbox.v1.Sandbox");
   return {
     tasks,
-    sandboxes: () => sandboxes?.size ?? 0,
+    sandboxes: sandboxCount,
+    carrySandboxes: () => sandboxes?.carry() ?? [...carried],
     options: () => inherited,
-    claimed: () => tasks.containers.size > 0 || (sandboxes?.size ?? 0) > 0,
+    claimed: () => tasks.containers.size > 0 || sandboxCount() > 0,
   };
 }
 

@@ -36,7 +36,13 @@ import type { Status } from "../../../proto/gen/containerd/types/task/task_pb.ts
 import { packShimAny, shimCodec, TASK_STATUS, timestampOf } from "../../../proto/shim_wire.ts";
 import { abortable } from "./abortable.ts";
 import { Container } from "./container.ts";
-import { adoptProcess, carryContainer, type ContainerCarry, stdioSettled } from "./carry.ts";
+import {
+  adoptProcess,
+  carryContainer,
+  type ContainerCarry,
+  type ProcessCarry,
+  stdioSettled,
+} from "./carry.ts";
 import type { ContainerRuntime } from "../runtime.ts";
 import { createContainer } from "./create.ts";
 import type { EventPublisher } from "./events.ts";
@@ -245,7 +251,9 @@ export class TaskService<T extends object> {
    * no stdio chunk is in hand.
    */
   get settled(): boolean {
-    return this.#exits.settling === 0 && stdioSettled(this.#containers.values());
+    if (this.#exits.settling > 0 || !stdioSettled(this.#containers.values())) return false;
+    for (const c of this.#containers.values()) if (c.runtime.settled === false) return false;
+    return true;
   }
 
   /**
@@ -254,7 +262,9 @@ export class TaskService<T extends object> {
    * @throws {Error} when one cannot be carried now, saying why
    */
   carry(): ContainerCarry[] {
-    return [...this.#containers.values()].map((c) => carryContainer(c));
+    return [...this.#containers.values()].map((c) =>
+      carryContainer(c, (p) => this.#exits.reapedAside(p))
+    );
   }
 
   /**
@@ -282,7 +292,23 @@ export class TaskService<T extends object> {
       for (const e of cc.execs) c.execs.set(e.execId, adoptProcess(cc.id, e, platform, runtime));
       this.#containers.set(c.id, c);
       await c.resume(cc.rootfsMounted);
-      for (const p of [c.init, ...c.execs.values()]) this.#exits.adopt(c, p);
+      const pairs: [ShimProcess, ProcessCarry][] = [
+        [c.init, cc.init],
+        ...cc.execs.map((e): [ShimProcess, ProcessCarry] => [c.execs.get(e.execId)!, e]),
+      ];
+      for (const [p, carried] of pairs) {
+        const r = carried.reaped;
+        this.#exits.adopt(
+          c,
+          p,
+          r && {
+            pid: p.pid,
+            status: r.status,
+            exitedAt: new Date(r.exitedAt),
+            ...(r.startTime !== undefined ? { startTime: r.startTime } : {}),
+          },
+        );
+      }
     }
   }
 

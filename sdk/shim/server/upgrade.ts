@@ -50,7 +50,7 @@ const REPORT = jsonMessage<UpgradeReport>("skiff.shim.v1.UpgradeReport");
 const DEFAULT_SETTLE_MS = 5_000;
 const CHECK_TIMEOUT_MS = 30_000;
 /** Carried, not awaited: calls that may wait for a long time and answer the same again. */
-const CARRIED_METHODS = new Set(["Wait", UPGRADE_METHOD]);
+const CARRIED_METHODS = new Set(["Wait", "WaitSandbox", UPGRADE_METHOD]);
 
 /** What the upgrade needs of the task service (sdk/shim/server/task_service.ts). */
 export interface UpgradableTasks {
@@ -78,8 +78,8 @@ export interface UpgradeDeps {
   tasks: UpgradableTasks;
   /** Events still to publish. */
   publisher: Pick<EventPublisher, "stats">;
-  /** Sandboxes served through the Sandbox API (not carried yet). */
-  sandboxes(): number;
+  /** The Sandbox API's sandboxes' state; throws saying why one cannot be carried. */
+  carrySandboxes(): unknown[];
   /** Runtime options `start` handed over. */
   inheritedOptions(): unknown;
   /** The server's log. */
@@ -172,13 +172,7 @@ async function upgrade(d: UpgradeDeps, req: UpgradeRequest): Promise<UpgradeRepo
     connections: d.server.connectionCount,
   };
   if (to === from.code && to !== "unknown" && !req.force) return unchanged;
-  if (d.sandboxes() > 0) {
-    throw statusError(
-      "refused: this shim serves sandboxes (the Sandbox API), which a live upgrade does not carry yet",
-      Code.FailedPrecondition,
-    );
-  }
-  refuseUncarriable(() => d.tasks.carry());
+  refuseUncarriable(() => (d.tasks.carry(), d.carrySandboxes()));
   await checkInstalledCode(launcher);
 
   const heldAt = Date.now();
@@ -298,6 +292,7 @@ function reexecute(
       listener: listeners[0],
       connections,
       containers,
+      sandboxes: d.carrySandboxes(),
       inheritedOptions: d.inheritedOptions() ?? null,
     };
     Deno.writeTextFileSync(statePath, JSON.stringify(state), { mode: 0o600 });

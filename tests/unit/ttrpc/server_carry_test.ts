@@ -99,7 +99,8 @@ Deno.test("another server continues a carried connection on the same socket: the
     state: (r) => ({ id: `new:${r.id}` }),
     wait: () => ({ exitStatus: 5 }),
   };
-  const next = new TtrpcServer().register(
+  // A short first-frame deadline: a continued connection is no new peer and must not get one.
+  const next = new TtrpcServer({ frameTimeoutMs: 100 }).register(
     createServiceImplSpec(Task, impl),
     "containerd.task.v2.Task",
   );
@@ -115,6 +116,8 @@ Deno.test("another server continues a carried connection on the same socket: the
   );
   assert.equal((await state).id, "new:during", "the kept call, answered by the next code");
   assert.equal((await wait).exitStatus, 5, "the carried Wait, answered by the next code");
+  await new Promise((r) => setTimeout(r, 300));
+  assert.equal(next.connectionCount, 1, "a silent continued connection stays open");
   await transport.close();
   await served;
   await next.close();
