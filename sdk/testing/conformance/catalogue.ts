@@ -465,13 +465,16 @@ export const CATALOGUE: readonly Scenario[] = [
         args: [
           "sh",
           "-c",
-          `i=0; while [ $i -lt ${lines} ]; do echo $i; i=$((i+1)); sleep 0.01; done; exit 6`,
+          // It ends only when told (a line on stdin): however slow the upgrades, it still runs.
+          `i=0; while [ $i -lt ${lines} ]; do echo $i; i=$((i+1)); sleep 0.01; done; read x; exit 6`,
         ],
       });
-      const io = ctx.fifos(id, ["stdout", "stderr"]);
+      const io = ctx.fifos(id, ["stdin", "stdout", "stderr"]);
       const out = ctx.readAll(io.stdout);
       void ctx.readAll(io.stderr).catch(() => {});
       await ctx.startTask(id, io);
+      const stdin = await ctx.within(Deno.open(io.stdin, { write: true }), "open stdin");
+      ctx.defer(() => Promise.resolve(stdin.close()).catch(() => {}));
       const waited = ctx.wait(id);
       const bundle = `${ctx.containerd.state}/io.containerd.runtime.v2.task/${ctx.namespace}/${id}`;
       const socket = await shimSocketOf(bundle);
@@ -502,6 +505,7 @@ export const CATALOGUE: readonly Scenario[] = [
       }
       await ctx.exec(id, "after", ["sh", "-c", "exit 2"]);
       assert.equal(await ctx.wait(id, "after"), 2, "an exec after the upgrades");
+      await stdin.write(new TextEncoder().encode("done\n"));
       assert.equal(await ctx.within(waited, "the Wait pending across the upgrades"), 6);
       const got = (await ctx.within(out, "stdout EOF")).trim().split("\n");
       assert.deepEqual(got, Array.from({ length: lines }, (_, i) => String(i)), "every line, once");
