@@ -63,6 +63,17 @@ async function upgradeCommand(
   return { code: r.code, out: dec.decode(r.stdout) + dec.decode(r.stderr) };
 }
 
+/** SIGKILLs a detached container's task, waits for it to stop, deletes task and container. */
+async function killAndRemove(c: PrivateContainerd, ns: string, id: string): Promise<void> {
+  await ok(c.ctr(["tasks", "kill", "-s", "KILL", id], { namespace: ns }), "kill");
+  await eventually("the task to stop", async () => {
+    const r = await c.ctr(["tasks", "ls"], { namespace: ns });
+    return r.stdout.includes(id) && !r.stdout.includes("STOPPED") ? undefined : true;
+  });
+  await ok(c.ctr(["tasks", "delete", id], { namespace: ns }), "task delete");
+  await ok(c.ctr(["containers", "delete", id], { namespace: ns }), "delete");
+}
+
 /** `ctr run` attached (FIFO stdio), in the background: its output and exit code. */
 function runAttached(
   c: PrivateContainerd,
@@ -235,13 +246,7 @@ for (const v of versions) {
           const r = await upgradeCommand(bin, c, "--id", id, "--namespace", ns);
           assert.equal(r.code, 0, r.out);
           assert.match(r.out, /already runs the installed code/, r.out);
-          await ok(c.ctr(["tasks", "kill", "-s", "KILL", id], { namespace: ns }), "kill");
-          await eventually("the task to stop", async () => {
-            const r = await c.ctr(["tasks", "ls"], { namespace: ns });
-            return r.stdout.includes(id) && !r.stdout.includes("STOPPED") ? undefined : true;
-          });
-          await ok(c.ctr(["tasks", "delete", id], { namespace: ns }), "task delete");
-          await ok(c.ctr(["containers", "delete", id], { namespace: ns }), "delete");
+          await killAndRemove(c, ns, id);
         });
 
         await t.step("a broken installed bundle: refused, the old code keeps serving", async () => {
@@ -285,13 +290,7 @@ for (const v of versions) {
           assert.equal(e.code, 4, describe(e));
           assert.equal(e.stdout.trim(), "still");
           assert.deepEqual(await shimLossLines(c, id), [], "containerd never lost the shim");
-          await ok(c.ctr(["tasks", "kill", "-s", "KILL", id], { namespace: ns }), "kill");
-          await eventually("the task to stop", async () => {
-            const r = await c.ctr(["tasks", "ls"], { namespace: ns });
-            return r.stdout.includes(id) && !r.stdout.includes("STOPPED") ? undefined : true;
-          });
-          await ok(c.ctr(["tasks", "delete", id], { namespace: ns }), "task delete");
-          await ok(c.ctr(["containers", "delete", id], { namespace: ns }), "delete");
+          await killAndRemove(c, ns, id);
         });
         await c.stop();
       } finally {
