@@ -12,8 +12,9 @@ import { TtrpcWireClient } from "../../ttrpc/wire_client.ts";
 import { ADDRESS_FILE, socketPath } from "../contract/socket_address.ts";
 import { LAUNCHER_ENV } from "../contract/launcher_env.ts";
 import {
-  jsonMessage,
   UPGRADE_METHOD,
+  UPGRADE_REPORT,
+  UPGRADE_REQUEST,
   UPGRADE_SERVICE,
   type UpgradeReport,
   type UpgradeRequest,
@@ -22,8 +23,8 @@ import {
 /** containerd's task state directory for the runtime v2 shims (its `state` + plugin id). */
 export const DEFAULT_TASK_STATE_DIR = "/run/containerd/io.containerd.runtime.v2.task";
 
-const REQUEST = jsonMessage<UpgradeRequest>("skiff.shim.v1.UpgradeRequest");
-const REPORT = jsonMessage<UpgradeReport>("skiff.shim.v1.UpgradeReport");
+const REQUEST = UPGRADE_REQUEST;
+const REPORT = UPGRADE_REPORT;
 
 /**
  * One running server of a shim binary, as found in containerd's task state.
@@ -109,7 +110,7 @@ export function findShims(
  * through its sandbox's endpoint, without a `start`) the address in containerd's
  * `bootstrap.json`.
  */
-function socketOf(bundle: string): string | undefined {
+export function socketOf(bundle: string): string | undefined {
   try {
     const a = Deno.readTextFileSync(`${bundle}/${ADDRESS_FILE}`).trim();
     if (a) return socketPath(a);

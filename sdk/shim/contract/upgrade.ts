@@ -282,3 +282,31 @@ export function toBase64(bytes: Uint8Array): string {
 export function fromBase64(text: string): Uint8Array {
   return Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
 }
+
+/**
+ * The upgrade service's request codec, shared by the command and the server.
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { UPGRADE_REQUEST } from "./upgrade.ts";
+ * strictEqual(UPGRADE_REQUEST.decode(UPGRADE_REQUEST.encode({ token: "t" })).token, "t");
+ * ```
+ */
+export const UPGRADE_REQUEST: ReturnType<typeof jsonMessage<UpgradeRequest>> = jsonMessage<
+  UpgradeRequest
+>("skiff.shim.v1.UpgradeRequest");
+
+/**
+ * The upgrade service's answer codec, shared by the command and the server.
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { UPGRADE_REPORT } from "./upgrade.ts";
+ * strictEqual(UPGRADE_REPORT.typeName, "skiff.shim.v1.UpgradeReport");
+ * ```
+ */
+export const UPGRADE_REPORT: ReturnType<typeof jsonMessage<UpgradeReport>> = jsonMessage<
+  UpgradeReport
+>("skiff.shim.v1.UpgradeReport");

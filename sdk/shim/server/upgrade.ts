@@ -28,11 +28,12 @@ import { LAUNCHER_ENV } from "../contract/launcher_env.ts";
 import {
   type CodeIdentity,
   fromBase64,
-  jsonMessage,
   parseUpgradeState,
   toBase64,
   UPGRADE_CHECK_FLAG,
   UPGRADE_METHOD,
+  UPGRADE_REPORT,
+  UPGRADE_REQUEST,
   UPGRADE_SERVICE,
   UPGRADE_STATE_FORMAT,
   UPGRADE_STATE_SUFFIX,
@@ -45,8 +46,8 @@ import type { Logger } from "../logger.ts";
 import type { EventPublisher } from "./events.ts";
 import { carriedDescriptors, type ContainerCarry } from "./carry.ts";
 
-const REQUEST = jsonMessage<UpgradeRequest>("skiff.shim.v1.UpgradeRequest");
-const REPORT = jsonMessage<UpgradeReport>("skiff.shim.v1.UpgradeReport");
+const REQUEST = UPGRADE_REQUEST;
+const REPORT = UPGRADE_REPORT;
 const DEFAULT_SETTLE_MS = 5_000;
 const CHECK_TIMEOUT_MS = 30_000;
 /** Carried, not awaited: calls that may wait for a long time and answer the same again. */

@@ -17,8 +17,7 @@ import { MetricsSchema as V1Metrics } from "../../../proto/gen/io/containerd/cgr
 import { MetricsSchema as V2Metrics } from "../../../proto/gen/io/containerd/cgroups/v2/metrics_pb.ts";
 import { OptionsSchema as RuncOptionsSchema } from "../../../proto/gen/containerd/runc/v1/oci_pb.ts";
 import { type Scenario, ScenarioSkip } from "./scenario.ts";
-import { upgradeShim } from "../../shim/boot/upgrade.ts";
-import { socketPath } from "../../shim/contract/socket_address.ts";
+import { socketOf, upgradeShim } from "../../shim/boot/upgrade.ts";
 import type { ScenarioContext } from "./kit.ts";
 import { criPodScenario } from "./cri.ts";
 import type { TaskEvent } from "./events.ts";
@@ -43,21 +42,6 @@ async function statusOf(ctx: ScenarioContext, id: string): Promise<Status | unde
   } catch (e) {
     if (ConnectError.from(e).code === Code.NotFound) return undefined;
     throw e;
-  }
-}
-
-/**
- * The socket a container's shim serves, from its bundle: the `address` file (1.x, and skiff's
- * shims on every version), else containerd 2.x's `bootstrap.json`.
- */
-async function shimSocketOf(bundle: string): Promise<string | undefined> {
-  const address = await Deno.readTextFile(`${bundle}/address`).catch(() => "");
-  if (address.trim()) return socketPath(address.trim());
-  try {
-    const b = JSON.parse(await Deno.readTextFile(`${bundle}/bootstrap.json`));
-    return typeof b?.address === "string" ? socketPath(b.address) : undefined;
-  } catch {
-    return undefined;
   }
 }
 
@@ -477,7 +461,7 @@ export const CATALOGUE: readonly Scenario[] = [
       ctx.defer(() => Promise.resolve(stdin.close()).catch(() => {}));
       const waited = ctx.wait(id);
       const bundle = `${ctx.containerd.state}/io.containerd.runtime.v2.task/${ctx.namespace}/${id}`;
-      const socket = await shimSocketOf(bundle);
+      const socket = socketOf(bundle);
       if (!socket) {
         throw new ScenarioSkip("not applicable: the bundle records no shim address");
       }
