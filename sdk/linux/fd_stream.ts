@@ -21,9 +21,13 @@ import { Canceller, POLLIN, POLLOUT, waitFd } from "./poll.ts";
  * ```
  */
 export interface FdStreamOptions {
-  /** Treat EIO on read as end of stream (a pty master whose slave side closed). */
+  /** Treat EIO on read, once it repeats after a pause, as end of stream (a pty master whose slave side closed). */
   eioIsEof?: boolean;
 }
+
+/** How often, and after how long, a pty's EIO is read again before it counts as the end. */
+const EIO_RETRIES = 2;
+const EIO_PAUSE_MS = 5;
 
 /**
  * Owns one descriptor: `read`/`write` wait with a cancellable `poll`, writes are serialised so
@@ -94,13 +98,19 @@ export class FdStream {
    * @param buf the destination
    */
   async read(buf: Uint8Array<ArrayBuffer>): Promise<number | null> {
+    let eio = 0;
     while (!this.closed) {
       let n: number | null;
       try {
         n = readFd(this.fd, buf, this.what);
       } catch (e) {
-        if (this.#eioIsEof && e instanceof ErrnoError && e.errno === Errno.EIO) return null;
-        throw e;
+        if (!this.#eioIsEof || !(e instanceof ErrnoError) || e.errno !== Errno.EIO) throw e;
+        // A pty's EIO can come while the last bytes the terminal's process wrote are still on
+        // their way to the master (containerd's console code, too, takes EIO as temporary):
+        // it is the end only when it repeats after a pause.
+        if (++eio > EIO_RETRIES) return null;
+        await new Promise((r) => setTimeout(r, EIO_PAUSE_MS));
+        continue;
       }
       if (n === 0) return null;
       if (n !== null) return n;
