@@ -21,7 +21,10 @@ import { Canceller, POLLIN, POLLOUT, waitFd } from "./poll.ts";
  * ```
  */
 export interface FdStreamOptions {
-  /** Treat EIO on read, once it repeats after a pause, as end of stream (a pty master whose slave side closed). */
+  /**
+   * Treat EIO on read, once it repeats after a pause, as end of stream (a pty master whose
+   * slave side closed).
+   */
   eioIsEof?: boolean;
 }
 

@@ -23,9 +23,6 @@ import {
 /** containerd's task state directory for the runtime v2 shims (its `state` + plugin id). */
 export const DEFAULT_TASK_STATE_DIR = "/run/containerd/io.containerd.runtime.v2.task";
 
-const REQUEST = UPGRADE_REQUEST;
-const REPORT = UPGRADE_REPORT;
-
 /**
  * One running server of a shim binary, as found in containerd's task state.
  *
@@ -159,8 +156,8 @@ export async function upgradeShim(
     return await client.call(
       UPGRADE_SERVICE,
       UPGRADE_METHOD,
-      REQUEST as never,
-      REPORT as never,
+      UPGRADE_REQUEST as never,
+      UPGRADE_REPORT as never,
       request as never,
       { timeoutMs },
     ) as UpgradeReport;

@@ -46,8 +46,6 @@ import type { Logger } from "../logger.ts";
 import type { EventPublisher } from "./events.ts";
 import { carriedDescriptors, type ContainerCarry } from "./carry.ts";
 
-const REQUEST = UPGRADE_REQUEST;
-const REPORT = UPGRADE_REPORT;
 const DEFAULT_SETTLE_MS = 5_000;
 const CHECK_TIMEOUT_MS = 30_000;
 /** Carried, not awaited: calls that may wait for a long time and answer the same again. */
@@ -121,8 +119,8 @@ function upgradeMethod(d: UpgradeDeps): WireMethod {
   let running = false;
   return {
     name: UPGRADE_METHOD,
-    input: REQUEST as unknown as WireMethod["input"],
-    output: REPORT as unknown as WireMethod["output"],
+    input: UPGRADE_REQUEST as unknown as WireMethod["input"],
+    output: UPGRADE_REPORT as unknown as WireMethod["output"],
     impl: async (req: UpgradeRequest) => {
       // The call that started an upgrade, replayed in the code it started: answer it.
       if (d.resumed && d.resumed.token === req.token) return resumedReport(d.resumed, d);
