@@ -13,6 +13,8 @@
  * The reaper keeps no history. A pid is not an identity: once reaped, the kernel hands it to the
  * next process, so an exit is only ever delivered live, to listeners subscribed before it was
  * reaped, together with the process's start time (its identity for as long as the machine runs).
+ * While a process is being started and its pid is not known yet, {@linkcode Reaper.holdSince}
+ * keeps it a zombie should it exit, so its pid cannot go to another process in the meantime.
  *
  * @module
  */
@@ -108,6 +110,8 @@ export class Reaper {
   #timer: ReturnType<typeof setTimeout> | undefined;
   #closed = false;
   #held: boolean;
+  /** Start times (clock ticks since boot) from which zombies are kept; see {@link holdSince}. */
+  #holds = new Set<{ since: number }>();
 
   private constructor(options: Required<ReaperOptions>) {
     this.#options = options;
@@ -121,6 +125,35 @@ export class Reaper {
   release(): void {
     this.#held = false;
     this.sweep();
+  }
+
+  /**
+   * Leaves unreaped every child that started at or after `since` (clock ticks since boot, as
+   * {@linkcode ProcessExit.startTime}) until the returned function is called, which reaps them.
+   *
+   * For starting a process whose pid is learnt only afterwards (runc's pid file): if it exits
+   * before then, its zombie keeps the pid its own, so the start time read for that pid is its
+   * own too, never that of a later process the kernel gave the freed pid to. Children that
+   * started earlier are reaped as usual. Call the function once the pid and start time are
+   * known; holds nest.
+   *
+   * @param since clock ticks since boot, read before the process was started
+   * @returns a function that ends the hold (calling it again does nothing)
+   */
+  holdSince(since: number): () => void {
+    const hold = { since };
+    this.#holds.add(hold);
+    return () => {
+      if (this.#holds.delete(hold)) this.sweep();
+    };
+  }
+
+  /** Whether a zombie must wait for a hold: it started within one, or its start is unknown. */
+  #heldBack(startTime: number | undefined): boolean {
+    if (this.#holds.size === 0) return false;
+    if (startTime === undefined) return true;
+    for (const hold of this.#holds) if (startTime >= hold.since) return true;
+    return false;
   }
 
   /**
@@ -232,14 +265,15 @@ export class Reaper {
         continue;
       }
       this.#zombieSince.delete(pid);
-      this.#reap(pid);
+      // Only we reap this zombie, so its /proc entry (and pid) stays its own until waitpid.
+      const startTime = processStartTime(pid);
+      if (this.#heldBack(startTime)) continue;
+      this.#reap(pid, startTime);
     }
     if (waiting) this.#schedule(this.#options.graceMs);
   }
 
-  #reap(pid: number): void {
-    // Only we reap this zombie, so its /proc entry (and pid) stays its own until waitpid.
-    const startTime = processStartTime(pid);
+  #reap(pid: number, startTime: number | undefined): void {
     let raw: number | null;
     try {
       raw = waitpidNoHang(pid);

@@ -26,6 +26,12 @@ import type { ContainerRuntime, RuntimeProcess } from "../runtime.ts";
 /** Longest an init's exit waits for a Kill reply of that init ({@link RoutedContainer.initKills}). */
 const KILL_REPLY_WAIT_MS = 10_000;
 
+/**
+ * Longest a start keeps the exits of processes started since it began unreaped
+ * ({@link ShimPlatform.holdExitsSince}); a runtime's create or exec takes well under this.
+ */
+const HOLD_MAX_MS = 10_000;
+
 /** Longest a failed runtime exit report waits for the reaper's exit of the same pid. */
 const REAPED_FALLBACK_MS = 2_000;
 
@@ -65,7 +71,7 @@ export interface RoutedContainer {
 /** What the router needs from the service it routes for. */
 export interface ExitRouterDeps {
   /** Reaped exits, start times and the boot clock. */
-  platform: Pick<ShimPlatform, "onExit" | "startTimeOf" | "bootTicks">;
+  platform: Pick<ShimPlatform, "onExit" | "startTimeOf" | "bootTicks" | "holdExitsSince">;
   /** Where `/tasks/exit` goes. */
   events: Pick<EventPublisher, "publish">;
   /** Logger. */
@@ -166,7 +172,9 @@ export class ExitRouter {
    * and be reaped, before its pid is known), holds the process's exits back until it is
    * announced (containerd requires `/tasks/create` or `/tasks/start` before `/tasks/exit`),
    * records its pid and start time, and then hands over the exit the window kept for it, or
-   * awaits the exit its runtime reports.
+   * awaits the exit its runtime reports. Until the pid and start time are read, the platform
+   * keeps processes started since the window opened unreaped ({@link ShimPlatform.holdExitsSince}),
+   * so a pid that is reused meanwhile cannot lend this process another's start time.
    *
    * @param c the container, listed by the time `launch.announce` returns
    * @param p its init or exec
@@ -175,14 +183,21 @@ export class ExitRouter {
   async track(c: RoutedContainer, p: ShimProcess, launch: ProcessLaunch): Promise<void> {
     p.beginStart();
     const window = new ExitWindow(this.#d.platform.bootTicks?.());
+    const release = this.#hold(window);
     this.#windows.add(window);
     let known = false;
     try {
-      const rp = await launch.run();
-      if (rp) {
-        // A pid the runtime reports with its own exit may not be a host pid: no start time.
-        p.started(rp, rp.exited ? undefined : this.#d.platform.startTimeOf?.(rp.pid));
-        known = true;
+      try {
+        const rp = await launch.run();
+        if (rp) {
+          // A pid the runtime reports with its own exit may not be a host pid: no start time.
+          p.started(rp, rp.exited ? undefined : this.#d.platform.startTimeOf?.(rp.pid));
+          known = true;
+        }
+      } finally {
+        // Pid and start time are recorded: an exit held back is routed by them from here on
+        // (to the window until the process is announced).
+        release();
       }
       await launch.prepare?.();
       if (!launch.creates) p.markStarted();
@@ -192,6 +207,25 @@ export class ExitRouter {
       p.endStart();
     }
     if (known) this.#takeEarlyExit(c, p, window);
+  }
+
+  /**
+   * Asks the platform to keep the processes started from `window`'s opening unreaped until the
+   * returned function is called: one that exits before its pid is read keeps that pid, so the
+   * start time read for it is its own (under pid reuse it could be a later process's, whose exit
+   * would then be taken for it). Bounded by {@link HOLD_MAX_MS}: a start that hangs must not
+   * hold other processes' exits back; the window still catches what is reaped after that.
+   */
+  #hold(window: ExitWindow): () => void {
+    const since = window.openedAt;
+    const end = since === undefined ? undefined : this.#d.platform.holdExitsSince?.(since);
+    if (!end) return () => {};
+    const timer = setTimeout(end, HOLD_MAX_MS);
+    Deno.unrefTimer(timer);
+    return () => {
+      clearTimeout(timer);
+      end();
+    };
   }
 
   /**

@@ -32,6 +32,7 @@ export function linuxPlatform(reaper: Reaper): ShimPlatform {
     onExit: (listener) => reaper.onExit(listener),
     startTimeOf: (pid) => processStartTime(pid),
     bootTicks: () => bootTicks(),
+    holdExitsSince: (ticks) => reaper.holdSince(ticks),
     unseenExit: (pid) => {
       const parent = processParent(pid);
       if (parent === undefined) return undefined; // gone: its exit went by the reaper or Deno

@@ -66,6 +66,14 @@ export interface ShimPlatform {
   /** Clock ticks since boot now, on the clock of {@linkcode ShimPlatform.startTimeOf}. */
   bootTicks?(): number;
   /**
+   * Keeps every process that started at or after `ticks` (see {@linkcode ShimPlatform.bootTicks})
+   * unreaped until the returned function is called: a process that exits while it is being
+   * started keeps its pid until the shim has read the pid and its start time, so no later
+   * process can be taken for it. Optional: without it, pid reuse within a start is caught only
+   * as far as the start times tell.
+   */
+  holdExitsSince?(ticks: number): () => void;
+  /**
    * Why the shim could never see `pid` exit, or undefined when it can (or cannot tell: the
    * process is gone). Optional: without it, such a pid is not refused at create.
    */

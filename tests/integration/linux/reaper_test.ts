@@ -90,6 +90,40 @@ integrationTest(
   sanitize,
 );
 
+integrationTest(
+  "Reaper.holdSince() keeps an orphan started within the hold a zombie (its pid its own) until released",
+  { binaries: ["sh", "sleep"] },
+  async () => {
+    const reaper = Reaper.start();
+    try {
+      const exits = recordExits(reaper);
+      const before = await orphan(reaper, "exec sleep 30"); // started before the hold
+      await new Promise((r) => setTimeout(r, 20)); // at least one clock tick (10 ms) later
+      const release = reaper.holdSince(bootTicks());
+      const pid = await orphan(reaper, "sleep 0.2; exit 7"); // outlives its parent sh
+      const startTime = processStartTime(pid);
+      waitZombiesSync([pid]);
+      reaper.sweep();
+      // Held: still a zombie, so no other process can have its pid, and its start time is read.
+      assert.equal(processState(pid), "Z");
+      assert.equal(processStartTime(pid), startTime);
+      // An orphan that started before the hold is reaped as usual meanwhile.
+      const earlier = exits.of(before);
+      kill(before, 9);
+      assert.equal((await deadline(earlier, 20_000, `exit of orphan ${before}`)).status, 137);
+      assert.equal(processState(pid), "Z");
+      release();
+      const exit = await deadline(exits.of(pid), 20_000, `exit of held orphan ${pid}`);
+      assert.equal(exit.status, 7);
+      assert.equal(exit.startTime, startTime);
+      release(); // a second call does nothing
+    } finally {
+      reaper.close();
+    }
+  },
+  sanitize,
+);
+
 /** Blocks the event loop (without burning CPU) until every pid in `pids` is a zombie. */
 function waitZombiesSync(pids: number[]): void {
   for (let i = 0; i < 500; i++) {

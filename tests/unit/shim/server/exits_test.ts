@@ -9,24 +9,55 @@ import { Logger } from "../../../../sdk/shim/logger.ts";
 
 const STDIO = { stdin: "", stdout: "", stderr: "", terminal: false };
 
+/** The kernel and the shim's reaper as the router sees them: pids, start times, holds. */
 class Reaper {
   ticks = 1000;
   starts = new Map<number, number>();
+  /** Open holds (ShimPlatform.holdExitsSince). */
+  holds = new Set<{ since: number }>();
+  #zombies: ReapedExit[] = [];
   #listeners = new Set<(e: ReapedExit) => void>();
   onExit = (l: (e: ReapedExit) => void) => {
     this.#listeners.add(l);
     return () => this.#listeners.delete(l);
   };
   startTimeOf = (pid: number) => this.starts.get(pid);
-  bootTicks = () => this.ticks;
+  /** Now: a tick after the last process started. */
+  bootTicks = () => ++this.ticks;
+  holdExitsSince = (since: number) => {
+    const hold = { since };
+    this.holds.add(hold);
+    return () => {
+      if (this.holds.delete(hold)) this.#flush();
+    };
+  };
   /** A process starts with `pid` one tick later than the last. */
   spawn(pid: number): number {
+    assert.ok(this.isFree(pid), `pid ${pid} is in use`);
     this.starts.set(pid, ++this.ticks);
     return pid;
   }
+  /** Whether the kernel could hand `pid` to a new process: not running, not a zombie. */
+  isFree(pid: number): boolean {
+    return !this.starts.has(pid);
+  }
+  /** `pid` exits; reaped at once unless a hold covers its start (a zombie keeps its pid). */
   reap(pid: number, status: number, startTime = this.starts.get(pid)) {
-    if (startTime === this.starts.get(pid)) this.starts.delete(pid);
-    for (const l of this.#listeners) l({ pid, status, startTime, exitedAt: new Date() });
+    const exit = { pid, status, startTime, exitedAt: new Date() };
+    if (startTime !== undefined && [...this.holds].some((h) => startTime >= h.since)) {
+      this.#zombies.push(exit);
+      return;
+    }
+    this.#deliver(exit);
+  }
+  #flush() {
+    const zombies = this.#zombies;
+    this.#zombies = [];
+    for (const z of zombies) this.reap(z.pid, z.status, z.startTime);
+  }
+  #deliver(exit: ReapedExit) {
+    if (exit.startTime === this.starts.get(exit.pid)) this.starts.delete(exit.pid);
+    for (const l of this.#listeners) l(exit);
   }
 }
 
@@ -117,6 +148,60 @@ Deno.test("track: an older process's exit with the same pid is not taken (pid re
   router.close();
 });
 
+Deno.test("track: an exec reaped before its pid is read keeps its own exit when the pid is reused", async () => {
+  const { reaper, events, listed, router } = setup();
+  const c = container("c1");
+  listed.push(c);
+  await router.track(c, c.init, {
+    creates: true,
+    run: () => Promise.resolve({ pid: reaper.spawn(60) }),
+    announce: () => {},
+  });
+  const e = c.execs.set("e1", new ShimProcess("c1", "e1", STDIO)).get("e1")!;
+  let helper = false;
+  await router.track(c, e, {
+    run: () => {
+      reaper.spawn(61);
+      reaper.reap(61, 206); // the exec exits before the runtime's exec returns its pid...
+      // ...and, were 61 reaped, the kernel could give it to the next process (a runtime helper).
+      if (reaper.isFree(61)) helper = reaper.spawn(61) === 61;
+      return Promise.resolve({ pid: 61 });
+    },
+    announce: () => events.push("/tasks/exec-started"),
+  });
+  if (helper) reaper.reap(61, 0); // the helper exits 0: it must not be taken for the exec
+  assert.equal(helper, false, "pid 61 was freed while the exec's pid was not known yet");
+  assert.equal((await e.exited).status, 206);
+  await settle();
+  assert.deepEqual(events, ["/tasks/exec-started", "exit e1 206"]);
+  assert.equal(reaper.holds.size, 0);
+  router.close();
+});
+
+Deno.test("track: the hold covers only the start; later processes are reaped at once", async () => {
+  const { reaper, listed, router } = setup();
+  const c = container("c1");
+  listed.push(c);
+  let held = 0;
+  await router.track(c, c.init, {
+    creates: true,
+    run: () => {
+      held = reaper.holds.size;
+      return Promise.resolve({ pid: reaper.spawn(62) });
+    },
+    prepare: () => {
+      // The pid and start time are read: the hold has ended before prepare.
+      assert.equal(reaper.holds.size, 0);
+      return Promise.resolve();
+    },
+    announce: () => {},
+  });
+  assert.equal(held, 1);
+  reaper.reap(62, 4);
+  assert.equal((await c.init.exited).status, 4);
+  router.close();
+});
+
 Deno.test("track: an exit during prepare waits for the announcement", async () => {
   const { reaper, events, listed, router } = setup();
   const c = container("c1");
@@ -159,6 +244,7 @@ Deno.test("track: a failed start closes its window and releases the held exits",
   );
   assert.equal(e.pid, 0);
   assert.equal(e.state, "created");
+  assert.equal(reaper.holds.size, 0); // its hold ended too
   await e.startSettled(); // not held forever
   // The init's exit is not held by the failed exec either.
   reaper.reap(50, 0);
