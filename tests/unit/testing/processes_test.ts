@@ -3,6 +3,14 @@
 import assert from "node:assert/strict";
 import { descendantsOf, kill, processesWithArg, waitGone } from "../../../sdk/testing/processes.ts";
 
+function cmdline(pid: number): string {
+  try {
+    return Deno.readTextFileSync(`/proc/${pid}/cmdline`);
+  } catch {
+    return "";
+  }
+}
+
 Deno.test("descendantsOf finds children and grandchildren; processesWithArg matches whole arguments", async () => {
   const marker = `skiff-processes-test-${crypto.randomUUID()}`;
   const child = new Deno.Command("/bin/sh", {
@@ -13,10 +21,13 @@ Deno.test("descendantsOf finds children and grandchildren; processesWithArg matc
   try {
     let found: { pid: number; argv: string[] }[] = [];
     let below: number[] = [];
-    for (let i = 0; i < 250 && below.length === 0; i++) {
-      found = processesWithArg(marker);
+    // Until the forked child has exec'd sleep, it still carries sh's arguments (the marker).
+    const sleeping = (pids: number[]) =>
+      pids.length === 1 && cmdline(pids[0]).startsWith("sleep\x00");
+    for (let i = 0; i < 250 && !sleeping(below); i++) {
+      if (i > 0) await new Promise((r) => setTimeout(r, 20));
       below = descendantsOf([child.pid]);
-      if (below.length === 0) await new Promise((r) => setTimeout(r, 20));
+      found = processesWithArg(marker);
     }
     assert.deepEqual(found.map((p) => p.pid), [child.pid]);
     assert.deepEqual(processesWithArg(marker.slice(0, -1)), []); // not a whole argument
