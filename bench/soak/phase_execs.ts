@@ -12,10 +12,10 @@
  */
 
 import type { Bed, ShimUnderTest } from "./bed.ts";
-import { runExecBurst, sourceOfWrong, summarizeExecs } from "./exec_burst.ts";
+import { runExecBurst } from "./exec_burst.ts";
+import { checkBurst } from "./burst_check.ts";
 import { ExitEventLog } from "./exit_events.ts";
 import { PidWrapper } from "./pid_wrap.ts";
-import { shimOf, zombiesUnder } from "./procs.ts";
 
 /** Figures of the exec phase. */
 export interface ExecPhaseResult {
@@ -39,10 +39,6 @@ export interface ExecPhaseResult {
   seconds: number;
   /** Up to 10 descriptions of what went wrong. */
   samples: string[];
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
 }
 
 /**
@@ -77,50 +73,17 @@ export async function execPhase(
   } finally {
     await wrapper.stop();
   }
-  const s = summarizeExecs(outcomes);
-  const samples: string[] = [];
-  for (const o of s.wrong) {
-    const from = sourceOfWrong(outcomes, o);
-    samples.push(
-      `exec ${o.index} pid ${o.pid}: expected ${o.expected}, got ${o.waited}/${o.deleted}` +
-        (from ? ` (exec ${from.index}'s)` : ""),
-    );
-  }
-  for (const o of s.lost) samples.push(`exec ${o.index}: ${o.error}`);
-  // Events trail the Wait replies a little.
-  await sleep(1000);
-  let eventsMissing = 0;
-  let eventsWrong = 0;
-  for (const o of outcomes) {
-    if (o.waited === undefined) continue;
-    const e = events.find(id, o.execId);
-    if (!e) {
-      eventsMissing++;
-      samples.push(`exec ${o.index}: no /tasks/exit event`);
-    } else if (e.exitStatus !== o.waited) {
-      eventsWrong++;
-      samples.push(`exec ${o.index}: event says ${e.exitStatus}, Wait said ${o.waited}`);
-    }
-  }
-  await events.close();
-  const shimPid = shimOf(bed.c, bed.ns, id);
-  let zombies = shimPid ? zombiesUnder(shimPid).length : 0;
-  for (let i = 0; zombies > 0 && i < 50; i++) {
-    await sleep(100);
-    zombies = shimPid ? zombiesUnder(shimPid).length : 0;
-  }
-  await bed.ctr(["tasks", "delete", "--force", id]);
-  await bed.ctr(["containers", "delete", id]);
+  const check = await checkBurst(bed, id, outcomes, events);
   return {
-    execs: s.total,
+    execs: check.execs,
     wraps: wrapper.wraps,
-    execsOnReusedPid: s.execsOnReusedPid,
-    wrong: s.wrong.length,
-    lost: s.lost.length,
-    eventsMissing,
-    eventsWrong,
-    zombies,
+    execsOnReusedPid: check.execsOnReusedPid,
+    wrong: check.wrong,
+    lost: check.lost,
+    eventsMissing: check.eventsMissing,
+    eventsWrong: check.eventsWrong,
+    zombies: check.zombies,
     seconds: (Date.now() - started) / 1000,
-    samples: samples.slice(0, 10),
+    samples: check.samples.slice(0, 10),
   };
 }

@@ -9,9 +9,10 @@
  */
 
 import type { Bed, ShimUnderTest } from "./bed.ts";
-import { runExecBurst, summarizeExecs } from "./exec_burst.ts";
+import { runExecBurst } from "./exec_burst.ts";
+import { checkBurst } from "./burst_check.ts";
 import { ExitEventLog } from "./exit_events.ts";
-import { shimOf, zombiesUnder } from "./procs.ts";
+import { shimOf } from "./procs.ts";
 import { upgradeShim } from "../../sdk/shim/boot/upgrade.ts";
 import { socketPath } from "../../sdk/shim/contract/socket_address.ts";
 
@@ -109,30 +110,15 @@ export async function upgradePhase(
     stop = true;
     await upgrader;
   }
-  const s = summarizeExecs(outcomes);
-  out.execs = s.total;
-  out.wrong = s.wrong.length;
-  out.lost = s.lost.length;
-  for (const o of s.wrong) {
-    out.samples.push(`exec ${o.index}: expected ${o.expected}, got ${o.waited}`);
-  }
-  for (const o of s.lost) out.samples.push(`exec ${o.index}: ${o.error}`);
-  await sleep(1000); // events trail the Wait replies a little
-  for (const o of outcomes) {
-    if (o.waited === undefined) continue;
-    const e = events.find(id, o.execId);
-    if (!e) out.eventsMissing++;
-    else if (e.exitStatus !== o.waited) out.eventsWrong++;
-  }
-  await events.close();
-  out.samePid = shimOf(bed.c, bed.ns, id) === pid;
-  out.zombies = pid ? zombiesUnder(pid).length : 0;
-  for (let i = 0; out.zombies > 0 && i < 50; i++) {
-    await sleep(100);
-    out.zombies = pid ? zombiesUnder(pid).length : 0;
-  }
-  await bed.ctr(["tasks", "delete", "--force", id]);
-  await bed.ctr(["containers", "delete", id]);
+  const check = await checkBurst(bed, id, outcomes, events);
+  out.execs = check.execs;
+  out.wrong = check.wrong;
+  out.lost = check.lost;
+  out.eventsMissing = check.eventsMissing;
+  out.eventsWrong = check.eventsWrong;
+  out.samePid = check.shimPid === pid;
+  out.zombies = check.zombies;
+  out.samples.push(...check.samples);
   out.samples = out.samples.slice(0, 10);
   return out;
 }

@@ -9,9 +9,10 @@
  * @module
  */
 
-import { close, mkfifo, O, open, readFd } from "./libc.ts";
+import { close, kill, mkfifo, O, open, readFd } from "./libc.ts";
 import { FdStream } from "./fd_stream.ts";
 import { Canceller, POLLIN, waitFd } from "./poll.ts";
+import { processStartTime } from "./proc_stat.ts";
 import type { Reaper } from "./reaper.ts";
 
 /**
@@ -49,6 +50,49 @@ export interface BinaryLoggerOptions {
   exitTimeoutMs?: number;
 }
 
+/**
+ * A running logger as a live upgrade hands it to the next code ({@linkcode BinaryLogger.adopt}):
+ * the logger process stays the shim's child across execve; the descriptors of its pipes are
+ * carried with the process's stdio.
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { BinaryLoggerCarry } from "@skiff/shim/linux";
+ * const carry: BinaryLoggerCarry = {
+ *   path: "/usr/bin/my-logger",
+ *   pid: 4242,
+ *   startTime: 51234,
+ *   dir: "/tmp/skiff-logger-x1",
+ *   exitTimeoutMs: 12_000,
+ * };
+ * strictEqual(carry.pid, 4242);
+ * ```
+ */
+export interface BinaryLoggerCarry {
+  /** The logging binary, for messages. */
+  path: string;
+  /** The logger's pid. */
+  pid: number;
+  /** Its start time in clock ticks since boot: with the pid, it names the process. */
+  startTime: number;
+  /** The directory of its FIFOs, removed once it has exited. */
+  dir: string;
+  /** {@linkcode BinaryLoggerOptions.exitTimeoutMs}. */
+  exitTimeoutMs: number;
+  /** Set when the logger had exited already: its exit code. */
+  exitCode?: number;
+}
+
+/** The logger process: a Deno child, or one adopted after a live upgrade. */
+interface LoggerProcess {
+  readonly pid: number;
+  readonly status: Promise<Deno.CommandStatus>;
+  /** Its status once known (set when `status` settles). */
+  exited?: Deno.CommandStatus;
+  kill(): void;
+}
+
 // Positional parameters keep the FIFO paths out of the logger's environment.
 const LAUNCHER = 'o=$1 e=$2 w=$3; shift 3; exec "$@" 3<"$o" 4<"$e" 5>"$w"';
 
@@ -82,18 +126,21 @@ export class BinaryLogger {
   readonly stdout: FdStream;
   /** Writer for the process's stderr (the logger's fd 4). */
   readonly stderr: FdStream;
-  #child: Deno.ChildProcess;
+  #path: string;
+  #child: LoggerProcess;
   #dir: string;
   #exitTimeoutMs: number;
   #closed: Promise<void> | undefined;
 
   private constructor(
+    path: string,
     stdout: FdStream,
     stderr: FdStream,
-    child: Deno.ChildProcess,
+    child: LoggerProcess,
     dir: string,
     exitTimeoutMs: number,
   ) {
+    this.#path = path;
     this.stdout = stdout;
     this.stderr = stderr;
     this.#child = child;
@@ -156,10 +203,18 @@ export class BinaryLogger {
       const err = open(`${dir}/stderr`, O.WRONLY | O.NONBLOCK);
       fds.push(err);
       for (const fd of [outRw, errRw, wait]) close(fd);
+      const spawned = child;
+      const process: LoggerProcess = {
+        pid: spawned.pid,
+        status: spawned.status,
+        kill: () => spawned.kill("SIGKILL"),
+      };
+      spawned.status.then((s) => process.exited = s);
       return new BinaryLogger(
+        options.path,
         new FdStream(out, `${what} stdout`),
         new FdStream(err, `${what} stderr`),
-        child,
+        process,
         dir,
         options.exitTimeoutMs ?? 12_000,
       );
@@ -174,6 +229,79 @@ export class BinaryLogger {
       await Deno.remove(dir, { recursive: true }).catch(() => {});
       throw e;
     }
+  }
+
+  /**
+   * Continues, in the code a live upgrade started, a logger {@linkcode BinaryLogger.carry}
+   * handed over: `stdout` and `stderr` write to its pipes (the carried descriptors), and its
+   * exit comes from `reaper`, which must not have reaped anything since the upgrade yet (one
+   * started with `held: true`, released after this).
+   *
+   * @param carry what the previous code handed over
+   * @param stdout the writer for its fd 3 (the carried descriptor)
+   * @param stderr the writer for its fd 4 (the carried descriptor)
+   * @param reaper the shim's reaper, which reports the logger's exit
+   * @example Usage
+   * ```ts ignore
+   * const logger = BinaryLogger.adopt(carry, new FdStream(outFd, "stdout"), new FdStream(errFd, "stderr"), reaper);
+   * ```
+   */
+  static adopt(
+    carry: BinaryLoggerCarry,
+    stdout: FdStream,
+    stderr: FdStream,
+    reaper: Pick<Reaper, "onExit">,
+  ): BinaryLogger {
+    const exited = Promise.withResolvers<Deno.CommandStatus>();
+    let gone = false;
+    const off = reaper.onExit((e) => {
+      if (e.pid !== carry.pid || (e.startTime !== undefined && e.startTime !== carry.startTime)) {
+        return;
+      }
+      gone = true;
+      off();
+      exited.resolve({ success: e.status === 0, code: e.status, signal: null });
+    });
+    // Exited before the upgrade, or reaped since by the previous code's Deno: no longer ours.
+    if (carry.exitCode !== undefined || processStartTime(carry.pid) !== carry.startTime) {
+      gone = true;
+      off();
+      const code = carry.exitCode ?? 255;
+      exited.resolve({ success: code === 0, code, signal: null });
+    }
+    const child: LoggerProcess = {
+      pid: carry.pid,
+      status: exited.promise.then((s) => child.exited = s),
+      kill: () => {
+        // Only while it is ours: alive or a zombie not yet reaped (the reaper tells us first).
+        if (!gone) kill(carry.pid, 9);
+      },
+    };
+    return new BinaryLogger(carry.path, stdout, stderr, child, carry.dir, carry.exitTimeoutMs);
+  }
+
+  /**
+   * What the next code needs to continue this logger after a live upgrade (the descriptors of
+   * {@linkcode BinaryLogger.stdout} and {@linkcode BinaryLogger.stderr} are carried with the
+   * process's stdio).
+   *
+   * @throws {Error} when the logger is being closed
+   */
+  carry(): BinaryLoggerCarry {
+    if (this.#closed) {
+      throw new Error(`binary logger "${this.#path}" (pid ${this.#child.pid}) is being closed`);
+    }
+    const exited = this.#child.exited;
+    const startTime = exited ? undefined : processStartTime(this.#child.pid);
+    return {
+      path: this.#path,
+      pid: this.#child.pid,
+      startTime: startTime ?? 0,
+      dir: this.#dir,
+      exitTimeoutMs: this.#exitTimeoutMs,
+      // Gone without Deno's status yet: it exited, how is unknown.
+      ...(exited || startTime === undefined ? { exitCode: exited?.code ?? 255 } : {}),
+    };
   }
 
   /** The logger's exit status. */
@@ -196,7 +324,7 @@ export class BinaryLogger {
       clearTimeout(timer);
       if (outcome === "timeout") {
         try {
-          this.#child.kill("SIGKILL");
+          this.#child.kill();
         } catch { /* exited meanwhile */ }
         await this.#child.status;
       }

@@ -26,16 +26,12 @@
  */
 
 export { type ProcessExit, Reaper, type ReaperOptions } from "./reaper.ts";
-export {
-  type CommandStdio,
-  ProcessIo,
-  type ProcessIoCarry,
-  type ProcessIoContext,
-  type StdioSpec,
-} from "./process_io.ts";
+export { type CommandStdio, ProcessIo } from "./process_io.ts";
+export { type ProcessIoContext, type StdioSpec } from "./stdio_targets.ts";
+export { type ProcessIoCarry, processIoDescriptors } from "./process_io_carry.ts";
 export { type ChildPipes, takeChildPipes } from "./child_pipes.ts";
 export { type OutputTarget, parseOutputTarget } from "./stdio_uri.ts";
-export { BinaryLogger, type BinaryLoggerOptions } from "./binary_logger.ts";
+export { BinaryLogger, type BinaryLoggerCarry, type BinaryLoggerOptions } from "./binary_logger.ts";
 export { ConsoleSocket, Pty } from "./console.ts";
 export { type Mount, mountAll, parseMountOptions, unmountAll } from "./mount.ts";
 export {

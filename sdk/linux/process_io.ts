@@ -6,57 +6,22 @@
  * @module
  */
 
-import { ErrnoError, O, open } from "./libc.ts";
+import { O } from "./libc.ts";
 import { FdStream } from "./fd_stream.ts";
 import { BinaryLogger } from "./binary_logger.ts";
-import { fifoPath, parseOutputTarget } from "./stdio_uri.ts";
+import { fifoPath } from "./stdio_uri.ts";
 import { Pty } from "./pty.ts";
 import { type ChildPipes, takeChildPipes } from "./child_pipes.ts";
 import { setCloseOnExec } from "./descriptors.ts";
 import type { Reaper } from "./reaper.ts";
-
-/**
- * The stdio fields of a create or exec request. Empty strings mean "none".
- *
- * @example Usage
- * ```ts
- * import { strictEqual } from "node:assert/strict";
- * import type { StdioSpec } from "@skiff/shim/linux";
- * // What `ctr run` without a terminal sends: FIFOs for stdout and stderr, no stdin.
- * const spec: StdioSpec = { stdin: "", stdout: "/run/x/stdout", stderr: "/run/x/stderr", terminal: false };
- * strictEqual(spec.stdin, "");
- * ```
- */
-export interface StdioSpec {
-  /** stdin FIFO path (containerd's client writes it). */
-  stdin: string;
-  /** stdout FIFO path or `file://`, `binary://`, `binary-v2://` URI. */
-  stdout: string;
-  /** stderr FIFO path (for `file://` and `binary://` the stdout URI decides). */
-  stderr: string;
-  /** The process has a terminal: stdio flows through the pty (see {@linkcode ProcessIo.attachPty}). */
-  terminal: boolean;
-}
-
-/**
- * Identifies the container, for `binary://` loggers.
- *
- * @example Usage
- * ```ts
- * import { strictEqual } from "node:assert/strict";
- * import type { ProcessIoContext } from "@skiff/shim/linux";
- * const ctx: ProcessIoContext = { containerId: "web", namespace: "default" };
- * strictEqual(ctx.reaper, undefined); // loggers are then spawned without a reaper
- * ```
- */
-export interface ProcessIoContext {
-  /** Exported to loggers as CONTAINER_ID. */
-  containerId: string;
-  /** Exported to loggers as CONTAINER_NAMESPACE. */
-  namespace: string;
-  /** Spawn loggers through this reaper. */
-  reaper?: Reaper;
-}
+import type { ProcessIoCarry } from "./process_io_carry.ts";
+import {
+  openOrThrow,
+  openOutputs,
+  type ProcessIoContext,
+  type Sink,
+  type StdioSpec,
+} from "./stdio_targets.ts";
 
 /**
  * `Deno.CommandOptions` stdio for the runtime command that starts the process: the shape of the
@@ -85,89 +50,6 @@ export interface CommandStdio {
   stdout: "piped" | "null";
   /** `"piped"` when the process's stderr goes somewhere. */
   stderr: "piped" | "null";
-}
-
-/** A writer for output; FIFOs, files and logger pipes are all {@linkcode FdStream}s. */
-/**
- * A process's stdio as it crosses a live upgrade: the descriptors the next code continues with
- * (each kept open across `execve`). A part that has ended (a pipe at end of file, a target
- * closed, stdin after CloseIO) is absent.
- *
- * @example Usage
- * ```ts
- * import { strictEqual } from "node:assert/strict";
- * import type { ProcessIoCarry } from "@skiff/shim/linux";
- * const carry: ProcessIoCarry = { stdout: { sink: 12, pipe: 14 }, stderr: { sink: 13, pipe: 15 } };
- * strictEqual(carry.stdin, undefined);
- * ```
- */
-export interface ProcessIoCarry {
-  /** The stdin FIFO (read end), its keep-alive writer, and the pipe into the process. */
-  stdin?: { fifo: number; keepAlive?: number; pipe?: number };
-  /** The terminal's master, when the process has one (then there are no pipes). */
-  pty?: number;
-  /** The stdout target and the pipe from the process. */
-  stdout?: { sink: number; pipe?: number };
-  /** The stderr target (the same descriptor as stdout's for a `file://` log) and its pipe. */
-  stderr?: { sink: number; pipe?: number };
-}
-
-interface Sink {
-  write(data: Uint8Array): Promise<void>;
-  close(): Promise<void>;
-}
-
-/**
- * Opens the output targets `spec` names (FIFOs, a `file://` log or a `binary://` logger),
- * adding each to `opened` so that a failure later in {@linkcode ProcessIo.open} closes it.
- */
-async function openOutputs(
-  spec: StdioSpec,
-  ctx: ProcessIoContext,
-  opened: { close(): Promise<void> }[],
-): Promise<{ stdout?: Sink; stderr?: Sink; logger?: BinaryLogger }> {
-  let stdout: Sink | undefined;
-  let stderr: Sink | undefined;
-  const target = parseOutputTarget(spec.stdout, spec.stderr);
-  if (target.kind === "fifo") {
-    if (target.stdout !== "") {
-      stdout = await openOutput("stdout", target.stdout);
-      opened.push(stdout);
-    }
-    if (target.stderr !== "" && target.stderr === target.stdout) stderr = stdout;
-    else if (target.stderr !== "") {
-      stderr = await openOutput("stderr", target.stderr);
-      opened.push(stderr);
-    }
-    return { stdout, stderr };
-  }
-  if (target.kind === "file") {
-    try {
-      // Not node:path's dirname: any node: import boots Deno's Node layer (+1.2 MiB heap).
-      const dir = target.path.slice(0, target.path.lastIndexOf("/")) || "/";
-      await Deno.mkdir(dir, { recursive: true });
-    } catch (e) {
-      throw new Error(
-        `create directory for log file "${target.path}": ${(e as Error).message}`,
-      );
-    }
-    stdout = stderr = new FdStream(
-      openOrThrow("log file", target.path, O.WRONLY | O.APPEND | O.CREAT | O.NONBLOCK, 0o644),
-      `log file "${target.path}"`,
-    );
-    opened.push(stdout);
-    return { stdout, stderr };
-  }
-  const logger = await BinaryLogger.start({
-    path: target.path,
-    args: target.args,
-    requireReady: target.requireReady,
-    containerId: ctx.containerId,
-    namespace: ctx.namespace,
-    ...(ctx.reaper ? { reaper: ctx.reaper } : {}),
-  });
-  opened.push(logger);
-  return { stdout: logger.stdout, stderr: logger.stderr, logger };
 }
 
 /**
@@ -250,9 +132,6 @@ export class ProcessIo {
     this.#stdout = parts.stdout;
     this.#stderr = parts.stderr;
     this.#logger = parts.logger;
-    if (parts.logger) {
-      this.#uncarriable = "output to a binary:// logger is not carried across a live upgrade yet";
-    }
   }
 
   /**
@@ -344,8 +223,8 @@ export class ProcessIo {
   /**
    * The descriptors a live upgrade keeps open for the next code ({@linkcode ProcessIo.adopt}).
    *
-   * @throws {Error} when this stdio cannot be carried (a terminal, a `binary://` logger, or
-   *   streams a runtime took), saying why
+   * @throws {Error} when this stdio cannot be carried (streams a runtime took, pipes that could
+   *   not be identified), saying why
    */
   carry(): ProcessIoCarry {
     if (this.#uncarriable) throw new Error(this.#uncarriable);
@@ -363,13 +242,14 @@ export class ProcessIo {
       if (pipe !== undefined) out.stdin.pipe = pipe;
     }
     for (const name of ["stdout", "stderr"] as const) {
-      // Without a logger, every target is an FdStream (a FIFO or a file).
+      // Every target is an FdStream: a FIFO, a file, or a logger's pipe.
       const sink = open((name === "stdout" ? this.#stdout : this.#stderr) as FdStream | undefined);
       if (sink === undefined) continue;
       out[name] = { sink };
       const pipe = open(this.#pipes[name]);
       if (pipe !== undefined) out[name]!.pipe = pipe;
     }
+    if (this.#logger) out.logger = this.#logger.carry();
     return out;
   }
 
@@ -378,6 +258,8 @@ export class ProcessIo {
    * handed over: the same descriptors, copied as before.
    *
    * @param carry what the previous code handed over
+   * @param ctx the shim's reaper, which reports a carried `binary://` logger's exit (required
+   *   then; see {@linkcode BinaryLogger.adopt})
    * @example Usage
    * ```ts
    * import { strictEqual } from "node:assert/strict";
@@ -397,7 +279,12 @@ export class ProcessIo {
    * Deno.removeSync(dir, { recursive: true });
    * ```
    */
-  static adopt(carry: ProcessIoCarry): ProcessIo {
+  static adopt(carry: ProcessIoCarry, ctx: { reaper?: Pick<Reaper, "onExit"> } = {}): ProcessIo {
+    if (carry.logger && !ctx.reaper) {
+      throw new Error(
+        `carried binary logger "${carry.logger.path}" (pid ${carry.logger.pid}): adopting it needs the shim's reaper`,
+      );
+    }
     const streams = new Map<number, FdStream>();
     const take = (fd: number | undefined, what: string) => {
       if (fd === undefined) return undefined;
@@ -412,11 +299,16 @@ export class ProcessIo {
     const keepAlive = take(carry.stdin?.keepAlive, "stdin fifo keep-alive (carried)");
     const stdout = take(carry.stdout?.sink, "stdout target (carried)");
     const stderr = take(carry.stderr?.sink, "stderr target (carried)");
+    // A logger's pipes: both present until the logger is closed, which ends the process's io.
+    const logger = carry.logger && stdout && stderr
+      ? BinaryLogger.adopt(carry.logger, stdout, stderr, ctx.reaper!)
+      : undefined;
     const io = new ProcessIo({ stdin: "null", stdout: "null", stderr: "null" }, {
       ...(stdin ? { stdin } : {}),
       ...(keepAlive ? { stdinKeepAlive: keepAlive } : {}),
       ...(stdout ? { stdout } : {}),
       ...(stderr ? { stderr } : {}),
+      ...(logger ? { logger } : {}),
     });
     io.#attached = true;
     if (carry.pty !== undefined) {
@@ -678,26 +570,4 @@ export class ProcessIo {
     if (left > 0) return;
     await sink.close().catch(() => {});
   }
-}
-
-function openOrThrow(what: string, path: string, flags: number, mode = 0): number {
-  try {
-    return open(path, flags, mode);
-  } catch (e) {
-    if (e instanceof ErrnoError) throw new ErrnoError(`open ${what} "${path}"`, e.errno);
-    throw e;
-  }
-}
-
-async function openOutput(name: "stdout" | "stderr", path: string): Promise<FdStream> {
-  let isFifo: boolean;
-  try {
-    isFifo = (await Deno.stat(path)).isFifo ?? false;
-  } catch (e) {
-    throw new Error(`open ${name} "${path}": ${(e as Error).message}`);
-  }
-  // Read-write on a FIFO: never blocks, never EPIPE, and the client can reopen its end.
-  const flags = isFifo ? O.RDWR | O.NONBLOCK : O.WRONLY | O.APPEND | O.NONBLOCK;
-  const kind = isFifo ? `${name} fifo` : `${name} file`;
-  return new FdStream(openOrThrow(kind, path, flags), `${kind} "${path}"`);
 }

@@ -168,6 +168,7 @@ export class PeerCredentialResolver {
   #scan(lib: Libc, full: boolean): { fd: number; inode: number }[] {
     const fresh: { fd: number; inode: number }[] = [];
     const open = new Set<number>();
+    const knownInodes = new Set(this.#known.values());
     for (const entry of Deno.readDirSync("/proc/self/fd")) {
       const fd = Number(entry.name);
       const known = this.#known.get(fd);
@@ -176,6 +177,12 @@ export class PeerCredentialResolver {
       const inode = socketInode(fd);
       if (inode === undefined) continue;
       if (known === inode) {
+        open.add(fd);
+        continue;
+      }
+      if (knownInodes.has(inode)) {
+        // Another descriptor of an attributed socket (the server took a duplicate of it).
+        this.#known.set(fd, inode);
         open.add(fd);
         continue;
       }

@@ -102,6 +102,14 @@ export interface TtrpcServerOptions {
    * answers wait, no more of its requests are read.
    */
   writeTimeoutMs?: number;
+  /**
+   * Replaces each accepted connection, once its peer passed the check of `requireSameUser` (so
+   * its socket inode is known), by a stream the caller owns: the connection is served through
+   * what this returns, or as it is when it returns `undefined`. A shim that hands its
+   * connections to new code in place uses it so that every read of a connection is one it asked
+   * for (a `Deno.Conn` may have taken bytes off the socket for a read it has not delivered yet).
+   */
+  takeConnection?: (conn: Deno.Conn, inode: number) => TtrpcByteStream | undefined;
 }
 
 /**
@@ -334,6 +342,7 @@ export class TtrpcServer {
   #maxCalls: number;
   #frameTimeoutMs: number;
   #writeTimeoutMs: number;
+  #takeConnection: TtrpcServerOptions["takeConnection"];
   #closing: Promise<void> | undefined;
   #closed = Promise.withResolvers<void>();
 
@@ -350,6 +359,7 @@ export class TtrpcServer {
     this.#maxCalls = options.maxCallsPerConnection ?? DEFAULT_MAX_CALLS_PER_CONNECTION;
     this.#frameTimeoutMs = options.frameTimeoutMs ?? DEFAULT_FRAME_TIMEOUT_MS;
     this.#writeTimeoutMs = options.writeTimeoutMs ?? DEFAULT_WRITE_TIMEOUT_MS;
+    this.#takeConnection = options.takeConnection;
   }
 
   /** Number of connections being served. */
@@ -585,7 +595,18 @@ export class TtrpcServer {
             continue;
           }
         }
-        void this.#serve(conn, inode).finally(() => {
+        let stream: TtrpcByteStream = conn;
+        if (inode !== undefined && this.#takeConnection) {
+          try {
+            stream = this.#takeConnection(conn, inode) ?? conn;
+          } catch (err) {
+            this.#onError(err);
+            conn.close();
+            peers?.release(inode);
+            continue;
+          }
+        }
+        void this.#serve(stream, inode).finally(() => {
           if (inode !== undefined) peers?.release(inode);
         });
       }

@@ -138,6 +138,13 @@ export interface UpgradeState {
   sandboxes: unknown[];
   /** The runtime options `start` handed the server, if any. */
   inheritedOptions: unknown;
+  /**
+   * How to start the code that wrote this state again, in place: its own command line and
+   * environment. The code it re-executed into runs it when it cannot take the state.
+   */
+  rollback?: { path: string; argv: string[]; env: Record<string, string> };
+  /** Set by code that could not take the state and ran {@linkcode UpgradeState.rollback}: why. */
+  failed?: { code: CodeIdentity; error: string };
 }
 
 /**

@@ -6,7 +6,7 @@
  * @module
  */
 
-import type { ProcessIoCarry } from "../../linux/process_io.ts";
+import { type ProcessIoCarry, processIoDescriptors } from "../../linux/process_io_carry.ts";
 import type { Container } from "./container.ts";
 import type { ReapedExit, ShimPlatform } from "./platform.ts";
 import type { ContainerRuntime, RuntimeProcess, RuntimeProcessCarry } from "../runtime.ts";
@@ -240,15 +240,12 @@ export function adoptProcess(
  * ```
  */
 export function carriedDescriptors(containers: readonly ContainerCarry[]): number[] {
-  // Every number in a ProcessIoCarry is a descriptor: walked, not listed, so that a part added
-  // to it is never left close-on-exec (and so closed under the next code's feet).
   const fds = new Set<number>();
-  const walk = (v: unknown): void => {
-    if (typeof v === "number") fds.add(v);
-    else if (v && typeof v === "object") { for (const x of Object.values(v)) walk(x); }
-  };
   for (const c of containers) {
-    for (const p of [c.init, ...c.execs]) walk([p.io, p.runtimeCarry?.descriptors]);
+    for (const p of [c.init, ...c.execs]) {
+      for (const fd of p.io ? processIoDescriptors(p.io) : []) fds.add(fd);
+      for (const fd of Object.values(p.runtimeCarry?.descriptors ?? {})) fds.add(fd);
+    }
   }
   return [...fds].sort((a, b) => a - b);
 }

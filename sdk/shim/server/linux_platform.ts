@@ -9,7 +9,8 @@ import { pidsWithPidfd, type Reaper } from "../../linux/reaper.ts";
 import { kill } from "../../linux/libc.ts";
 import { bootTicks, processParent, processStartTime } from "../../linux/proc_stat.ts";
 import { ConsoleSocket } from "../../linux/console.ts";
-import { ProcessIo, type ProcessIoContext } from "../../linux/process_io.ts";
+import { ProcessIo } from "../../linux/process_io.ts";
+import type { ProcessIoContext } from "../../linux/stdio_targets.ts";
 import { mountAll, unmountAll } from "../../linux/mount.ts";
 import { parseProcCgroup } from "../../linux/cgroup_paths.ts";
 import type { CgroupMembership, ProcessIoSetup, ShimPlatform } from "./platform.ts";
@@ -44,7 +45,7 @@ export function linuxPlatform(reaper: Reaper): ShimPlatform {
       return undefined;
     },
     adoptIo: (carry) => {
-      const io = ProcessIo.adopt(carry);
+      const io = ProcessIo.adopt(carry, { reaper });
       return { ...pipesHandle(io), resize: (w, h) => io.resize(w, h) };
     },
     openIo: (paths, ctx) =>

@@ -8,7 +8,7 @@
 import type { Any } from "@bufbuild/protobuf/wkt";
 import type { ProcessExitInfo, ProcessIoHandle, ProcessStdioPaths } from "./process.ts";
 import type { RuntimeStdio } from "../runtime.ts";
-import type { ProcessIoCarry } from "../../linux/process_io.ts";
+import type { ProcessIoCarry } from "../../linux/process_io_carry.ts";
 
 /**
  * A process's cgroups, one entry per hierarchy (controllers, none for v2; path), as

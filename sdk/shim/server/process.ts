@@ -5,7 +5,7 @@
  * @module
  */
 
-import type { ProcessIoCarry } from "../../linux/process_io.ts";
+import type { ProcessIoCarry } from "../../linux/process_io_carry.ts";
 import { Code, statusError } from "../../ttrpc/status_error.ts";
 import type { RuntimeProcess } from "../runtime.ts";
 

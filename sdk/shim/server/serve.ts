@@ -22,7 +22,14 @@ import { serverLogger } from "./server_logger.ts";
 import { registerServices } from "./services.ts";
 import type { SandboxCarry } from "./sandbox_service.ts";
 import { serverShutdown } from "./shutdown.ts";
-import { registerUpgradeService, resumeUpgrade, takeUpgradeState } from "./upgrade.ts";
+import {
+  registerUpgradeService,
+  resumeUpgrade,
+  rollBackUpgrade,
+  takeUpgradeState,
+} from "./upgrade.ts";
+import type { ContainerCarry } from "./carry.ts";
+import { takeAccepted } from "./fd_conn.ts";
 
 /** How a server came to run, for {@linkcode serveShim}. */
 export interface ServeOptions {
@@ -80,6 +87,8 @@ export async function serveShim<T extends object>(
     requireSameUser: true, // as the Go shims: only containerd's uid/gid may connect
     onError: (e) => logger.debug("ttrpc connection error", { error: String(e) }),
     interceptors: hooks.interceptors,
+    // Every read of containerd's connections asked for by JS: a live upgrade hands them on.
+    takeConnection: takeAccepted,
   });
   const platform = linuxPlatform(reaper);
   const shutdown = serverShutdown({
@@ -91,14 +100,22 @@ export async function serveShim<T extends object>(
     release: () => (services.tasks.close(), reaper.close()),
   });
   const deps = { shim, flags, logger, bundle, endpoint, socket, platform, events: publisher };
-  const services = registerServices(server, {
-    ...deps,
-    shutdown: (why) => void shutdown(why),
-    ...(resumed?.inheritedOptions != null
-      ? { inheritedOptions: resumed.inheritedOptions as T }
-      : {}),
-    ...(resumed ? { carriedSandboxes: resumed.sandboxes as SandboxCarry[] } : {}),
-  });
+  let services!: ReturnType<typeof registerServices<T>>;
+  try {
+    services = registerServices(server, {
+      ...deps,
+      shutdown: (why) => void shutdown(why),
+      ...(resumed?.inheritedOptions != null
+        ? { inheritedOptions: resumed.inheritedOptions as T }
+        : {}),
+      ...(resumed ? { carriedSandboxes: resumed.sandboxes as SandboxCarry[] } : {}),
+    });
+    if (resumed) await services.tasks.adopt(resumed.containers as ContainerCarry[]);
+  } catch (e) {
+    // This code cannot take what the previous one carried: that code takes it back.
+    if (resumed) rollBackUpgrade(resumed, e, logger);
+    throw e;
+  }
   registerUpgradeService({
     flags,
     socket,
@@ -112,7 +129,7 @@ export async function serveShim<T extends object>(
     ...(resumed ? { resumed } : {}),
   });
 
-  if (resumed) await resumeUpgrade(resumed, { server, tasks: services.tasks, logger }, reaper);
+  if (resumed) await resumeUpgrade(resumed, { server, logger }, reaper);
   else if (options.listener) void server.serve(options.listener);
   else await server.listen(socket);
   if (!resumed) await options.onListening?.();

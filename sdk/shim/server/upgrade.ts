@@ -11,9 +11,8 @@
  * @module
  */
 
-import type { TtrpcByteStream, TtrpcServer, WireMethod } from "../../ttrpc/server.ts";
+import type { TtrpcServer, WireMethod } from "../../ttrpc/server.ts";
 import { Code, statusError } from "../../ttrpc/status_error.ts";
-import { FdStream } from "../../linux/fd_stream.ts";
 import { close } from "../../linux/libc.ts";
 import {
   acceptPending,
@@ -45,6 +44,7 @@ import { SKIFF_VERSION } from "../version.ts";
 import type { Logger } from "../logger.ts";
 import type { EventPublisher } from "./events.ts";
 import { carriedDescriptors, type ContainerCarry } from "./carry.ts";
+import { fdConn } from "./fd_conn.ts";
 
 const DEFAULT_SETTLE_MS = 5_000;
 const CHECK_TIMEOUT_MS = 30_000;
@@ -138,6 +138,14 @@ function upgradeMethod(d: UpgradeDeps): WireMethod {
 }
 
 function resumedReport(s: UpgradeState, d: UpgradeDeps): UpgradeReport {
+  if (s.failed) {
+    throw statusError(
+      `live upgrade failed: the installed code ${s.failed.code.code} (skiff ${s.failed.code.version}) ` +
+        `could not take the state (${s.failed.error}); the previous code ${currentCode().code} ` +
+        `took it back and serves again`,
+      Code.Internal,
+    );
+  }
   return {
     pid: Deno.pid,
     from: s.from,
@@ -281,6 +289,7 @@ function reexecute(
     if (listeners.length !== 1) {
       throw new Error(`found ${listeners.length} listening sockets for ${d.socket}, expected 1`);
     }
+    const rollback = rollbackCommand(serverArgs(d));
     state = {
       format: UPGRADE_STATE_FORMAT,
       token,
@@ -293,6 +302,7 @@ function reexecute(
       containers,
       sandboxes: d.carrySandboxes(),
       inheritedOptions: d.inheritedOptions() ?? null,
+      ...(rollback ? { rollback } : {}),
     };
     Deno.writeTextFileSync(statePath, JSON.stringify(state), { mode: 0o600 });
     for (
@@ -310,9 +320,16 @@ function reexecute(
     return (e as Error).message;
   }
   const env = { ...Deno.env.toObject(), [LAUNCHER_ENV.upgradeState]: statePath };
+  // The server's cwd is "/"; the new code learns its bundle from the state.
+  const err = execInPlace(launcher, [launcher, ...serverArgs(d)], env);
+  undo(kept, statePath);
+  return err.message;
+}
+
+/** The server's arguments, as containerd's `start` gave them (the socket made explicit). */
+function serverArgs(d: Pick<UpgradeDeps, "flags" | "socket">): string[] {
   const f = d.flags;
-  const args = [
-    launcher,
+  return [
     "-namespace",
     f.namespace,
     "-id",
@@ -325,10 +342,6 @@ function reexecute(
     d.socket,
     ...(f.debug ? ["-debug"] : []),
   ];
-  // The server's cwd is "/"; the new code learns its bundle from the state.
-  const err = execInPlace(launcher, args, env);
-  undo(kept, statePath);
-  return err.message;
 }
 
 function undo(kept: number[], statePath: string): void {
@@ -357,6 +370,75 @@ export function takeUpgradeState(): UpgradeState | undefined {
   return parseUpgradeState(text);
 }
 
+/**
+ * In the code an upgrade started, when it cannot take the containers back (a bug, a carried
+ * runtime option it rejects): starts the code that wrote the state again, in place, from the
+ * same state, which then answers the `Upgrade` call with this failure. Nothing has been served
+ * yet: no connection was read, the reaper is still held. Returns only when there is no way
+ * back (no rollback command in the state, or this is already the way back) or `execve` failed.
+ *
+ * @param s the state this code read
+ * @param error why this code cannot take it
+ * @param logger the server's log
+ */
+export function rollBackUpgrade(s: UpgradeState, error: unknown, logger: Logger): void {
+  const why = error instanceof Error ? error.message : String(error);
+  if (!s.rollback || s.failed) {
+    logger.error("live upgrade: this code cannot take the state, and there is no way back", {
+      error: why,
+      ...(s.failed ? { after: s.failed.error } : {}),
+    });
+    return;
+  }
+  logger.error("live upgrade: this code cannot take the state; starting the previous code again", {
+    error: why,
+    previous: s.from.code,
+  });
+  const statePath = `${s.socket}${UPGRADE_STATE_SUFFIX}`;
+  try {
+    // This code's adoption may have set close-on-exec on some of them again.
+    const fds = [
+      s.listener,
+      ...s.connections.map((c) => c.fd),
+      ...carriedDescriptors(s.containers as ContainerCarry[]),
+    ];
+    for (const fd of fds) setCloseOnExec(fd, false);
+    const back: UpgradeState = { ...s, failed: { code: currentCode(), error: why } };
+    Deno.writeTextFileSync(statePath, JSON.stringify(back), { mode: 0o600 });
+  } catch (e) {
+    logger.error("live upgrade: cannot hand the state back", { error: (e as Error).message });
+    return;
+  }
+  const env = { ...s.rollback.env, [LAUNCHER_ENV.upgradeState]: statePath };
+  const err = execInPlace(s.rollback.path, s.rollback.argv, env);
+  logger.error("live upgrade: cannot start the previous code again", { error: err.message });
+}
+
+/**
+ * How to start the code running now again in place, with the server's arguments: its own
+ * command line (the runtime's flags and main module, not the launcher, which an install
+ * replaces; the main module's content-hashed bundle stays) and environment. Undefined when the
+ * main module is not on the command line.
+ */
+function rollbackCommand(serverArgs: readonly string[]): UpgradeState["rollback"] {
+  let cmdline: string[];
+  try {
+    cmdline = Deno.readTextFileSync("/proc/self/cmdline").split("\0").slice(0, -1);
+  } catch {
+    return undefined;
+  }
+  const main = Deno.mainModule.startsWith("file://")
+    ? decodeURIComponent(new URL(Deno.mainModule).pathname)
+    : "";
+  const at = cmdline.indexOf(main);
+  if (at < 0) return undefined;
+  return {
+    path: Deno.execPath(),
+    argv: [...cmdline.slice(0, at + 1), ...serverArgs],
+    env: Deno.env.toObject(),
+  };
+}
+
 /** The inherited listening socket, until its backlog is drained and it is closed. */
 let retiring: number | undefined;
 
@@ -379,21 +461,9 @@ function retireListener(server: TtrpcServer): void {
   }
 }
 
-/** A ttrpc byte stream over an inherited socket descriptor. */
-function fdConn(fd: number): TtrpcByteStream {
-  const s = new FdStream(fd, `ttrpc connection (descriptor ${fd})`);
-  return {
-    read: (b) => s.read(b as Uint8Array<ArrayBuffer>),
-    write: async (b) => {
-      await s.write(b);
-      return b.length;
-    },
-    close: () => void s.close(),
-  };
-}
-
 /**
- * In the code an upgrade started: takes back the containers, then the socket path (a new
+ * In the code an upgrade started, once the containers are taken back (the task service's
+ * `adopt`; {@linkcode rollBackUpgrade} when that fails): takes back the socket path (a new
  * listener renamed onto it, so no connect is refused), then every connection with its held
  * requests, then drains what waited in the old listener's backlog; reaping resumes once the
  * carried processes are known again.
@@ -404,10 +474,9 @@ function fdConn(fd: number): TtrpcByteStream {
  */
 export async function resumeUpgrade(
   s: UpgradeState,
-  d: Pick<UpgradeDeps, "server" | "tasks" | "logger">,
+  d: Pick<UpgradeDeps, "server" | "logger">,
   reaper: Reaper,
 ): Promise<void> {
-  await d.tasks.adopt(s.containers as ContainerCarry[]);
   reaper.release();
   for (const fd of [s.listener, ...s.connections.map((c) => c.fd)]) setCloseOnExec(fd, true);
   await d.server.listen(s.socket, { replace: true });

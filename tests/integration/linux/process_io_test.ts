@@ -4,6 +4,8 @@ import { mkfifo, preloadLibc } from "../../../sdk/linux/libc.ts";
 import { ProcessIo } from "../../../sdk/linux/process_io.ts";
 import { parseOutputTarget } from "../../../sdk/linux/stdio_uri.ts";
 import { ConsoleSocket } from "../../../sdk/linux/console.ts";
+import { processStartTime } from "../../../sdk/linux/proc_stat.ts";
+import type { ProcessExit } from "../../../sdk/linux/reaper.ts";
 import { busyboxBundle, deadline, run } from "../../_linux_support.ts";
 
 preloadLibc(); // bound once per file, so resource sanitizers see no new library
@@ -317,6 +319,60 @@ for (const scheme of ["binary", "binary-v2"] as const) {
     },
   );
 }
+
+integrationTest(
+  "ProcessIo with a binary:// logger is carried: the next code writes to the same logger and waits for its exit",
+  { binaries: ["sh", "cat", "sleep"] },
+  async () => {
+    const dir = await Deno.makeTempDir({ prefix: "skiff-io-test-" });
+    try {
+      const logger = await loggerScript(dir, "eof");
+      const uri = `binary://${logger}?out=${encodeURIComponent(dir)}`;
+      const io = await ProcessIo.open(
+        { stdin: "", stdout: uri, stderr: uri, terminal: false },
+        ctx,
+      );
+      const child = new Deno.Command("sh", {
+        args: ["-c", "sleep 0.3; echo after; echo err-after >&2"],
+        ...io.stdio,
+      }).spawn();
+      io.attach(child);
+      const carry = io.carry();
+      const carried = carry.logger;
+      assert.ok(carried, "the logger is carried");
+      assert.equal(carried.startTime, processStartTime(carried.pid));
+      assert.equal(carried.exitCode, undefined);
+      assert.ok(carry.stdout && carry.stderr && carry.stdout.sink !== carry.stderr.sink);
+      assert.throws(() => ProcessIo.adopt(carry), /adopting it needs the shim's reaper/);
+      // In one process the previous code's Deno reaps the logger; the shim's reaper would
+      // report it after a real upgrade: stand in for it.
+      const reaper = {
+        onExit(listener: (e: ProcessExit) => void): () => void {
+          const timer = setInterval(() => {
+            if (processStartTime(carried.pid) === carried.startTime) return;
+            clearInterval(timer);
+            listener({
+              pid: carried.pid,
+              startTime: carried.startTime,
+              status: 0,
+              exitedAt: new Date(),
+            });
+          }, 20);
+          return () => clearInterval(timer);
+        },
+      };
+      const next = ProcessIo.adopt(carry, { reaper });
+      await child.status;
+      assert.equal(await next.drain(), true);
+      await next.close(); // closes fds 3/4 and waits for the logger's exit
+      assert.equal(processStartTime(carried.pid), undefined, "the logger has exited");
+      assert.equal(await Deno.readTextFile(`${dir}/stdout`), "after\n");
+      assert.equal(await Deno.readTextFile(`${dir}/stderr`), "err-after\n");
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);
 
 integrationTest(
   "ProcessIo.open() rejects a missing logger and a binary-v2 logger that never signals ready",

@@ -1,3 +1,4 @@
+import { takeAccepted } from "../../../sdk/shim/server/fd_conn.ts";
 import assert from "node:assert/strict";
 import { create, toBinary } from "@bufbuild/protobuf";
 import {
@@ -393,6 +394,28 @@ Deno.test("requireSameUser accepts connections from this process's own user", as
     await using t = createTtrpcTransport({ path: srv.path });
     assert.equal((await createClient(Task, t).state({ id: `n${i}` })).id, `n${i}`);
   }
+});
+
+Deno.test("requireSameUser with takeConnection: connections served from duplicates are still told apart", async () => {
+  const errors: unknown[] = [];
+  await using srv = await startTaskServer({ state: (r) => ({ id: r.id }) }, {
+    requireSameUser: true,
+    takeConnection: takeAccepted,
+    onError: (e) => errors.push(e),
+  });
+  // Each earlier connection stays open (its socket now has a second descriptor, ours) while the
+  // next is accepted and identified.
+  const open: Disposable[] = [];
+  try {
+    for (let i = 0; i < 4; i++) {
+      const t = createTtrpcTransport({ path: srv.path });
+      open.push({ [Symbol.dispose]: () => void t.close() });
+      assert.equal((await createClient(Task, t).state({ id: `k${i}` })).id, `k${i}`);
+    }
+  } finally {
+    for (const o of open) o[Symbol.dispose]();
+  }
+  assert.deepEqual(errors.map(String), []);
 });
 
 integrationTest(

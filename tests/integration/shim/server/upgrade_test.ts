@@ -8,10 +8,15 @@
  *   print and exit with their own status: no line lost or repeated, every exit status right,
  *   the shim's pid unchanged, containerd never sees the shim go;
  * - a terminal (`ctr run -t`): its output and exit status carry on across 5 upgrades;
+ * - a `binary://` logger: the same logger process gets every line across 5 upgrades, and has
+ *   exited (its files complete) when the run ends;
  * - processes that exit while upgrades run get their own status, once;
  * - the installed code unchanged: nothing is done without `--force`;
  * - a broken installed bundle: the upgrade is refused, the command exits non-zero, and the old
- *   code keeps serving the running container.
+ *   code keeps serving the running container;
+ * - installed code that loads but cannot take the carried container: the previous code starts
+ *   again in place from the same state, the command says so and exits non-zero, the shim serves
+ *   on (same pid, containerd never sees it go) and a later upgrade to good code works.
  *
  * Everything waits by polling with generous bounds; nothing asserts a duration.
  */
@@ -20,6 +25,9 @@ import { integrationTest } from "../../../_integration.ts";
 import { containerdVersions } from "../../../../sdk/testing/containerd.ts";
 import type { PrivateContainerd } from "../../../../sdk/testing/containerd.ts";
 import { ctrRun, ctrRunArgs } from "../../../../sdk/testing/ctr.ts";
+import { processesWithArg } from "../../../../sdk/testing/processes.ts";
+import { processParent } from "../../../../sdk/linux/proc_stat.ts";
+import { installExampleShims } from "../../../../sdk/install/examples.ts";
 import {
   describe,
   eventually,
@@ -217,6 +225,70 @@ for (const v of versions) {
           );
         });
 
+        await t.step("a binary:// logger: its output and the logger process carry on", async () => {
+          const id = uid("binlog");
+          const lines = 300;
+          const logger = `${c.dir}/logger-${id}.sh`;
+          const out = `${c.dir}/logs/${id}.log`;
+          await Deno.mkdir(`${c.dir}/logs`, { recursive: true });
+          // containerd's binary logging protocol: fd 3 stdout, fd 4 stderr, ready on fd 5.
+          await Deno.writeTextFile(
+            logger,
+            [
+              "#!/bin/sh",
+              'cat <&3 >>"$2" &',
+              'cat <&4 >>"$2.err" &',
+              "printf x >&5",
+              "exec 5>&-",
+              "wait",
+              "",
+            ].join("\n"),
+            { mode: 0o755 },
+          );
+          const run = ctrRun(c, {
+            id,
+            namespace: ns,
+            image: k.image,
+            runtime: "skiff",
+            runtimeConfigPath: `${c.dir}/runc.toml`,
+            logUri: `binary://${logger}?file=${out}`,
+            args: [
+              "sh",
+              "-c",
+              `i=0; while [ $i -lt ${lines} ]; do echo $i; i=$((i+1)); sleep 0.01; done; ` +
+              "echo done >&2; exit 6",
+            ],
+            timeoutMs: 120_000,
+          });
+          const pid = await serverOf(c, ns, id);
+          // The logger itself: the shim's child (its forks carry its arguments until they exec).
+          const loggerPids = () =>
+            processesWithArg(logger).map((p) => p.pid).filter((p) => processParent(p) === pid);
+          const before = await eventually("the logger to run", () => {
+            const pids = loggerPids();
+            return pids.length > 0 ? pids : undefined;
+          });
+          for (let i = 0; i < 5; i++) {
+            const r = await upgradeCommand(bin, c, "--id", id, "--force");
+            assert.equal(r.code, 0, `upgrade ${i}: ${r.out}`);
+            assert.equal(await serverOf(c, ns, id), pid, "the same shim process");
+            await sleep(100);
+          }
+          const during = loggerPids();
+          const done = await run;
+          assert.equal(done.code, 6, describe(done));
+          assert.deepEqual(during, before, "the same logger process across the upgrades");
+          // The shim answers Delete once the logger has exited: its files are complete.
+          const got = (await Deno.readTextFile(out)).trim().split("\n");
+          assert.deepEqual(
+            got,
+            Array.from({ length: lines }, (_, i) => String(i)),
+            "every line, once",
+          );
+          assert.equal((await Deno.readTextFile(`${out}.err`)).trim(), "done");
+          assert.deepEqual(processesWithArg(logger), [], "the logger exited");
+        });
+
         // `ctr run` attached removes its container when it ends (--rm).
         await t.step("exits while upgrades run: each with its own status", async () => {
           const ids = Array.from({ length: 6 }, (_, i) => uid(`exit${i}`));
@@ -292,6 +364,47 @@ for (const v of versions) {
           assert.deepEqual(await shimLossLines(c, id), [], "containerd never lost the shim");
           await killAndRemove(c, ns, id);
         });
+        await t.step(
+          "new code that cannot take the state: the previous code takes it back and serves on",
+          async () => {
+            const id = uid("rollback");
+            await ok(k.run(c, { id, namespace: ns, detach: true, args: ["sleep", "600"] }), "run");
+            const pid = await serverOf(c, ns, id);
+            // A build whose runtime factory throws: it loads (its check passes) and then fails
+            // to take the carried container.
+            await installExampleShims({
+              prefix: k.prefix,
+              shims: { [LAUNCHER]: "tests/fixtures/upgrade/rejects_carried.ts" },
+            });
+            try {
+              const r = await upgradeCommand(bin, c, "--id", id, "--namespace", ns);
+              assert.equal(r.code, 1, r.out);
+              assert.match(
+                r.out,
+                /FAILED: .*could not take the state \(.*rejects the carried runtime options.*\); the previous code .* took it back and serves again/s,
+                r.out,
+              );
+            } finally {
+              await installExampleShims({
+                prefix: k.prefix,
+                shims: { [LAUNCHER]: "examples/runc/main.ts" },
+              });
+            }
+            assert.equal(await serverOf(c, ns, id), pid, "the same shim process");
+            const e = await c.ctr(
+              ["tasks", "exec", "--exec-id", "back", id, "sh", "-c", "echo back; exit 3"],
+              { namespace: ns },
+            );
+            assert.equal(e.code, 3, describe(e));
+            assert.equal(e.stdout.trim(), "back");
+            // And the installed good code takes it over as usual.
+            const r = await upgradeCommand(bin, c, "--id", id, "--namespace", ns, "--force");
+            assert.equal(r.code, 0, r.out);
+            assert.equal(await serverOf(c, ns, id), pid, "the same shim process");
+            assert.deepEqual(await shimLossLines(c, id), [], "containerd never lost the shim");
+            await killAndRemove(c, ns, id);
+          },
+        );
         await c.stop();
       } finally {
         await k.close();

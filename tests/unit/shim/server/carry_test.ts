@@ -95,7 +95,7 @@ Deno.test("carryProcess refuses, naming the process: an exit the runtime reports
   );
 });
 
-Deno.test("carriedDescriptors: every stdio descriptor of every process, once, in order", () => {
+Deno.test("carriedDescriptors: every stdio and runtime descriptor of every process, once, in order; nothing else", () => {
   const base = { stdio, state: "running" as const };
   assert.deepEqual(
     carriedDescriptors([{
@@ -114,7 +114,14 @@ Deno.test("carriedDescriptors: every stdio descriptor of every process, once, in
         ...base,
         execId: "e",
         pid: 2,
-        io: { stdin: { fifo: 30, keepAlive: 31, pipe: 32 }, stdout: { sink: 33 } },
+        io: {
+          stdin: { fifo: 30, keepAlive: 31, pipe: 32 },
+          stdout: { sink: 33 },
+          stderr: { sink: 34 },
+          // A binary:// logger: its pid, start time and timeout are no descriptors.
+          logger: { path: "/l", pid: 5000, startTime: 6000, dir: "/tmp/l", exitTimeoutMs: 7000 },
+        },
+        runtimeCarry: { descriptors: { waitOutput: 35 }, data: { pid: 8000 } },
       }, {
         ...base,
         execId: "tty",
@@ -122,7 +129,7 @@ Deno.test("carriedDescriptors: every stdio descriptor of every process, once, in
         io: { pty: 40, stdin: { fifo: 41 }, stdout: { sink: 42 } },
       }],
     }]),
-    [9, 11, 30, 31, 32, 33, 40, 41, 42],
+    [9, 11, 30, 31, 32, 33, 34, 35, 40, 41, 42],
   );
 });
 
