@@ -13,6 +13,7 @@ import { Task } from "../proto/gen/containerd/task/v2/shim_pb.ts";
 import { Events } from "../proto/gen/containerd/services/events/ttrpc/v1/events_pb.ts";
 import { TtrpcServer } from "../sdk/ttrpc/server.ts";
 import { createTtrpcTransport } from "../sdk/ttrpc/transport.ts";
+import { takeAccepted } from "../sdk/shim/server/fd_conn.ts";
 import { GO_SHIM, startGoShim } from "../tests/fixtures/ttrpc/go_shim.ts";
 import { spawnTaskServer } from "../tests/fixtures/ttrpc/helpers.ts";
 import { findExecutable } from "../tests/_integration.ts";
@@ -148,6 +149,22 @@ export async function runTtrpcBench(): Promise<TtrpcBenchResult> {
     await server.listen(`${dir}/inproc.sock`);
     rows.push(...await benchAddress("skiff → skiff (same process)", "state", `${dir}/inproc.sock`));
     await server.close();
+
+    // (a'') the same, with the connection served as a shim serves it: peer-checked, and taken
+    // out of Deno into a descriptor the server owns (what a live upgrade needs).
+    const owned = new TtrpcServer({ requireSameUser: true, takeConnection: takeAccepted });
+    owned.register(createServiceImplSpec<typeof Task>(Task, {
+      state: (req) => ({ id: req.id, bundle: "/bench", pid: 1 }),
+    }));
+    await owned.listen(`${dir}/owned.sock`);
+    rows.push(
+      ...await benchAddress(
+        "skiff → skiff (same process, descriptor-owned connection)",
+        "state",
+        `${dir}/owned.sock`,
+      ),
+    );
+    await owned.close();
 
     // (a') skiff server in a child process, like a real shim.
     const child = await spawnTaskServer(`${dir}/child.sock`);
