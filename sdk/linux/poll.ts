@@ -1,15 +1,15 @@
 /**
  * Cancellable waiting for a raw descriptor to become readable or writable.
  *
- * `poll(2)` runs in a worker thread (a `nonblocking` FFI call) on the descriptor and on an
- * eventfd owned by a {@linkcode Canceller}; signalling the eventfd wakes every pending wait, so
- * a descriptor is never closed while another thread still polls it and nothing can wedge
- * shutdown.
+ * One `poll(2)` for every pending wait of the process runs in a worker thread (a `nonblocking`
+ * FFI call), on each descriptor and on an eventfd owned by its {@linkcode Canceller};
+ * signalling the eventfd wakes every wait it guards, so a descriptor is never closed while the
+ * poll still watches it and nothing can wedge shutdown.
  *
  * @module
  */
 
-import { close, eventfd, libc, writeFd } from "./libc.ts";
+import { close, eventfd, libc, readFd, writeFd } from "./libc.ts";
 
 /**
  * `poll(2)` event bit: readable.
@@ -116,27 +116,111 @@ export class Canceller {
  * close(fd);
  * ```
  */
-export async function waitFd(fd: number, events: number, canceller: Canceller): Promise<boolean> {
-  if (canceller.cancelled) return false;
-  const fds = new Uint8Array(16);
-  const view = new DataView(fds.buffer);
-  view.setInt32(0, fd, true);
-  view.setInt16(4, events, true);
-  view.setInt32(8, canceller.fd, true);
-  view.setInt16(12, POLLIN, true);
-  // errno is unreadable for calls made on a worker thread; -1 is almost always EINTR
-  // (signals such as SIGCHLD land on any thread), so retry, but not forever.
-  for (let failures = 0; failures < 1000;) {
-    const r = await libc().poll(fds, 2n, -1);
-    if (r === -1) {
-      failures++;
-      continue;
-    }
-    if (r === 0) continue;
-    if (view.getInt16(14, true) !== 0 || canceller.cancelled) return false;
-    const revents = view.getInt16(6, true);
-    if (revents & POLLNVAL) throw new Error(`poll fd ${fd}: descriptor is not open`);
-    if (revents !== 0) return true;
-  }
-  throw new Error(`poll fd ${fd}: failed 1000 times in a row`);
+export function waitFd(fd: number, events: number, canceller: Canceller): Promise<boolean> {
+  if (canceller.cancelled) return Promise.resolve(false);
+  const w = Promise.withResolvers<boolean>();
+  poller.add({ fd, events, canceller, resolve: w.resolve, reject: w.reject });
+  return w.promise;
 }
+
+/** One pending {@linkcode waitFd}. */
+interface Waiter {
+  fd: number;
+  events: number;
+  canceller: Canceller;
+  resolve(ready: boolean): void;
+  reject(e: Error): void;
+}
+
+/**
+ * Every wait of the process in one `poll(2)` on one worker thread. Deno runs at most 32
+ * `nonblocking` FFI calls at once; a poll per wait stalled the 33rd (a shim serving seven
+ * containers has that many: stdio pipes and FIFOs, OOM watches, connections) until another
+ * ended. A wait added while the poll runs wakes it through an eventfd, and the next round
+ * polls the new set.
+ */
+class Poller {
+  #waiters = new Set<Waiter>();
+  #wake: number | undefined;
+  #running = false;
+  #polling = false;
+
+  add(w: Waiter): void {
+    this.#waiters.add(w);
+    if (!this.#running) void this.#run();
+    else if (this.#polling) this.#kick();
+  }
+
+  #kick(): void {
+    this.#wake ??= eventfd();
+    const one = new Uint8Array(8);
+    one[0] = 1;
+    try {
+      writeFd(this.#wake, one, "poller eventfd");
+    } catch { /* the counter is full: the poll wakes anyway */ }
+  }
+
+  async #run(): Promise<void> {
+    this.#running = true;
+    this.#wake ??= eventfd();
+    let failures = 0;
+    try {
+      while (this.#waiters.size > 0) {
+        const list = [...this.#waiters];
+        // Slot 0: the wake eventfd; then each wait's descriptor and its canceller's eventfd.
+        const fds = new Uint8Array(8 * (1 + 2 * list.length));
+        const view = new DataView(fds.buffer);
+        view.setInt32(0, this.#wake, true);
+        view.setInt16(4, POLLIN, true);
+        list.forEach((w, i) => {
+          const at = 8 * (1 + 2 * i);
+          view.setInt32(at, w.fd, true);
+          view.setInt16(at + 4, w.events, true);
+          view.setInt32(at + 8, w.canceller.fd, true);
+          view.setInt16(at + 12, POLLIN, true);
+        });
+        this.#polling = true;
+        const r = await libc().poll(fds, BigInt(1 + 2 * list.length), -1);
+        this.#polling = false;
+        if (view.getInt16(6, true) !== 0) drain(this.#wake);
+        if (r === -1) {
+          // errno is unreadable for calls made on a worker thread; -1 is almost always EINTR
+          // (signals such as SIGCHLD land on any thread), so retry, but not forever.
+          if (++failures >= 1000) {
+            for (const w of list) {
+              this.#waiters.delete(w);
+              w.reject(new Error(`poll fd ${w.fd}: failed 1000 times in a row`));
+            }
+          }
+          continue;
+        }
+        failures = 0;
+        list.forEach((w, i) => {
+          const at = 8 * (1 + 2 * i);
+          if (view.getInt16(at + 14, true) !== 0 || w.canceller.cancelled) {
+            this.#waiters.delete(w);
+            w.resolve(false);
+            return;
+          }
+          const revents = view.getInt16(at + 6, true);
+          if (revents === 0) return;
+          this.#waiters.delete(w);
+          if (revents & POLLNVAL) w.reject(new Error(`poll fd ${w.fd}: descriptor is not open`));
+          else w.resolve(true);
+        });
+      }
+    } finally {
+      this.#running = false;
+      this.#polling = false;
+    }
+  }
+}
+
+/** Empties an eventfd's counter (non-blocking: nothing to read is fine). */
+function drain(fd: number): void {
+  try {
+    readFd(fd, new Uint8Array(8), "poller eventfd");
+  } catch { /* nothing to read */ }
+}
+
+const poller = new Poller();

@@ -923,6 +923,41 @@ for (const v of versions) {
         );
 
         await t.step(
+          "a grouped shim serves 12 containers (a pod of many; each adds stdio waits and a connection)",
+          async () => {
+            const group = uid("big");
+            groups.push(group);
+            const flags = ["--annotation", `io.containerd.runc.v2.group=${group}`];
+            const ids = Array.from({ length: 12 }, (_, i) => track(uid(`b${i}`)));
+            for (const id of ids) {
+              const r = await run({ id, detach: true, flags, args: ["sleep", "600"] });
+              assert.equal(r.code, 0, `${id}: ${describe(r)}`);
+              await becomes(id, "RUNNING");
+            }
+            const last = ids[ids.length - 1]!;
+            const e = await ctr([
+              "tasks",
+              "exec",
+              "--fifo-dir",
+              c.fifoDir,
+              "--exec-id",
+              "many",
+              last,
+              "sh",
+              "-c",
+              "echo in-last; exit 5",
+            ]);
+            assert.equal(e.code, 5, describe(e));
+            assert.equal(e.stdout, "in-last\n");
+            for (const id of ids) await ok(["tasks", "kill", "-s", "SIGKILL", id]);
+            for (const id of ids) {
+              await becomes(id, "STOPPED");
+              assert.equal(await remove(id), 137);
+            }
+          },
+        );
+
+        await t.step(
           "containerd restarts while a task runs: reconnect, state, exec, exit",
           async () => {
             const id = await sleeper("restart");
