@@ -49,13 +49,21 @@ export async function servePort(
       continue;
     }
     onConnection("connected");
-    await server.serveConn(connection(port, buf.slice(0, n)));
+    await server.serveConn(portConnection(port, buf.slice(0, n)));
     onConnection("disconnected");
   }
 }
 
-/** One host connection: the bytes that began it, then the port's until end of file. */
-function connection(port: PortFiles, first: Uint8Array): TtrpcByteStream {
+/**
+ * One host connection: the bytes that began it, then the port's until end of file. Writes after
+ * its end are dropped: the port is the next connection's too, where a late answer (a handler
+ * that finished after the host left) would be taken as the answer to an unrelated call, since
+ * stream ids start at 1 again.
+ *
+ * @param port the port's descriptors
+ * @param first the bytes that began the connection
+ */
+export function portConnection(port: PortFiles, first: Uint8Array): TtrpcByteStream {
   let pending: Uint8Array | undefined = first;
   let ended = false;
   return {
@@ -74,7 +82,7 @@ function connection(port: PortFiles, first: Uint8Array): TtrpcByteStream {
       }
       return n;
     },
-    write: (p: Uint8Array): Promise<number> => port.write(p),
+    write: (p: Uint8Array): Promise<number> => ended ? Promise.resolve(p.length) : port.write(p),
     // The descriptors outlive the connection: the next host connection uses them again.
     close: () => {
       ended = true;
