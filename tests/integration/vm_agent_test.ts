@@ -116,6 +116,79 @@ integrationTest(
   },
 );
 
+integrationTest(
+  "vm agent on the host: Release answers pending reads, Wait and OomEvent at once, taking nothing",
+  { root: true, binaries: ["runc"] },
+  async () => {
+    const dir = await Deno.makeTempDir({ prefix: "skiff-vm-agent-release-" });
+    const socket = `${dir}/agent.sock`;
+    const agentProc = spawnAgent(dir, socket);
+    // Its stdout ends in the middle of the sleep only if a read took bytes it did not return.
+    const late = await createBusyboxBundle({
+      dir: `${dir}/late`,
+      args: ["sh", "-c", "echo early; sleep 3; echo late; exit 6"],
+    });
+    let conn;
+    let other;
+    try {
+      conn = (await waitForAgent(socket, 60_000)).connection;
+      const agent = conn.agent;
+      const id = { containerId: "late" };
+      await agent.create({ ...id, bundle: late.bundle, stdio: { stdout: true, stderr: true } });
+      await agent.start(id);
+      assert.equal(text((await agent.readStdout(id)).data), "early\n");
+
+      // Four long polls held by the agent while the process sleeps.
+      const out = agent.readStdout(id);
+      const err = agent.readStderr(id);
+      const wait = agent.wait(id);
+      const oom = agent.oomEvent({});
+      await new Promise((r) => setTimeout(r, 500));
+      // Released from another connection: the agent answers the polls of every connection.
+      other = connectAgent(socket);
+      const started = performance.now();
+      const release = await other.agent.release({});
+      const [o, e, w, m] = await Promise.all([out, err, wait, oom]);
+      const ms = performance.now() - started;
+      assert.equal(release.released, 4);
+      assert.ok(
+        ms < 1_500,
+        `the polls answered ${Math.round(ms)} ms after Release (the sleep: 3 s)`,
+      );
+      assert.deepEqual([o.data.length, o.eof], [0, false], "stdout: nothing, not the end");
+      assert.deepEqual([e.data.length, e.eof], [0, false], "stderr: nothing, not the end");
+      assert.equal(w.released, true);
+      assert.equal(w.exitStatus, 0);
+      assert.equal(w.exitedAt, undefined, "a released Wait has no exit");
+      assert.deepEqual([m.containerId, m.released], ["", true]);
+      assert.equal((await other.agent.release({})).released, 0, "nothing is held any more");
+
+      // The polls after it wait as before: every byte once, then the exit.
+      assert.equal(text(await readToEnd(agent, "stdout", "late")), "late\n");
+      assert.equal(text(await readToEnd(agent, "stderr", "late")), "");
+      const exited = await agent.wait(id);
+      assert.deepEqual([exited.exitStatus, exited.released], [6, false]);
+      // An exit already known is answered as before, never released.
+      const again = agent.wait(id);
+      assert.equal((await other.agent.release({})).released, 0);
+      assert.deepEqual([(await again).exitStatus, (await again).released], [6, false]);
+      await agent.delete(id);
+
+      await agent.shutdown({});
+      assert.equal((await agentProc.status).code, 0);
+    } finally {
+      await other?.close();
+      await conn?.close();
+      try {
+        agentProc.kill("SIGKILL");
+      } catch { /* exited */ }
+      await agentProc.status;
+      await late.cleanup();
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);
+
 Deno.test("vm agent client: a socket nobody serves is reported after the bound", async () => {
   const dir = await Deno.makeTempDir({ prefix: "skiff-vm-client-" });
   try {

@@ -21,6 +21,7 @@ import { Agent } from "../proto/agent_pb.ts";
 import { createServiceImplSpec } from "@connectrpc/connect";
 import { Containers } from "./containers.ts";
 import { ExitTable } from "./exits.ts";
+import { LongPolls } from "./long_polls.ts";
 import { servePort } from "./port.ts";
 import { agentService, OomQueue } from "./service.ts";
 
@@ -82,7 +83,10 @@ async function main(): Promise<void> {
     }
   };
   server.register(
-    createServiceImplSpec<typeof Agent>(Agent, agentService(containers, { shutdown, oomEvents })),
+    createServiceImplSpec<typeof Agent>(
+      Agent,
+      agentService(containers, { shutdown, oomEvents, longPolls: new LongPolls() }),
+    ),
   );
   const uptime = Deno.readTextFileSync("/proc/uptime").split(" ")[0];
   if (flags.listen) {

@@ -9,6 +9,7 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { Agent } from "../proto/agent_pb.ts";
 import type { Containers, StdioWanted } from "./containers.ts";
+import { type LongPolls, unlessAborted } from "./long_polls.ts";
 
 /** The agent's version, as Ping reports it. */
 export const AGENT_VERSION = "0.1.0";
@@ -19,6 +20,8 @@ export interface AgentServiceOptions {
   shutdown: () => void;
   /** OOM events not yet handed to the host, oldest first. */
   oomEvents: OomQueue;
+  /** The long polls being held, which Release answers. */
+  longPolls: LongPolls;
 }
 
 /** Container ids whose cgroup saw an OOM kill, for the host's `OomEvent` long polls. */
@@ -72,6 +75,9 @@ export function agentService(
   containers: Containers,
   options: AgentServiceOptions,
 ): Partial<ServiceImpl<typeof Agent>> {
+  const polls = options.longPolls;
+  // A read answered with nothing and no end: what Output.read answers once its signal aborts.
+  const emptyRead = (r: { data: Uint8Array; eof: boolean }) => r.data.length === 0 && !r.eof;
   return {
     ping: () => ({
       version: AGENT_VERSION,
@@ -92,10 +98,23 @@ export function agentService(
       await containers.kill(req.containerId, req.execId, req.signal, req.all);
       return {};
     },
-    wait: async (req) => {
+    wait: (req, ctx) => {
       const p = containers.process(req.containerId, req.execId);
-      const exit = await p.wait();
-      return { exitStatus: exit.status, exitedAt: timestampFromDate(exit.exitedAt), pid: p.pid };
+      return polls.hold(async (release) => {
+        // An exit that came first wins over the release: it is never lost.
+        const exit = await unlessAborted(p.wait(), AbortSignal.any([ctx.signal, release])) ??
+          p.exited;
+        if (exit) {
+          return {
+            exitStatus: exit.status,
+            exitedAt: timestampFromDate(exit.exitedAt),
+            pid: p.pid,
+          };
+        }
+        // The call ended (its connection, its deadline): its own error, not a released answer.
+        if (ctx.signal.aborted) throw ctx.signal.reason;
+        return { released: true, pid: p.pid };
+      }, (r) => r.released === true);
     },
     ps: async (req) => ({ pids: await containers.ps(req.containerId) }),
     stats: async (req) => ({ stats: await containers.stats(req.containerId) }),
@@ -115,16 +134,30 @@ export function agentService(
       containers.process(req.containerId, req.execId).resize(req.width, req.height);
       return {};
     },
-    readStdout: (req, ctx) =>
-      containers.process(req.containerId, req.execId).stdout.read(req.maxBytes, ctx.signal),
-    readStderr: (req, ctx) =>
-      containers.process(req.containerId, req.execId).stderr.read(req.maxBytes, ctx.signal),
+    readStdout: (req, ctx) => {
+      const out = containers.process(req.containerId, req.execId).stdout;
+      return polls.hold(
+        (release) => out.read(req.maxBytes, AbortSignal.any([ctx.signal, release])),
+        emptyRead,
+      );
+    },
+    readStderr: (req, ctx) => {
+      const out = containers.process(req.containerId, req.execId).stderr;
+      return polls.hold(
+        (release) => out.read(req.maxBytes, AbortSignal.any([ctx.signal, release])),
+        emptyRead,
+      );
+    },
     writeStdin: async (req) => ({
       written: await containers.process(req.containerId, req.execId).writeStdin(req.data),
     }),
-    oomEvent: async (_req, ctx) => ({
-      containerId: await options.oomEvents.next(ctx.signal) ?? "",
-    }),
+    oomEvent: (_req, ctx) =>
+      polls.hold(async (release) => {
+        const id = await options.oomEvents.next(AbortSignal.any([ctx.signal, release]));
+        // An event is taken only when it is returned: a released call leaves it queued.
+        if (id !== undefined) return { containerId: id };
+        return { containerId: "", released: release.aborted };
+      }, (r) => r.released === true),
     delete: async (req) => {
       const { exit, pid } = await containers.delete(req.containerId);
       return {
@@ -133,6 +166,7 @@ export function agentService(
         pid,
       };
     },
+    release: async () => ({ released: await polls.release() }),
     shutdown: () => {
       // Answered first: the power-off ends the connection that would carry the answer.
       setTimeout(options.shutdown, 100);

@@ -22,7 +22,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file agent.proto.
  */
 export const file_agent: GenFile = /*@__PURE__*/
-  fileDesc("CgthZ2VudC5wcm90bxIOc2tpZmYuYWdlbnQudjEiDQoLUGluZ1JlcXVlc3QiRwoMUGluZ1Jlc3BvbnNlEg8KB3ZlcnNpb24YASABKAkSDgoGa2VybmVsGAIgASgJEhYKDnVwdGltZV9zZWNvbmRzGAMgASgBIkgKBVN0ZGlvEg0KBXN0ZGluGAEgASgIEg4KBnN0ZG91dBgCIAEoCBIOCgZzdGRlcnIYAyABKAgSEAoIdGVybWluYWwYBCABKAgiWwoNQ3JlYXRlUmVxdWVzdBIUCgxjb250YWluZXJfaWQYASABKAkSDgoGYnVuZGxlGAIgASgJEiQKBXN0ZGlvGAMgASgLMhUuc2tpZmYuYWdlbnQudjEuU3RkaW8iHQoOQ3JlYXRlUmVzcG9uc2USCwoDcGlkGAEgASgNIiQKDFN0YXJ0UmVxdWVzdBIUCgxjb250YWluZXJfaWQYASABKAkiawoLRXhlY1JlcXVlc3QSFAoMY29udGFpbmVyX2lkGAEgASgJEg8KB2V4ZWNfaWQYAiABKAkSDwoHcHJvY2VzcxgDIAEoDBIkCgVzdGRpbxgEIAEoCzIVLnNraWZmLmFnZW50LnYxLlN0ZGlvIhsKDEV4ZWNSZXNwb25zZRILCgNwaWQYASABKA0iUQoLS2lsbFJlcXVlc3QSFAoMY29udGFpbmVyX2lkGAEgASgJEg8KB2V4ZWNfaWQYAiABKAkSDgoGc2lnbmFsGAMgASgNEgsKA2FsbBgEIAEoCCI0CgtXYWl0UmVxdWVzdBIUCgxjb250YWluZXJfaWQYASABKAkSDwoHZXhlY19pZBgCIAEoCSJfCgxXYWl0UmVzcG9uc2USEwoLZXhpdF9zdGF0dXMYASABKA0SLQoJZXhpdGVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBILCgNwaWQYAyABKA0iIQoJUHNSZXF1ZXN0EhQKDGNvbnRhaW5lcl9pZBgBIAEoCSIaCgpQc1Jlc3BvbnNlEgwKBHBpZHMYASADKA0iJAoMU3RhdHNSZXF1ZXN0EhQKDGNvbnRhaW5lcl9pZBgBIAEoCSI0Cg1TdGF0c1Jlc3BvbnNlEiMKBXN0YXRzGAEgASgLMhQuZ29vZ2xlLnByb3RvYnVmLkFueSIkCgxQYXVzZVJlcXVlc3QSFAoMY29udGFpbmVyX2lkGAEgASgJIiUKDVJlc3VtZVJlcXVlc3QSFAoMY29udGFpbmVyX2lkGAEgASgJIjoKEUNsb3NlU3RkaW5SZXF1ZXN0EhQKDGNvbnRhaW5lcl9pZBgBIAEoCRIPCgdleGVjX2lkGAIgASgJIlUKDVJlc2l6ZVJlcXVlc3QSFAoMY29udGFpbmVyX2lkGAEgASgJEg8KB2V4ZWNfaWQYAiABKAkSDQoFd2lkdGgYAyABKA0SDgoGaGVpZ2h0GAQgASgNIk0KEVJlYWRTdHJlYW1SZXF1ZXN0EhQKDGNvbnRhaW5lcl9pZBgBIAEoCRIPCgdleGVjX2lkGAIgASgJEhEKCW1heF9ieXRlcxgDIAEoDSIvChJSZWFkU3RyZWFtUmVzcG9uc2USDAoEZGF0YRgBIAEoDBILCgNlb2YYAiABKAgiSQoSV3JpdGVTdHJlYW1SZXF1ZXN0EhQKDGNvbnRhaW5lcl9pZBgBIAEoCRIPCgdleGVjX2lkGAIgASgJEgwKBGRhdGEYAyABKAwiJgoTV3JpdGVTdHJlYW1SZXNwb25zZRIPCgd3cml0dGVuGAEgASgNIhEKD09vbUV2ZW50UmVxdWVzdCIoChBPb21FdmVudFJlc3BvbnNlEhQKDGNvbnRhaW5lcl9pZBgBIAEoCSIlCg1EZWxldGVSZXF1ZXN0EhQKDGNvbnRhaW5lcl9pZBgBIAEoCSJhCg5EZWxldGVSZXNwb25zZRITCgtleGl0X3N0YXR1cxgBIAEoDRItCglleGl0ZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgsKA3BpZBgDIAEoDSIRCg9TaHV0ZG93blJlcXVlc3QygAoKBUFnZW50EkEKBFBpbmcSGy5za2lmZi5hZ2VudC52MS5QaW5nUmVxdWVzdBocLnNraWZmLmFnZW50LnYxLlBpbmdSZXNwb25zZRJHCgZDcmVhdGUSHS5za2lmZi5hZ2VudC52MS5DcmVhdGVSZXF1ZXN0Gh4uc2tpZmYuYWdlbnQudjEuQ3JlYXRlUmVzcG9uc2USPQoFU3RhcnQSHC5za2lmZi5hZ2VudC52MS5TdGFydFJlcXVlc3QaFi5nb29nbGUucHJvdG9idWYuRW1wdHkSQQoERXhlYxIbLnNraWZmLmFnZW50LnYxLkV4ZWNSZXF1ZXN0Ghwuc2tpZmYuYWdlbnQudjEuRXhlY1Jlc3BvbnNlEjsKBEtpbGwSGy5za2lmZi5hZ2VudC52MS5LaWxsUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eRJBCgRXYWl0Ehsuc2tpZmYuYWdlbnQudjEuV2FpdFJlcXVlc3QaHC5za2lmZi5hZ2VudC52MS5XYWl0UmVzcG9uc2USOwoCUHMSGS5za2lmZi5hZ2VudC52MS5Qc1JlcXVlc3QaGi5za2lmZi5hZ2VudC52MS5Qc1Jlc3BvbnNlEkQKBVN0YXRzEhwuc2tpZmYuYWdlbnQudjEuU3RhdHNSZXF1ZXN0Gh0uc2tpZmYuYWdlbnQudjEuU3RhdHNSZXNwb25zZRI9CgVQYXVzZRIcLnNraWZmLmFnZW50LnYxLlBhdXNlUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eRI/CgZSZXN1bWUSHS5za2lmZi5hZ2VudC52MS5SZXN1bWVSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5EkcKCkNsb3NlU3RkaW4SIS5za2lmZi5hZ2VudC52MS5DbG9zZVN0ZGluUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eRI/CgZSZXNpemUSHS5za2lmZi5hZ2VudC52MS5SZXNpemVSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5ElMKClJlYWRTdGRvdXQSIS5za2lmZi5hZ2VudC52MS5SZWFkU3RyZWFtUmVxdWVzdBoiLnNraWZmLmFnZW50LnYxLlJlYWRTdHJlYW1SZXNwb25zZRJTCgpSZWFkU3RkZXJyEiEuc2tpZmYuYWdlbnQudjEuUmVhZFN0cmVhbVJlcXVlc3QaIi5za2lmZi5hZ2VudC52MS5SZWFkU3RyZWFtUmVzcG9uc2USVQoKV3JpdGVTdGRpbhIiLnNraWZmLmFnZW50LnYxLldyaXRlU3RyZWFtUmVxdWVzdBojLnNraWZmLmFnZW50LnYxLldyaXRlU3RyZWFtUmVzcG9uc2USTQoIT29tRXZlbnQSHy5za2lmZi5hZ2VudC52MS5Pb21FdmVudFJlcXVlc3QaIC5za2lmZi5hZ2VudC52MS5Pb21FdmVudFJlc3BvbnNlEkcKBkRlbGV0ZRIdLnNraWZmLmFnZW50LnYxLkRlbGV0ZVJlcXVlc3QaHi5za2lmZi5hZ2VudC52MS5EZWxldGVSZXNwb25zZRJDCghTaHV0ZG93bhIfLnNraWZmLmFnZW50LnYxLlNodXRkb3duUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eWIGcHJvdG8z", [file_google_protobuf_any, file_google_protobuf_empty, file_google_protobuf_timestamp]);
+  fileDesc("CgthZ2VudC5wcm90bxIOc2tpZmYuYWdlbnQudjEiDQoLUGluZ1JlcXVlc3QiRwoMUGluZ1Jlc3BvbnNlEg8KB3ZlcnNpb24YASABKAkSDgoGa2VybmVsGAIgASgJEhYKDnVwdGltZV9zZWNvbmRzGAMgASgBIkgKBVN0ZGlvEg0KBXN0ZGluGAEgASgIEg4KBnN0ZG91dBgCIAEoCBIOCgZzdGRlcnIYAyABKAgSEAoIdGVybWluYWwYBCABKAgiWwoNQ3JlYXRlUmVxdWVzdBIUCgxjb250YWluZXJfaWQYASABKAkSDgoGYnVuZGxlGAIgASgJEiQKBXN0ZGlvGAMgASgLMhUuc2tpZmYuYWdlbnQudjEuU3RkaW8iHQoOQ3JlYXRlUmVzcG9uc2USCwoDcGlkGAEgASgNIiQKDFN0YXJ0UmVxdWVzdBIUCgxjb250YWluZXJfaWQYASABKAkiawoLRXhlY1JlcXVlc3QSFAoMY29udGFpbmVyX2lkGAEgASgJEg8KB2V4ZWNfaWQYAiABKAkSDwoHcHJvY2VzcxgDIAEoDBIkCgVzdGRpbxgEIAEoCzIVLnNraWZmLmFnZW50LnYxLlN0ZGlvIhsKDEV4ZWNSZXNwb25zZRILCgNwaWQYASABKA0iUQoLS2lsbFJlcXVlc3QSFAoMY29udGFpbmVyX2lkGAEgASgJEg8KB2V4ZWNfaWQYAiABKAkSDgoGc2lnbmFsGAMgASgNEgsKA2FsbBgEIAEoCCI0CgtXYWl0UmVxdWVzdBIUCgxjb250YWluZXJfaWQYASABKAkSDwoHZXhlY19pZBgCIAEoCSJxCgxXYWl0UmVzcG9uc2USEwoLZXhpdF9zdGF0dXMYASABKA0SLQoJZXhpdGVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBILCgNwaWQYAyABKA0SEAoIcmVsZWFzZWQYBCABKAgiIQoJUHNSZXF1ZXN0EhQKDGNvbnRhaW5lcl9pZBgBIAEoCSIaCgpQc1Jlc3BvbnNlEgwKBHBpZHMYASADKA0iJAoMU3RhdHNSZXF1ZXN0EhQKDGNvbnRhaW5lcl9pZBgBIAEoCSI0Cg1TdGF0c1Jlc3BvbnNlEiMKBXN0YXRzGAEgASgLMhQuZ29vZ2xlLnByb3RvYnVmLkFueSIkCgxQYXVzZVJlcXVlc3QSFAoMY29udGFpbmVyX2lkGAEgASgJIiUKDVJlc3VtZVJlcXVlc3QSFAoMY29udGFpbmVyX2lkGAEgASgJIjoKEUNsb3NlU3RkaW5SZXF1ZXN0EhQKDGNvbnRhaW5lcl9pZBgBIAEoCRIPCgdleGVjX2lkGAIgASgJIlUKDVJlc2l6ZVJlcXVlc3QSFAoMY29udGFpbmVyX2lkGAEgASgJEg8KB2V4ZWNfaWQYAiABKAkSDQoFd2lkdGgYAyABKA0SDgoGaGVpZ2h0GAQgASgNIk0KEVJlYWRTdHJlYW1SZXF1ZXN0EhQKDGNvbnRhaW5lcl9pZBgBIAEoCRIPCgdleGVjX2lkGAIgASgJEhEKCW1heF9ieXRlcxgDIAEoDSIvChJSZWFkU3RyZWFtUmVzcG9uc2USDAoEZGF0YRgBIAEoDBILCgNlb2YYAiABKAgiSQoSV3JpdGVTdHJlYW1SZXF1ZXN0EhQKDGNvbnRhaW5lcl9pZBgBIAEoCRIPCgdleGVjX2lkGAIgASgJEgwKBGRhdGEYAyABKAwiJgoTV3JpdGVTdHJlYW1SZXNwb25zZRIPCgd3cml0dGVuGAEgASgNIhEKD09vbUV2ZW50UmVxdWVzdCI6ChBPb21FdmVudFJlc3BvbnNlEhQKDGNvbnRhaW5lcl9pZBgBIAEoCRIQCghyZWxlYXNlZBgCIAEoCCIlCg1EZWxldGVSZXF1ZXN0EhQKDGNvbnRhaW5lcl9pZBgBIAEoCSJhCg5EZWxldGVSZXNwb25zZRITCgtleGl0X3N0YXR1cxgBIAEoDRItCglleGl0ZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgsKA3BpZBgDIAEoDSIRCg9TaHV0ZG93blJlcXVlc3QiEAoOUmVsZWFzZVJlcXVlc3QiIwoPUmVsZWFzZVJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgNMswKCgVBZ2VudBJBCgRQaW5nEhsuc2tpZmYuYWdlbnQudjEuUGluZ1JlcXVlc3QaHC5za2lmZi5hZ2VudC52MS5QaW5nUmVzcG9uc2USRwoGQ3JlYXRlEh0uc2tpZmYuYWdlbnQudjEuQ3JlYXRlUmVxdWVzdBoeLnNraWZmLmFnZW50LnYxLkNyZWF0ZVJlc3BvbnNlEj0KBVN0YXJ0Ehwuc2tpZmYuYWdlbnQudjEuU3RhcnRSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5EkEKBEV4ZWMSGy5za2lmZi5hZ2VudC52MS5FeGVjUmVxdWVzdBocLnNraWZmLmFnZW50LnYxLkV4ZWNSZXNwb25zZRI7CgRLaWxsEhsuc2tpZmYuYWdlbnQudjEuS2lsbFJlcXVlc3QaFi5nb29nbGUucHJvdG9idWYuRW1wdHkSQQoEV2FpdBIbLnNraWZmLmFnZW50LnYxLldhaXRSZXF1ZXN0Ghwuc2tpZmYuYWdlbnQudjEuV2FpdFJlc3BvbnNlEjsKAlBzEhkuc2tpZmYuYWdlbnQudjEuUHNSZXF1ZXN0Ghouc2tpZmYuYWdlbnQudjEuUHNSZXNwb25zZRJECgVTdGF0cxIcLnNraWZmLmFnZW50LnYxLlN0YXRzUmVxdWVzdBodLnNraWZmLmFnZW50LnYxLlN0YXRzUmVzcG9uc2USPQoFUGF1c2USHC5za2lmZi5hZ2VudC52MS5QYXVzZVJlcXVlc3QaFi5nb29nbGUucHJvdG9idWYuRW1wdHkSPwoGUmVzdW1lEh0uc2tpZmYuYWdlbnQudjEuUmVzdW1lUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eRJHCgpDbG9zZVN0ZGluEiEuc2tpZmYuYWdlbnQudjEuQ2xvc2VTdGRpblJlcXVlc3QaFi5nb29nbGUucHJvdG9idWYuRW1wdHkSPwoGUmVzaXplEh0uc2tpZmYuYWdlbnQudjEuUmVzaXplUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eRJTCgpSZWFkU3Rkb3V0EiEuc2tpZmYuYWdlbnQudjEuUmVhZFN0cmVhbVJlcXVlc3QaIi5za2lmZi5hZ2VudC52MS5SZWFkU3RyZWFtUmVzcG9uc2USUwoKUmVhZFN0ZGVychIhLnNraWZmLmFnZW50LnYxLlJlYWRTdHJlYW1SZXF1ZXN0GiIuc2tpZmYuYWdlbnQudjEuUmVhZFN0cmVhbVJlc3BvbnNlElUKCldyaXRlU3RkaW4SIi5za2lmZi5hZ2VudC52MS5Xcml0ZVN0cmVhbVJlcXVlc3QaIy5za2lmZi5hZ2VudC52MS5Xcml0ZVN0cmVhbVJlc3BvbnNlEk0KCE9vbUV2ZW50Eh8uc2tpZmYuYWdlbnQudjEuT29tRXZlbnRSZXF1ZXN0GiAuc2tpZmYuYWdlbnQudjEuT29tRXZlbnRSZXNwb25zZRJHCgZEZWxldGUSHS5za2lmZi5hZ2VudC52MS5EZWxldGVSZXF1ZXN0Gh4uc2tpZmYuYWdlbnQudjEuRGVsZXRlUmVzcG9uc2USQwoIU2h1dGRvd24SHy5za2lmZi5hZ2VudC52MS5TaHV0ZG93blJlcXVlc3QaFi5nb29nbGUucHJvdG9idWYuRW1wdHkSSgoHUmVsZWFzZRIeLnNraWZmLmFnZW50LnYxLlJlbGVhc2VSZXF1ZXN0Gh8uc2tpZmYuYWdlbnQudjEuUmVsZWFzZVJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_any, file_google_protobuf_empty, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message skiff.agent.v1.PingRequest
@@ -298,6 +298,14 @@ export type WaitResponse = Message<"skiff.agent.v1.WaitResponse"> & {
    * @generated from field: uint32 pid = 3;
    */
   pid: number;
+
+  /**
+   * Answered by Release before the process exited: exit_status and exited_at are unset; wait
+   * again for the exit.
+   *
+   * @generated from field: bool released = 4;
+   */
+  released: boolean;
 };
 
 /**
@@ -581,9 +589,18 @@ export const OomEventRequestSchema: GenMessage<OomEventRequest> = /*@__PURE__*/
  */
 export type OomEventResponse = Message<"skiff.agent.v1.OomEventResponse"> & {
   /**
+   * Empty when the call was released (or its connection ended).
+   *
    * @generated from field: string container_id = 1;
    */
   containerId: string;
+
+  /**
+   * Answered by Release before an OOM event came: container_id is empty.
+   *
+   * @generated from field: bool released = 2;
+   */
+  released: boolean;
 };
 
 /**
@@ -651,6 +668,38 @@ export const ShutdownRequestSchema: GenMessage<ShutdownRequest> = /*@__PURE__*/
   messageDesc(file_agent, 27);
 
 /**
+ * @generated from message skiff.agent.v1.ReleaseRequest
+ */
+export type ReleaseRequest = Message<"skiff.agent.v1.ReleaseRequest"> & {
+};
+
+/**
+ * Describes the message skiff.agent.v1.ReleaseRequest.
+ * Use `create(ReleaseRequestSchema)` to create a new message.
+ */
+export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/
+  messageDesc(file_agent, 28);
+
+/**
+ * @generated from message skiff.agent.v1.ReleaseResponse
+ */
+export type ReleaseResponse = Message<"skiff.agent.v1.ReleaseResponse"> & {
+  /**
+   * How many long polls this Release answered with the released shape.
+   *
+   * @generated from field: uint32 released = 1;
+   */
+  released: number;
+};
+
+/**
+ * Describes the message skiff.agent.v1.ReleaseResponse.
+ * Use `create(ReleaseResponseSchema)` to create a new message.
+ */
+export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
+  messageDesc(file_agent, 29);
+
+/**
  * @generated from service skiff.agent.v1.Agent
  */
 export const Agent: GenService<{
@@ -705,7 +754,8 @@ export const Agent: GenService<{
     output: typeof EmptySchema;
   },
   /**
-   * Blocks until the process has exited; answers at once for one that already has.
+   * Blocks until the process has exited; answers at once for one that already has. A Release
+   * answers it sooner (`released`); the call's deadline ends it with DeadlineExceeded.
    *
    * @generated from rpc skiff.agent.v1.Agent.Wait
    */
@@ -773,7 +823,8 @@ export const Agent: GenService<{
     output: typeof EmptySchema;
   },
   /**
-   * Long polls: the next bytes the process wrote, or `eof` once its output has ended.
+   * Long polls: the next bytes the process wrote, or `eof` once its output has ended (or, after a
+   * Release, no data and no `eof`).
    *
    * @generated from rpc skiff.agent.v1.Agent.ReadStdout
    */
@@ -801,7 +852,7 @@ export const Agent: GenService<{
     output: typeof WriteStreamResponseSchema;
   },
   /**
-   * Long poll: the next container whose cgroup saw an OOM kill.
+   * Long poll: the next container whose cgroup saw an OOM kill (or `released`).
    *
    * @generated from rpc skiff.agent.v1.Agent.OomEvent
    */
@@ -829,6 +880,23 @@ export const Agent: GenService<{
     methodKind: "unary";
     input: typeof ShutdownRequestSchema;
     output: typeof EmptySchema;
+  },
+  /**
+   * Answers at once every long poll the agent holds (ReadStdout, ReadStderr, Wait, OomEvent), on
+   * any connection, so that the host's connection can become idle: a live upgrade re-executes
+   * the host's shim, which must have no call pending then. A read answers with no data and `eof`
+   * false, taking nothing from the process's output (the next read returns it); a Wait answers
+   * with `released` and no exit status; an OomEvent answers with `released` and no container (an
+   * OOM event is kept for the next OomEvent). A poll whose answer came first (bytes, the exit, an
+   * event) answers with it instead and is not counted. Release answers once they have. Long
+   * polls that arrive afterwards wait as before.
+   *
+   * @generated from rpc skiff.agent.v1.Agent.Release
+   */
+  release: {
+    methodKind: "unary";
+    input: typeof ReleaseRequestSchema;
+    output: typeof ReleaseResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_agent, 0);

@@ -21,6 +21,7 @@ Deno.test("skiff.agent.v1.Agent: the service the guest serves, with every RPC th
     "Ps",
     "ReadStderr",
     "ReadStdout",
+    "Release",
     "Resize",
     "Resume",
     "Shutdown",
