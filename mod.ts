@@ -35,7 +35,8 @@
  */
 
 // The shim and its entry point.
-export { type RuntimeContext, Shim } from "./sdk/shim/shim.ts";
+export { type RuntimeContext, Shim, type UpgradeContext } from "./sdk/shim/shim.ts";
+export type { AdoptedChild } from "./sdk/linux/adopted_child.ts";
 export type { SandboxContext, SandboxRuntime } from "./sdk/shim/sandbox.ts";
 // The options hook.
 export {
@@ -46,7 +47,12 @@ export {
   type RuntimeOptions,
 } from "./sdk/shim/options.ts";
 // The runtime seam (its option types: @skiff/shim/seam).
-export type { ContainerRuntime, RuntimeProcessCarry, RuntimeStdio } from "./sdk/shim/runtime.ts";
+export type {
+  ContainerRuntime,
+  RuntimeCarry,
+  RuntimeProcessCarry,
+  RuntimeStdio,
+} from "./sdk/shim/runtime.ts";
 export { Logger } from "./sdk/shim/logger.ts";
 export { SKIFF_VERSION } from "./sdk/shim/version.ts";
 // OCI runtimes (the rest: @skiff/shim/oci).

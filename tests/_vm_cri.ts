@@ -26,6 +26,7 @@ import {
   killVmsAfter,
   until,
   VM_CALL_MS,
+  VM_LAUNCHER,
   VM_RUNTIME,
   vmEnv,
   vmFinish,
@@ -127,7 +128,7 @@ async function withVmPod(
   cv: ContainerdVersion,
   sandboxer: Sandboxer,
   options: VmOptions | undefined,
-  body: (pod: Pod) => Promise<void>,
+  body: (pod: Pod, launcher: string) => Promise<void>,
 ): Promise<void> {
   const prefix = await Deno.makeTempDir({ prefix: "skiff-vm-cri-" });
   const launcherDir = await installVmShim(prefix);
@@ -149,7 +150,7 @@ async function withVmPod(
       cri: { defaultHandler: "skiff-vm" },
     });
     pod = await runPod(c, sandboxer, options);
-    await body(pod);
+    await body(pod, `${launcherDir}/${VM_LAUNCHER}`);
   } catch (e) {
     if (c) console.error(`containerd log tail:\n${(await c.logs()).slice(-8000)}`);
     throw e;
@@ -320,6 +321,90 @@ export function criVmDies(cv: ContainerdVersion): Promise<void> {
     const s = await pod.exited(svc);
     assert.equal(s.exitCode, 255, describeStatus(s));
     await until("the dead VM's state to be gone", async () => (await vmLeftovers()).length === 0);
+    await pod.remove();
+  });
+}
+
+/**
+ * A pod upgraded live through CRI (`<launcher> upgrade --all`, twice): the shim's pid, the VM
+ * and the pod's containers carry on; ExecSync, the container's CRI log, a new container in the
+ * pod work after; then the pod's VM dies, and the new code reports it as the old one would
+ * (on `shim`, the Sandbox API's end of the sandbox: the pod is not ready), its containers exit
+ * 255, nothing of the VM is left.
+ */
+export function criVmUpgrade(cv: ContainerdVersion, sandboxer: Sandboxer): Promise<void> {
+  return withVmPod(cv, sandboxer, undefined, async (pod, launcher) => {
+    const { rt, config } = pod;
+    const svc = await pod.start(
+      "svc",
+      "i=0; while :; do echo line-$i; i=$((i+1)); usleep 50000; done",
+    );
+    const logPath = `${config.logDirectory}/svc/0.log`;
+    await until("the counter in the CRI log", async () => (await criLog(logPath)).length > 0);
+    const [qemu] = vmQemus();
+    const shims = pod.c.shims().map((s) => s.pid);
+    for (let i = 1; i <= 2; i++) {
+      const r = await new Deno.Command(launcher, {
+        args: [
+          "upgrade",
+          "--all",
+          "--force",
+          "--state-dir",
+          `${pod.c.state}/io.containerd.runtime.v2.task`,
+        ],
+        stdin: "null",
+      }).output();
+      const out = dec.decode(r.stdout) + dec.decode(r.stderr);
+      assert.equal(r.code, 0, `upgrade ${i}: ${out}`);
+      assert.match(out, /: upgraded/, `upgrade ${i}: ${out}`);
+      assert.deepEqual(pod.c.shims().map((s) => s.pid), shims, "the same shim processes");
+      assert.deepEqual(vmQemus(), [qemu], "the same VM");
+      const ex = await call(
+        "ExecSync",
+        (o) =>
+          rt.execSync({
+            containerId: svc,
+            cmd: ["sh", "-c", `echo after-${i}; exit ${i}`],
+            timeout: 120n,
+          }, o),
+      );
+      assert.equal(ex.exitCode, i, "ExecSync's exit code after the upgrade");
+      assert.equal(dec.decode(ex.stdout), `after-${i}\n`);
+    }
+    const lost = (await pod.c.logs()).split("\n").filter((l) =>
+      /shim disconnected|cleaning up after shim|dead shim/i.test(l)
+    );
+    assert.deepEqual(lost, [], "containerd never lost the shim");
+    // The counter's lines in CRI's log: none lost, none twice, across the upgrades.
+    const count = (await criLog(logPath)).length;
+    await until("the counter to go on", async () => (await criLog(logPath)).length > count + 5);
+    const lines = (await criLog(logPath)).map(([stream, text]) => `${stream} ${text}`);
+    lines.forEach((l, n) => assert.equal(l, `stdout line-${n}`, `line ${n} of the CRI log`));
+    // A new container in the upgraded pod, in the same VM.
+    const seven = await pod.start("seven", "echo bye; exit 7");
+    const s7 = await pod.exited(seven);
+    assert.equal(s7.exitCode, 7, describeStatus(s7));
+    assert.deepEqual(vmQemus(), [qemu], "the pod's containers share its VM");
+    // The VM dies: the new code sees its end as the old one did.
+    Deno.kill(qemu!, "SIGKILL");
+    if (sandboxer === "shim") {
+      await until(
+        "CRI to see the pod not ready",
+        async () =>
+          (await call(
+            "PodSandboxStatus",
+            (o) => pod.rt.podSandboxStatus({ podSandboxId: pod.id }, o),
+          ))
+            .status?.state === PodSandboxState.SANDBOX_NOTREADY,
+        VM_CALL_MS,
+      );
+    }
+    const s = await pod.exited(svc);
+    assert.equal(s.exitCode, 255, describeStatus(s));
+    await until("the dead VM's state to be gone", async () => (await vmLeftovers()).length === 0);
+    for (const id of [svc, seven]) {
+      await call(`RemoveContainer(${id})`, (o) => rt.removeContainer({ containerId: id }, o));
+    }
     await pod.remove();
   });
 }

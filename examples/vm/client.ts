@@ -5,7 +5,13 @@
  * @module
  */
 
-import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
+import {
+  type Client,
+  Code,
+  ConnectError,
+  createClient,
+  type Interceptor,
+} from "@connectrpc/connect";
 import { createTtrpcTransport, type TtrpcTransport } from "@skiff/shim/ttrpc";
 import { Agent, type PingResponse } from "./proto/agent_pb.ts";
 
@@ -21,10 +27,15 @@ export interface AgentConnection {
  * Connects to the agent at `socket`, without waiting for it.
  *
  * @param socket the host's end of the port (a unix socket path)
+ * @param interceptors client interceptors (the live upgrade's call count)
  * @returns the client and its close
  */
-export function connectAgent(socket: string): AgentConnection {
-  const transport: TtrpcTransport = createTtrpcTransport({ path: socket, dialTimeoutMs: 5_000 });
+export function connectAgent(socket: string, interceptors: Interceptor[] = []): AgentConnection {
+  const transport: TtrpcTransport = createTtrpcTransport({
+    path: socket,
+    dialTimeoutMs: 5_000,
+    interceptors,
+  });
   return { agent: createClient(Agent, transport), close: () => transport.close() };
 }
 
@@ -39,17 +50,19 @@ export function connectAgent(socket: string): AgentConnection {
  * @param timeoutMs give up after this long (Code.DeadlineExceeded; Unavailable when the
  *   connection was lost first)
  * @param signal stops waiting (e.g. the VM died)
+ * @param interceptors client interceptors
  * @returns the connection and the agent's Ping answer
  */
 export async function waitForAgent(
   socket: string,
   timeoutMs: number,
   signal?: AbortSignal,
+  interceptors: Interceptor[] = [],
 ): Promise<{ connection: AgentConnection; ping: PingResponse }> {
   const deadline = performance.now() + timeoutMs;
   for (;;) {
     signal?.throwIfAborted();
-    const connection = connectAgent(socket);
+    const connection = connectAgent(socket, interceptors);
     try {
       const ping = await connection.agent.ping({}, {
         timeoutMs: Math.max(1, deadline - performance.now()),

@@ -18,11 +18,13 @@
 import {
   type ContainerRuntime,
   runShim,
+  type RuntimeCarry,
   type RuntimeContext,
   type SandboxContext,
   type SandboxRuntime,
   Shim,
   SKIFF_VERSION,
+  type UpgradeContext,
 } from "@skiff/shim";
 import { currentVmImage } from "./image.ts";
 import { Pod } from "./pod.ts";
@@ -61,18 +63,41 @@ export class VmShim extends Shim<VmShimOptions> {
   /** The `shim` sandboxer's pod: its sandbox is the VM, from StartSandbox to StopSandbox. */
   override sandbox(ctx: SandboxContext<VmShimOptions>): SandboxRuntime<VmShimOptions> {
     const pod = this.#podOf(ctx);
-    return { start: () => pod.hold(ctx.id), stop: () => pod.release() };
+    return {
+      start: () => pod.hold(ctx.id),
+      stop: () => pod.release(),
+      resumeEnd: () => pod.heldEnd(),
+    };
+  }
+
+  // Live upgrade: the pod's VM (QEMU, its console, the agent) carries on in the next code.
+  override prepareUpgrade(): Promise<void> {
+    return this.#pod?.quiesce() ?? Promise.resolve();
+  }
+
+  override upgradeCancelled(): void {
+    this.#pod?.proceed();
+  }
+
+  override carryUpgrade(): RuntimeCarry | undefined {
+    return this.#pod?.carry();
+  }
+
+  override adoptUpgrade(carried: RuntimeCarry, ctx: UpgradeContext): void {
+    this.#pod = Pod.adopt(carried, { ...this.#place(), logger: ctx.logger }, ctx.adoptChild);
   }
 
   #podOf(ctx: RuntimeContext<VmShimOptions> | SandboxContext<VmShimOptions>): Pod {
     const { logger, options } = ctx;
-    this.#pod ??= new Pod({
-      ...options,
-      stateParent: Deno.env.get("SKIFF_VM_STATE_DIR") || "/run/skiff-vm",
-      logger,
-      image: currentVmImage,
-    });
+    this.#pod ??= new Pod({ ...options, ...this.#place(), logger });
     return this.#pod;
+  }
+
+  #place(): { stateParent: string; image: typeof currentVmImage } {
+    return {
+      stateParent: Deno.env.get("SKIFF_VM_STATE_DIR") || "/run/skiff-vm",
+      image: currentVmImage,
+    };
   }
 }
 

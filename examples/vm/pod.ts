@@ -12,6 +12,7 @@
 
 import { Code, ConnectError } from "@connectrpc/connect";
 import { unmountAll } from "@skiff/shim/linux";
+import type { AdoptedChild, RuntimeCarry } from "@skiff/shim";
 import type { Logger, SandboxStarted } from "@skiff/shim/seam";
 import { buildVmImage, type VmImage } from "./image.ts";
 import { guestSpec } from "./spec.ts";
@@ -31,6 +32,15 @@ export interface PodOptions {
   image?: () => Promise<VmImage>;
 }
 
+/** What the next code needs of a pod after a live upgrade (its `data`). */
+interface PodCarryData {
+  memoryMiB: number;
+  cpus: number;
+  members: string[];
+  holder?: { id: string; vmPid: number; released: boolean };
+  vm?: unknown;
+}
+
 /** The pod's VM and the containers in it. */
 export class Pod {
   #options: PodOptions;
@@ -40,10 +50,92 @@ export class Pod {
   /** The sandbox that holds the VM (the `shim` sandboxer), and its VM's pid. */
   #holder: { id: string; vmPid: number; released: boolean } | undefined;
   #releasing: Promise<void> | undefined;
+  /** The VM once booted (for what must not wait: settled, a live upgrade). */
+  #booted: Vm | undefined;
 
   /** @param options size, state and logger */
   constructor(options: PodOptions) {
     this.#options = options;
+  }
+
+  /**
+   * Continues, after a live upgrade, the pod the previous code ran ({@linkcode Pod.carry}): its
+   * VM, containers and sandbox.
+   *
+   * @param carried what {@linkcode Pod.carry} returned
+   * @param options state and logger (the size comes from the carried state)
+   * @param adoptChild the shim's `UpgradeContext.adoptChild`, for QEMU
+   * @returns the pod
+   */
+  static adopt(
+    carried: RuntimeCarry,
+    options: Omit<PodOptions, "memoryMiB" | "cpus">,
+    adoptChild: (pid: number, startTime: number) => AdoptedChild,
+  ): Pod {
+    const d = carried.data as PodCarryData | undefined;
+    if (!d || !Array.isArray(d.members)) {
+      throw new Error(`carried pod state is incomplete: ${JSON.stringify(carried)}`);
+    }
+    const pod = new Pod({ ...options, memoryMiB: d.memoryMiB, cpus: d.cpus });
+    for (const id of d.members) pod.#members.add(id);
+    if (d.holder) pod.#holder = d.holder;
+    if (d.vm) {
+      const vm = Vm.adopt({ descriptors: carried.descriptors ?? {}, data: d.vm }, adoptChild);
+      pod.#booted = vm;
+      pod.#vm = Promise.resolve(vm);
+      void pod.#pollOom(vm);
+    }
+    options.logger.info("pod adopted", { qemu: pod.#booted?.pid, members: d.members.length });
+    return pod;
+  }
+
+  /** The booted VM, when there is one (no wait); it may have died since. */
+  get vm(): Vm | undefined {
+    return this.#booted;
+  }
+
+  /** True when no agent call is in flight (always, without a running VM). */
+  get settled(): boolean {
+    return !this.#booted?.running || this.#booted.gate.inflight === 0;
+  }
+
+  /** Live upgrade, old code: no agent call left in flight (the long polls paused). */
+  async quiesce(): Promise<void> {
+    this.#refuseUnsettledVm();
+    await this.#booted?.quiesce();
+  }
+
+  /** Live upgrade, old code: the upgrade did not happen; the long polls go on. */
+  proceed(): void {
+    this.#booted?.gate.resume();
+  }
+
+  /** A VM booting, stopping or dead (its containers are being ended) does not cross an upgrade. */
+  #refuseUnsettledVm(): void {
+    if (this.#vm && !this.#booted) throw new Error("the pod's VM is still booting");
+    if (this.#releasing) throw new Error("the pod's VM is stopping");
+    if (this.#booted && !this.#booted.running) {
+      throw new Error(`the pod's VM (QEMU ${this.#booted.pid}) has exited`);
+    }
+  }
+
+  /**
+   * What the next code needs to continue this pod ({@linkcode Pod.adopt}), after
+   * {@linkcode Pod.quiesce}.
+   *
+   * @throws {Error} when the VM is booting or stopping, saying so
+   */
+  carry(): RuntimeCarry {
+    this.#refuseUnsettledVm();
+    const vm = this.#booted?.carry();
+    const data: PodCarryData = {
+      memoryMiB: this.#options.memoryMiB,
+      cpus: this.#options.cpus,
+      members: [...this.#members],
+      ...(this.#holder ? { holder: this.#holder } : {}),
+      ...(vm ? { vm: vm.data } : {}),
+    };
+    return { ...(vm?.descriptors ? { descriptors: vm.descriptors } : {}), data };
   }
 
   /** The shim's logger. */
@@ -87,6 +179,7 @@ export class Pod {
     if (vm) await Deno.remove(`${vm.shared}/${id}`, { recursive: true }).catch(() => {});
     if (!this.#members.delete(id) || this.#members.size > 0 || !vm) return;
     this.#vm = undefined;
+    this.#booted = undefined;
     await vm.stop();
     this.#options.logger.info("vm stopped", { qemu: vm.pid });
   }
@@ -100,11 +193,19 @@ export class Pod {
   async hold(id: string): Promise<Required<SandboxStarted>> {
     const vm = await this.enter(id);
     this.#holder = { id, vmPid: vm.pid, released: this.#releasing !== undefined };
-    const exited = vm.exited.then(async (s) => {
-      await this.release(); // a VM that died leaves nothing either
-      return s.code;
-    });
-    return { pid: vm.pid, exited };
+    return { pid: vm.pid, exited: this.heldEnd() };
+  }
+
+  /**
+   * The end of the sandbox's VM: its exit code, once nothing of it is left (at
+   * {@linkcode Pod.hold}, and again after a live upgrade).
+   */
+  async heldEnd(): Promise<number> {
+    const vm = await this.#vm;
+    if (!vm) return 0;
+    const s = await vm.exited;
+    await this.release(); // a VM that died leaves nothing either
+    return s.code;
   }
 
   /**
@@ -120,6 +221,7 @@ export class Pod {
   async #release(): Promise<void> {
     const vm = await this.#vm?.catch(() => undefined);
     this.#vm = undefined;
+    this.#booted = undefined;
     this.#members.clear();
     if (!vm) return;
     await vm.stop();
@@ -174,6 +276,7 @@ export class Pod {
       stateParent: o.stateParent,
     });
     o.logger.info("vm ready", { qemu: vm.pid, readyMs: Math.round(vm.readyMs) });
+    this.#booted = vm;
     void this.#pollOom(vm);
     return vm;
   }
@@ -184,6 +287,7 @@ export class Pod {
     void vm.exited.then(() => gone = true);
     while (!gone) {
       try {
+        await vm.gate.open();
         const { containerId } = await vm.agent.oomEvent({});
         if (containerId) this.#oomWatches.get(containerId)?.();
       } catch {

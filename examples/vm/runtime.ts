@@ -15,7 +15,8 @@ import type {
   RuntimeCreateOptions,
   RuntimeExecOptions,
   RuntimeProcess,
-  RuntimeStdio,
+  RuntimeProcessCarry,
+  RuntimeStreams,
 } from "@skiff/shim/seam";
 import type { Pod } from "./pod.ts";
 import { guestProcess } from "./spec.ts";
@@ -29,6 +30,8 @@ const FORCE_EXIT_MS = 10_000;
 export class AgentRuntime implements ContainerRuntime {
   #pod: Pod;
   #vm: Vm | undefined;
+  /** The processes (exec ids, "" for the init) with a terminal. */
+  #terminals = new Set<string>();
 
   /** @param pod the shim's pod (its VM boots at the first container's create) */
   constructor(pod: Pod) {
@@ -61,8 +64,8 @@ export class AgentRuntime implements ContainerRuntime {
         bundle,
         stdio: wanted(s, opts.io.terminal),
       });
-      pumpStdio(vm.agent, id, "", s, this.#pumpEnded(id, ""));
-      return this.#process(id, "", pid, opts.io);
+      pumpStdio(vm.agent, id, "", s, this.#pumpEnded(id, ""), vm.gate);
+      return this.#process(id, "", pid, opts.io.terminal);
     } catch (e) {
       await this.#pod.leave(id);
       throw e;
@@ -108,8 +111,8 @@ export class AgentRuntime implements ContainerRuntime {
       process: new TextEncoder().encode(JSON.stringify(spec)),
       stdio: wanted(s, opts.io.terminal),
     });
-    pumpStdio(this.#agent, id, execId, s, this.#pumpEnded(id, execId));
-    return this.#process(id, execId, pid, opts.io);
+    pumpStdio(this.#agent, id, execId, s, this.#pumpEnded(id, execId), this.#vm!.gate);
+    return this.#process(id, execId, pid, opts.io.terminal);
   }
 
   async ps(id: string): Promise<number[]> {
@@ -149,17 +152,60 @@ export class AgentRuntime implements ContainerRuntime {
     return Promise.resolve(this.#pod.watchOom(id, onOom));
   }
 
+  /** No agent call in flight (a live upgrade waits for that, after `Shim.prepareUpgrade`). */
+  get settled(): boolean {
+    return this.#pod.settled;
+  }
+
+  /**
+   * After a live upgrade: a guest process the previous code ran, its exit and stdio through the
+   * agent again (the pod's VM was adopted first, by the shim's `adoptUpgrade`).
+   */
+  resumeProcess(
+    id: string,
+    process: { execId: string; pid: number; streams?: () => RuntimeStreams },
+    carried?: RuntimeProcessCarry,
+  ): RuntimeProcess {
+    const vm = this.#vm = this.#pod.vm;
+    if (!vm) {
+      throw new ConnectError(
+        `container ${id}: its pod has no VM to resume`,
+        Code.FailedPrecondition,
+      );
+    }
+    const s = process.streams?.();
+    if (s) pumpStdio(vm.agent, id, process.execId, s, this.#pumpEnded(id, process.execId), vm.gate);
+    const terminal = (carried?.data as { terminal?: boolean } | undefined)?.terminal === true;
+    return this.#process(id, process.execId, process.pid, terminal);
+  }
+
+  /** Before a live upgrade: whether the process has a terminal (the agent owns it). */
+  carryProcess(_id: string, process: { execId: string }): RuntimeProcessCarry {
+    return { data: { terminal: this.#terminals.has(process.execId) } };
+  }
+
   /** A guest process as the seam reports it: exit, signals and terminal through the agent. */
-  #process(id: string, execId: string, pid: number, io: RuntimeStdio): RuntimeProcess {
-    const agent = this.#agent;
+  #process(id: string, execId: string, pid: number, terminal: boolean): RuntimeProcess {
+    const vm = this.#vm!;
+    const agent = vm.agent;
     const req = { containerId: id, execId };
+    if (terminal) this.#terminals.add(execId);
     return {
       pid,
-      exited: agent.wait(req).then((w) => w.exitStatus),
+      exited: waitExit(vm, req),
       kill: async (signal) => void await agent.kill({ ...req, signal }),
-      ...(io.terminal
+      ...(terminal
         ? { resize: async (width, height) => void await agent.resize({ ...req, width, height }) }
         : {}),
     };
+  }
+}
+
+/** The agent's Wait, asked again while a live upgrade paused it (Release answers it early). */
+async function waitExit(vm: Vm, req: { containerId: string; execId: string }): Promise<number> {
+  for (;;) {
+    await vm.gate.open();
+    const w = await vm.agent.wait(req);
+    if (!w.released) return w.exitStatus;
   }
 }

@@ -10,6 +10,7 @@
 import type { Client } from "@connectrpc/connect";
 import type { Agent } from "./proto/agent_pb.ts";
 import type { RuntimeStreams } from "@skiff/shim/seam";
+import type { AgentGate } from "./gate.ts";
 
 /** Which streams the agent should give the process, from the streams containerd asked for. */
 export function wanted(
@@ -27,6 +28,7 @@ export function wanted(
  * @param execId the exec ("" for the init)
  * @param s containerd's ends
  * @param onEnd told why a stream's copy ended early (an error), for the shim's log
+ * @param gate pauses the output's long polls for a live upgrade
  */
 export function pumpStdio(
   agent: Client<typeof Agent>,
@@ -34,11 +36,13 @@ export function pumpStdio(
   execId: string,
   s: RuntimeStreams,
   onEnd: (stream: string, e: unknown) => void = () => {},
+  gate?: Pick<AgentGate, "open">,
 ): void {
   const req = { containerId, execId };
   const end = (stream: string) => (e: unknown) => onEnd(stream, e);
-  if (s.stdout) void pumpOut((r) => agent.readStdout(r), req, s.stdout, end("stdout"));
-  if (s.stderr) void pumpOut((r) => agent.readStderr(r), req, s.stderr, end("stderr"));
+  const open = () => gate?.open() ?? Promise.resolve();
+  if (s.stdout) void pumpOut((r) => agent.readStdout(r), req, s.stdout, end("stdout"), open);
+  if (s.stderr) void pumpOut((r) => agent.readStderr(r), req, s.stderr, end("stderr"), open);
   if (s.stdin) void pumpIn(agent, req, s.stdin, end("stdin"));
 }
 
@@ -47,10 +51,13 @@ async function pumpOut(
   req: { containerId: string; execId: string },
   into: WritableStream<Uint8Array>,
   onError: (e: unknown) => void,
+  open: () => Promise<void>,
 ): Promise<void> {
   const w = into.getWriter();
   try {
     for (;;) {
+      // Paused for a live upgrade: the agent answers a pending read empty (Release).
+      await open();
       const r = await read(req);
       if (r.eof) break;
       if (r.data.length > 0) await w.write(r.data);

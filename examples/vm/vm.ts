@@ -12,9 +12,18 @@
  */
 
 import type { Client } from "@connectrpc/connect";
-import type { Agent, PingResponse } from "./proto/agent_pb.ts";
-import { unmountAll } from "@skiff/shim/linux";
-import { type AgentConnection, waitForAgent } from "./client.ts";
+import { create } from "@bufbuild/protobuf";
+import { type Agent, type PingResponse, PingResponseSchema } from "./proto/agent_pb.ts";
+import {
+  type ChildPipes,
+  FdStream,
+  processStartTime,
+  takeChildPipes,
+  unmountAll,
+} from "@skiff/shim/linux";
+import type { AdoptedChild, RuntimeCarry } from "@skiff/shim";
+import { type AgentConnection, connectAgent, waitForAgent } from "./client.ts";
+import { AgentGate } from "./gate.ts";
 import { AGENT_PORT, GUEST_SHARED, type VmImage } from "./image.ts";
 
 /** Options of {@linkcode Vm.start}. */
@@ -46,6 +55,18 @@ export interface VmOptions {
 /** The console's tail kept for diagnosis. */
 const CONSOLE_KEEP = 64 * 1024;
 
+/** QEMU: the process this code spawned, or one a live upgrade handed over. */
+type Hypervisor = Pick<Deno.ChildProcess, "pid" | "status" | "kill">;
+
+/** What the next code needs of a VM after a live upgrade (its `data`). */
+interface VmCarryData {
+  pid: number;
+  startTime: number;
+  stateDir: string;
+  readyMs: number;
+  ping: { version: string; kernel: string; uptimeSeconds: number };
+}
+
 /** A running VM and its agent. */
 export class Vm {
   /** The agent's client. */
@@ -60,7 +81,11 @@ export class Vm {
   readonly guestShared: string = GUEST_SHARED;
   /** Milliseconds from QEMU's start to the agent's first answer. */
   readonly readyMs: number;
-  #qemu: Deno.ChildProcess;
+  /** Counts the agent calls in flight; pauses long polls for a live upgrade. */
+  readonly gate: AgentGate;
+  #qemu: Hypervisor;
+  #startTime: number | undefined;
+  #pipes: ChildPipes | undefined;
   #connection: AgentConnection;
   #stateDir: string;
   #console: ConsoleTail;
@@ -68,14 +93,20 @@ export class Vm {
   #gone = false;
 
   private constructor(init: {
-    qemu: Deno.ChildProcess;
+    qemu: Hypervisor;
+    startTime: number | undefined;
+    pipes: ChildPipes | undefined;
     connection: AgentConnection;
+    gate: AgentGate;
     ping: PingResponse;
     stateDir: string;
     console: ConsoleTail;
     readyMs: number;
   }) {
     this.#qemu = init.qemu;
+    this.#startTime = init.startTime;
+    this.#pipes = init.pipes;
+    this.gate = init.gate;
     this.#connection = init.connection;
     this.agent = init.connection.agent;
     this.ping = init.ping;
@@ -104,6 +135,8 @@ export class Vm {
     await Deno.mkdir(`${stateDir}/shared`);
     const started = performance.now();
     let qemu: Deno.ChildProcess | undefined;
+    let pipes: ChildPipes | undefined;
+    const gate = new AgentGate();
     const console = new ConsoleTail(options.onConsole);
     try {
       qemu = new Deno.Command("qemu-system-x86_64", {
@@ -112,8 +145,13 @@ export class Vm {
         stdout: "piped",
         stderr: "piped",
       }).spawn();
-      const stderr = new Response(qemu.stderr).text();
-      const consoleDone = console.pump(qemu.stdout);
+      // Pipes skiff owns, so that a live upgrade can hand the console to the next code.
+      pipes = takeChildPipes(qemu, { stdin: false, stdout: true, stderr: true });
+      const startTime = processStartTime(qemu.pid);
+      const errors = new ConsoleTail();
+      const stderrDone = errors.pump(pipes?.stderr?.readable() ?? qemu.stderr);
+      const stderr = stderrDone.then(() => errors.text);
+      const consoleDone = console.pump(pipes?.stdout?.readable() ?? qemu.stdout);
       const died = new AbortController();
       const exited = qemu.status.then((s) => {
         died.abort(new Error(`qemu-system-x86_64 exited ${s.code}`));
@@ -123,7 +161,9 @@ export class Vm {
       await waitForSocket(socket, exited);
       let ready;
       try {
-        ready = await waitForAgent(socket, options.readyTimeoutMs ?? 180_000, died.signal);
+        ready = await waitForAgent(socket, options.readyTimeoutMs ?? 180_000, died.signal, [
+          gate.interceptor,
+        ]);
       } catch (e) {
         const why = died.signal.aborted
           ? `${(died.signal.reason as Error).message}: ${(await stderr).trim()}`
@@ -133,6 +173,9 @@ export class Vm {
       void consoleDone;
       return new Vm({
         qemu,
+        startTime,
+        pipes,
+        gate,
         connection: ready.connection,
         ping: ready.ping,
         stateDir,
@@ -146,9 +189,88 @@ export class Vm {
         } catch { /* gone */ }
         await qemu.status;
       }
+      await Promise.allSettled([pipes?.stdout?.close(), pipes?.stderr?.close()]);
       await removeState(stateDir);
       throw e;
     }
+  }
+
+  /**
+   * Continues, after a live upgrade, the VM the previous code ran ({@linkcode Vm.carry}): the
+   * same QEMU (its exit through the shim's reaper), its console's pipes, and a new connection to
+   * the agent (the previous one ended idle with the old code).
+   *
+   * @param carried what {@linkcode Vm.carry} returned
+   * @param adoptChild the shim's `UpgradeContext.adoptChild`
+   * @returns the VM
+   */
+  static adopt(
+    carried: RuntimeCarry,
+    adoptChild: (pid: number, startTime: number) => AdoptedChild,
+  ): Vm {
+    const d = carried.data as VmCarryData | undefined;
+    const out = carried.descriptors?.console;
+    const err = carried.descriptors?.consoleErr;
+    if (!d || typeof d.pid !== "number" || out === undefined || err === undefined) {
+      throw new Error(`carried VM state is incomplete: ${JSON.stringify(carried)}`);
+    }
+    const gate = new AgentGate();
+    const pipes = {
+      stdout: new FdStream(out, `console of QEMU ${d.pid} (carried)`),
+      stderr: new FdStream(err, `stderr of QEMU ${d.pid} (carried)`),
+    };
+    const console = new ConsoleTail();
+    void console.pump(pipes.stdout.readable());
+    void console.pump(pipes.stderr.readable());
+    return new Vm({
+      qemu: adoptChild(d.pid, d.startTime),
+      startTime: d.startTime,
+      pipes,
+      gate,
+      connection: connectAgent(`${d.stateDir}/agent.sock`, [gate.interceptor]),
+      ping: create(PingResponseSchema, d.ping),
+      stateDir: d.stateDir,
+      console,
+      readyMs: d.readyMs,
+    });
+  }
+
+  /**
+   * Live upgrade, in the old code: pauses the long polls and has the agent answer the pending
+   * ones, until no call is in flight (the connection is left idle for the next code).
+   */
+  async quiesce(): Promise<void> {
+    this.gate.pause();
+    while (this.gate.inflight > 0 && this.running) {
+      await this.agent.release({});
+      if (this.gate.inflight > 0) await new Promise((r) => setTimeout(r, 10));
+    }
+  }
+
+  /**
+   * What the next code needs to continue this VM ({@linkcode Vm.adopt}); after
+   * {@linkcode Vm.quiesce}.
+   *
+   * @throws {Error} when the VM is stopping or its console's pipes were not identified
+   */
+  carry(): RuntimeCarry {
+    if (this.#stopping || !this.running) throw new Error(`VM (QEMU ${this.pid}) is stopping`);
+    const { stdout, stderr } = this.#pipes ?? {};
+    if (!stdout || !stderr || this.#startTime === undefined) {
+      throw new Error(`VM (QEMU ${this.pid}): its console's pipes could not be identified`);
+    }
+    const data: VmCarryData = {
+      pid: this.pid,
+      startTime: this.#startTime,
+      stateDir: this.#stateDir,
+      readyMs: this.readyMs,
+      ping: {
+        version: this.ping.version,
+        kernel: this.ping.kernel,
+        uptimeSeconds: this.ping.uptimeSeconds,
+      },
+    };
+    return { descriptors: { console: stdout.fd, consoleErr: stderr.fd }, data };
   }
 
   /** The console's recent output (boot messages, the init's and the agent's stderr). */
@@ -200,6 +322,7 @@ export class Vm {
     } finally {
       clearTimeout(timer);
       await this.#connection.close();
+      await Promise.allSettled([this.#pipes?.stdout?.close(), this.#pipes?.stderr?.close()]);
       await removeState(this.#stateDir);
     }
   }
@@ -300,11 +423,14 @@ class ConsoleTail {
     return this.#text;
   }
 
+  /** Reads `stream` to its end; a stream closed under it (the VM stopped) just ends. */
   async pump(stream: ReadableStream<Uint8Array>): Promise<void> {
-    for await (const chunk of stream) {
-      const t = this.#decoder.decode(chunk, { stream: true }).replaceAll("\r", "");
-      this.#onText?.(t);
-      this.#text = (this.#text + t).slice(-CONSOLE_KEEP);
-    }
+    try {
+      for await (const chunk of stream) {
+        const t = this.#decoder.decode(chunk, { stream: true }).replaceAll("\r", "");
+        this.#onText?.(t);
+        this.#text = (this.#text + t).slice(-CONSOLE_KEEP);
+      }
+    } catch { /* closed by Vm.stop */ }
   }
 }

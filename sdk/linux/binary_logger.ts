@@ -9,11 +9,12 @@
  * @module
  */
 
-import { close, kill, mkfifo, O, open, readFd } from "./libc.ts";
+import { close, mkfifo, O, open, readFd } from "./libc.ts";
 import { FdStream } from "./fd_stream.ts";
 import { Canceller, POLLIN, waitFd } from "./poll.ts";
 import { processStartTime } from "./proc_stat.ts";
 import type { Reaper } from "./reaper.ts";
+import { adoptChild } from "./adopted_child.ts";
 
 /**
  * What {@linkcode BinaryLogger.start} needs.
@@ -252,30 +253,12 @@ export class BinaryLogger {
     stderr: FdStream,
     reaper: Pick<Reaper, "onExit">,
   ): BinaryLogger {
-    const exited = Promise.withResolvers<Deno.CommandStatus>();
-    let gone = false;
-    const off = reaper.onExit((e) => {
-      if (e.pid !== carry.pid || (e.startTime !== undefined && e.startTime !== carry.startTime)) {
-        return;
-      }
-      gone = true;
-      off();
-      exited.resolve({ success: e.status === 0, code: e.status, signal: null });
-    });
-    // Exited before the upgrade, or reaped since by the previous code's Deno: no longer ours.
-    if (carry.exitCode !== undefined || processStartTime(carry.pid) !== carry.startTime) {
-      gone = true;
-      off();
-      const code = carry.exitCode ?? 255;
-      exited.resolve({ success: code === 0, code, signal: null });
-    }
+    // Exited before the upgrade, or reaped since by the previous code's Deno: reported gone.
+    const adopted = adoptChild(carry.pid, carry.startTime, reaper, carry.exitCode);
     const child: LoggerProcess = {
       pid: carry.pid,
-      status: exited.promise.then((s) => child.exited = s),
-      kill: () => {
-        // Only while it is ours: alive or a zombie not yet reaped (the reaper tells us first).
-        if (!gone) kill(carry.pid, 9);
-      },
+      status: adopted.status.then((s) => child.exited = s),
+      kill: () => adopted.kill("SIGKILL"),
     };
     return new BinaryLogger(carry.path, stdout, stderr, child, carry.dir, carry.exitTimeoutMs);
   }

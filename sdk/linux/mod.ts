@@ -25,7 +25,9 @@
  * @module
  */
 
-export { type ProcessExit, Reaper, type ReaperOptions } from "./reaper.ts";
+export { isExitOf, type ProcessExit, Reaper, type ReaperOptions } from "./reaper.ts";
+export { adoptChild, type AdoptedChild } from "./adopted_child.ts";
+export { processStartTime } from "./proc_stat.ts";
 export { type CommandStdio, ProcessIo } from "./process_io.ts";
 export { type ProcessIoContext, type StdioSpec } from "./stdio_targets.ts";
 export { type ProcessIoCarry, processIoDescriptors } from "./process_io_carry.ts";

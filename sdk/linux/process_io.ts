@@ -113,6 +113,8 @@ export class ProcessIo {
   #inHand = 0;
   /** Why this process's stdio cannot cross a live upgrade, if it cannot. */
   #uncarriable: string | undefined;
+  /** A runtime took the targets as streams ({@linkcode ProcessIo.streams}). */
+  #streams = false;
 
   private constructor(
     stdio: CommandStdio,
@@ -223,8 +225,8 @@ export class ProcessIo {
   /**
    * The descriptors a live upgrade keeps open for the next code ({@linkcode ProcessIo.adopt}).
    *
-   * @throws {Error} when this stdio cannot be carried (streams a runtime took, pipes that could
-   *   not be identified), saying why
+   * @throws {Error} when this stdio cannot be carried (pipes that could not be identified),
+   *   saying why
    */
   carry(): ProcessIoCarry {
     if (this.#uncarriable) throw new Error(this.#uncarriable);
@@ -250,12 +252,14 @@ export class ProcessIo {
       if (pipe !== undefined) out[name]!.pipe = pipe;
     }
     if (this.#logger) out.logger = this.#logger.carry();
+    if (this.#streams) out.streams = { terminal: this.#terminal };
     return out;
   }
 
   /**
    * Continues, in the code a live upgrade started, the stdio that {@linkcode ProcessIo.carry}
-   * handed over: the same descriptors, copied as before.
+   * handed over: the same descriptors, copied as before (or, when a runtime had taken them as
+   * streams, ready to be taken as streams again).
    *
    * @param carry what the previous code handed over
    * @param ctx the shim's reaper, which reports a carried `binary://` logger's exit (required
@@ -310,6 +314,11 @@ export class ProcessIo {
       ...(stderr ? { stderr } : {}),
       ...(logger ? { logger } : {}),
     });
+    if (carry.streams) {
+      // The runtime takes them as streams again (`resumeProcess` gets this io).
+      io.#terminal = carry.streams.terminal;
+      return io;
+    }
     io.#attached = true;
     if (carry.pty !== undefined) {
       setCloseOnExec(carry.pty, true);
@@ -423,7 +432,7 @@ export class ProcessIo {
     stderr?: WritableStream<Uint8Array>;
   } {
     this.#beginAttach("streams");
-    this.#uncarriable = "stdio a runtime took as streams is not carried across a live upgrade";
+    this.#streams = true;
     const out: {
       stdin?: ReadableStream<Uint8Array>;
       stdout?: WritableStream<Uint8Array>;
@@ -453,7 +462,8 @@ export class ProcessIo {
       write: async (chunk) => {
         if (broken || this.#closed) return;
         // As a pipe's copy: after a sink error keep accepting, so the sender never blocks.
-        await sink.write(chunk).catch(() => broken = true);
+        this.#inHand++;
+        await sink.write(chunk).catch(() => broken = true).finally(() => this.#inHand--);
       },
       close: () => end(true),
       abort: () => end(true),

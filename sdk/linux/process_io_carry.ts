@@ -34,6 +34,11 @@ export interface ProcessIoCarry {
    * the process, which stays the shim's child. Holds no descriptor.
    */
   logger?: BinaryLoggerCarry;
+  /**
+   * The runtime took the targets as web streams (`ProcessIo.streams`): there are no pipes, and
+   * the next code hands the targets to the runtime as streams again.
+   */
+  streams?: { terminal: boolean };
 }
 
 /**

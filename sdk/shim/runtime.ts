@@ -59,23 +59,27 @@ export interface RuntimeProcess {
 }
 
 /**
- * What a runtime hands its next code for one process across a live upgrade: descriptors kept
- * open across execve (by name), and plain data.
+ * What a runtime hands its next code across a live upgrade, for one process
+ * (`ContainerRuntime.carryProcess`) or for the whole shim (`Shim.carryUpgrade`): descriptors
+ * kept open across execve (by name), and plain data.
  *
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
- * import type { RuntimeProcessCarry } from "@skiff/shim";
- * const c: RuntimeProcessCarry = { descriptors: { waitOutput: 17 } };
+ * import type { RuntimeCarry } from "@skiff/shim";
+ * const c: RuntimeCarry = { descriptors: { waitOutput: 17 } };
  * strictEqual(c.descriptors?.waitOutput, 17);
  * ```
  */
-export interface RuntimeProcessCarry {
+export interface RuntimeCarry {
   /** Descriptors the next code reads or writes, kept open across execve. */
   descriptors?: Record<string, number>;
   /** Anything else, as JSON. */
   data?: unknown;
 }
+
+/** {@linkcode RuntimeCarry} for one process (`ContainerRuntime.carryProcess`). */
+export type RuntimeProcessCarry = RuntimeCarry;
 
 /**
  * containerd's ends of a process's stdio as web streams, for runtimes that move the bytes
@@ -281,7 +285,16 @@ export interface ContainerRuntime {
    */
   resumeProcess?(
     id: string,
-    process: { execId: string; pid: number; created: boolean },
+    process: {
+      execId: string;
+      pid: number;
+      created: boolean;
+      /**
+       * For a process whose stdio this runtime took as streams ({@link RuntimeStdio.streams}):
+       * containerd's ends again, as they were left (call once; a stream that had ended is absent).
+       */
+      streams?: () => RuntimeStreams;
+    },
     carried?: RuntimeProcessCarry,
   ): RuntimeProcess;
   /**

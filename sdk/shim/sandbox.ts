@@ -51,4 +51,10 @@ export interface SandboxRuntime<T> {
    * sandbox not stopped yet. Not called for a sandbox whose `exited` has resolved.
    */
   stop?(ctx: SandboxContext<T>): Promise<void>;
+  /**
+   * After a live upgrade, in the code that now runs: the end of a started sandbox whose
+   * `exited` the previous code was waiting for, reported again (as {@link SandboxStarted.exited}).
+   * Optional: without it, a shim with such a sandbox refuses to upgrade.
+   */
+  resumeEnd?(ctx: SandboxContext<T>): Promise<number>;
 }

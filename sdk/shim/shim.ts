@@ -12,7 +12,8 @@
 
 import type { Any } from "@bufbuild/protobuf/wkt";
 import type { RuntimeOptions } from "./options.ts";
-import type { ContainerRuntime } from "./runtime.ts";
+import type { ContainerRuntime, RuntimeCarry } from "./runtime.ts";
+import type { AdoptedChild } from "../linux/adopted_child.ts";
 import type { Logger } from "./logger.ts";
 import type { TaskApiVersion } from "./endpoint.ts";
 import type { SandboxContext, SandboxRuntime } from "./sandbox.ts";
@@ -86,4 +87,52 @@ export abstract class Shim<T extends object = object> {
    * @param options the options `-info` was given, resolved through the options hook
    */
   features?(options: T): Promise<Any | undefined>;
+  /**
+   * Live upgrade, in the running code, once containerd's new requests are held: stop starting
+   * calls that wait for long (an agent's long polls) and resolve once none is pending, so that
+   * nothing is in flight when the process image is replaced; the upgrade then also waits for
+   * every runtime's `settled`. Bounded by the upgrade's settle timeout (a rejection or the
+   * timeout refuses the upgrade, and {@linkcode Shim.upgradeCancelled} follows). Optional:
+   * shims whose runtimes keep nothing of their own in flight need none.
+   */
+  prepareUpgrade?(): Promise<void>;
+  /** Live upgrade, in the running code: the upgrade prepared for did not happen; go on. */
+  upgradeCancelled?(): void;
+  /**
+   * Live upgrade, in the running code, after {@linkcode Shim.prepareUpgrade}: this shim's own
+   * state for the next code (a VM: its hypervisor's pid and start time, its console's pipes).
+   * The descriptors named stay open across `execve`. Throw, saying why, to refuse.
+   */
+  carryUpgrade?(): RuntimeCarry | undefined;
+  /**
+   * Live upgrade, in the code it started, before any container or sandbox is taken back: what
+   * {@linkcode Shim.carryUpgrade} returned (its descriptors are close-on-exec again). Throwing
+   * rolls the upgrade back to the previous code.
+   */
+  adoptUpgrade?(carried: RuntimeCarry, ctx: UpgradeContext): void | Promise<void>;
+}
+
+/**
+ * What {@linkcode Shim.adoptUpgrade} gets.
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { UpgradeContext } from "@skiff/shim";
+ * // What a VM shim's adoptUpgrade does with it: continue the hypervisor the old code started.
+ * function hypervisorExit(ctx: UpgradeContext, pid: number, startTime: number): Promise<number> {
+ *   return ctx.adoptChild(pid, startTime).status.then((s) => s.code);
+ * }
+ * strictEqual(typeof hypervisorExit, "function");
+ * ```
+ */
+export interface UpgradeContext {
+  /** The shim's logger. */
+  readonly logger: Logger;
+  /**
+   * Continues a child process the previous code started (a hypervisor): its exit comes from
+   * the shim's reaper, matched by pid and start time (read there with `processStartTime`).
+   * A child already gone reports `exitCode`, else 255.
+   */
+  adoptChild(pid: number, startTime: number, exitCode?: number): AdoptedChild;
 }

@@ -43,7 +43,7 @@ import {
   vmLeftovers,
   vmQemus,
 } from "../_vm.ts";
-import { criVmDies, criVmPod } from "../_vm_cri.ts";
+import { criVmDies, criVmPod, criVmUpgrade } from "../_vm_cri.ts";
 
 const NEEDS = { root: true, binaries: ["qemu-system-x86_64", "runc", "mount"] };
 
@@ -92,6 +92,16 @@ integrationTest(
     check: () => cv24 ? vmUnavailable() : "containerd 2.4 in the skiff cache (prepare.sh)",
   },
   () => criVmDies(cv24!),
+);
+
+// Live upgrade under CRI on the shim sandboxer (2.4): the sandbox's end is the new code's to see.
+integrationTest(
+  `CRI on containerd ${cv24?.version ?? "2.4"}, shim sandboxer: a pod upgraded live twice`,
+  {
+    ...NEEDS,
+    check: () => cv24 ? vmUnavailable() : "containerd 2.4 in the skiff cache (prepare.sh)",
+  },
+  () => criVmUpgrade(cv24!, "shim"),
 );
 
 const NS = "skiff-vm-sbx";

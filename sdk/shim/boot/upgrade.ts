@@ -46,8 +46,30 @@ export interface RunningShim {
 }
 
 /**
+ * Where containerd 2.x's `shim` sandboxer keeps its sandboxes' bundles (the Sandbox API's
+ * shims), beside the task state directory `stateDir`.
+ *
+ * @param stateDir containerd's runtime v2 task state directory
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { sandboxStateDir } from "./upgrade.ts";
+ * strictEqual(
+ *   sandboxStateDir("/run/containerd/io.containerd.runtime.v2.task"),
+ *   "/run/containerd/io.containerd.sandbox.controller.v1.shim",
+ * );
+ * ```
+ */
+export function sandboxStateDir(stateDir: string): string {
+  const parent = stateDir.replace(/\/+$/, "").replace(/\/[^/]*$/, "") || "/";
+  return `${parent === "/" ? "" : parent}/io.containerd.sandbox.controller.v1.shim`;
+}
+
+/**
  * The servers started by `launcher`, from the bundles under `stateDir` (`<ns>/<id>/address`
- * and `shim.pid`); a server is counted once however many containers it serves.
+ * and `shim.pid`) and under the `shim` sandboxer's directory beside it
+ * ({@linkcode sandboxStateDir}: a Sandbox API sandbox's shim); a server is counted once however
+ * many containers it serves.
  *
  * @param stateDir containerd's runtime v2 task state directory
  * @param launcher the shim binary's path; only its servers are listed
@@ -72,9 +94,9 @@ export function findShims(
   // `start` records the server's pid (`shim.pid`) in the bundle of the group's first task only,
   // and every task's `address`: group by socket first, then pick.
   const bySocket = new Map<string, RunningShim & { pids: number[] }>();
-  for (const ns of entries(stateDir)) {
-    for (const id of entries(`${stateDir}/${ns}`)) {
-      const bundle = `${stateDir}/${ns}/${id}`;
+  for (const [dir, ns] of namespaces([stateDir, sandboxStateDir(stateDir)])) {
+    for (const id of entries(`${dir}/${ns}`)) {
+      const bundle = `${dir}/${ns}/${id}`;
       const socket = socketOf(bundle);
       if (!socket) continue; // not a shim's bundle, or one being set up
       let pid = 0;
@@ -118,6 +140,10 @@ export function socketOf(bundle: string): string | undefined {
   } catch {
     return undefined;
   }
+}
+
+function namespaces(dirs: string[]): [string, string][] {
+  return dirs.flatMap((dir) => entries(dir).map((ns): [string, string] => [dir, ns]));
 }
 
 function entries(dir: string): string[] {

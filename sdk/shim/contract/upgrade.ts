@@ -139,6 +139,11 @@ export interface UpgradeState {
   /** The runtime options `start` handed the server, if any. */
   inheritedOptions: unknown;
   /**
+   * The shim's own state (`Shim.carryUpgrade`, e.g. a VM): descriptors kept open across
+   * `execve`, by name, and plain data.
+   */
+  runtime?: { descriptors?: Record<string, number>; data?: unknown };
+  /**
    * How to start the code that wrote this state again, in place: its own command line and
    * environment. The code it re-executed into runs it when it cannot take the state.
    */

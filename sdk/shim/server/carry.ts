@@ -202,10 +202,12 @@ export function adoptProcess(
     if (!runtime?.resumeProcess) {
       throw new Error(`${p.describe()}: the runtime cannot report its exit again`);
     }
+    const streams = carried.io?.streams && io?.streams ? io.streams.bind(io) : undefined;
     reported = runtime.resumeProcess(containerId, {
       execId: carried.execId,
       pid: carried.pid,
       created: carried.state === "created",
+      ...(streams ? { streams } : {}),
     }, carried.runtimeCarry);
   }
   p.resume(

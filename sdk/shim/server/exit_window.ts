@@ -15,6 +15,8 @@
  * @module
  */
 
+import { isExitOf } from "../../linux/reaper.ts";
+
 /** An exit as the platform reports it. */
 export interface ObservedExit {
   /** The process id. */
@@ -25,28 +27,6 @@ export interface ObservedExit {
   status: number;
   /** When it exited. */
   exitedAt: Date;
-}
-
-/**
- * Whether `exit` can be the exit of the process `pid` whose start time is `startTime` (when
- * known). A start time on either side that is unknown does not rule the exit out.
- *
- * @param exit the observed exit
- * @param pid the process's pid
- * @param startTime the process's start time, in clock ticks since boot
- * @example Usage
- * ```ts
- * import { strictEqual } from "node:assert/strict";
- * import { isExitOf } from "./exit_window.ts";
- * const exit = { pid: 7, startTime: 100, status: 0, exitedAt: new Date() };
- * strictEqual(isExitOf(exit, 7, 100), true);
- * strictEqual(isExitOf(exit, 7, 250), false);
- * strictEqual(isExitOf(exit, 8), false);
- * ```
- */
-export function isExitOf(exit: ObservedExit, pid: number, startTime?: number): boolean {
-  if (exit.pid !== pid) return false;
-  return startTime === undefined || exit.startTime === undefined || exit.startTime === startTime;
 }
 
 /**

@@ -17,7 +17,8 @@
 
 import { timestampOf } from "../../../proto/shim_wire.ts";
 import type { EventPublisher } from "./events.ts";
-import { ExitWindow, isExitOf } from "./exit_window.ts";
+import { ExitWindow } from "./exit_window.ts";
+import { isExitOf } from "../../linux/reaper.ts";
 import type { Logger } from "../logger.ts";
 import type { ReapedExit, ShimPlatform } from "./platform.ts";
 import type { ProcessExitInfo, ShimProcess } from "./process.ts";

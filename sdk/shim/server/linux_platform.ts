@@ -46,7 +46,7 @@ export function linuxPlatform(reaper: Reaper): ShimPlatform {
     },
     adoptIo: (carry) => {
       const io = ProcessIo.adopt(carry, { reaper });
-      return { ...pipesHandle(io), resize: (w, h) => io.resize(w, h) };
+      return { ...pipesHandle(io), resize: (w, h) => io.resize(w, h), streams: () => io.streams() };
     },
     openIo: (paths, ctx) =>
       paths.terminal

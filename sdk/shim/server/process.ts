@@ -7,7 +7,7 @@
 
 import type { ProcessIoCarry } from "../../linux/process_io_carry.ts";
 import { Code, statusError } from "../../ttrpc/status_error.ts";
-import type { RuntimeProcess } from "../runtime.ts";
+import type { RuntimeProcess, RuntimeStreams } from "../runtime.ts";
 
 /** Lifecycle states, as containerd's `Status` enum names them. */
 export type ProcessState = "created" | "running" | "pausing" | "paused" | "stopped";
@@ -46,6 +46,8 @@ export interface ProcessIoHandle {
   carry?(): ProcessIoCarry;
   /** True while a chunk has been read and not yet written. */
   inHand?(): boolean;
+  /** containerd's ends as web streams (a runtime that moves the bytes itself); once. */
+  streams?(): RuntimeStreams;
 }
 
 /**

@@ -81,6 +81,8 @@ export interface SandboxCarry {
   createdAt: string;
   /** Once stopped: status and time (ISO 8601). */
   exited?: { status: number; exitedAt: string };
+  /** Its end is the runtime's to report (`SandboxRuntime.resumeEnd` reports it again). */
+  ends?: boolean;
 }
 
 export interface SandboxServiceDeps<T extends object> {
@@ -135,9 +137,10 @@ export class SandboxService<T extends object> {
     return [...this.#sandboxes.values()].map((s) => {
       const id = s.ctx.id;
       if (s.stopping && !s.exited) throw new Error(`sandbox "${id}" is stopping`);
-      if (s.ends && !s.exited) {
+      const ends = s.ends !== undefined && !s.exited;
+      if (ends && !s.hook?.resumeEnd) {
         throw new Error(
-          `sandbox "${id}": its end is reported by the runtime's sandbox hook, which a live upgrade does not carry yet`,
+          `sandbox "${id}": its end is reported by the runtime's sandbox hook, which has no resumeEnd to report it again after an upgrade`,
         );
       }
       const { logger: _, ...ctx } = s.ctx;
@@ -146,6 +149,7 @@ export class SandboxService<T extends object> {
         state: s.state,
         pid: s.pid,
         createdAt: s.createdAt.toISOString(),
+        ...(ends ? { ends: true } : {}),
         ...(s.exited
           ? { exited: { status: s.exited.status, exitedAt: s.exited.exitedAt.toISOString() } }
           : {}),
@@ -171,15 +175,23 @@ export class SandboxService<T extends object> {
         ? { status: c.exited.status, exitedAt: new Date(c.exited.exitedAt) }
         : undefined;
       if (exited) exit.resolve(exited);
-      this.#sandboxes.set(c.ctx.id, {
+      const hook = this.#d.shim.sandbox?.(ctx);
+      const s: SandboxRecord<T> = {
         ctx,
-        hook: this.#d.shim.sandbox?.(ctx),
+        hook,
         state: c.state,
         pid: c.pid,
         createdAt: new Date(c.createdAt),
         exit,
         ...(exited ? { exited } : {}),
-      });
+      };
+      this.#sandboxes.set(c.ctx.id, s);
+      if (c.ends && !exited) {
+        if (!hook?.resumeEnd) {
+          throw new Error(`sandbox "${c.ctx.id}": this code's sandbox hook has no resumeEnd`);
+        }
+        this.#watchEnd(s, hook.resumeEnd(ctx));
+      }
     }
   }
 
@@ -259,13 +271,7 @@ export class SandboxService<T extends object> {
     s.pid = started?.pid ?? Deno.pid;
     s.state = "ready";
     s.createdAt = new Date();
-    if (started?.exited) {
-      s.ends = started.exited;
-      s.ends.then((status) => this.#ended(s, status), (e) => {
-        s.ctx.logger.warn("sandbox ended with an error", { error: String(e) });
-        this.#ended(s, 255);
-      });
-    }
+    if (started?.exited) this.#watchEnd(s, started.exited);
     return { pid: s.pid, createdAt: timestampFromDate(s.createdAt) };
   }
 
@@ -298,6 +304,15 @@ export class SandboxService<T extends object> {
       new Promise<number>((r) => timer = setTimeout(() => r(255), EXIT_REPORT_MS)),
     ]).finally(() => clearTimeout(timer));
     this.#ended(s, status);
+  }
+
+  /** Takes the runtime's report of the sandbox's end. */
+  #watchEnd(s: SandboxRecord<T>, ends: Promise<number>): void {
+    s.ends = ends;
+    ends.then((status) => this.#ended(s, status), (e) => {
+      s.ctx.logger.warn("sandbox ended with an error", { error: String(e) });
+      this.#ended(s, 255);
+    });
   }
 
   /** The sandbox has ended (stopped, or died on its own): Wait returns, Status says so. */

@@ -30,6 +30,10 @@ import {
 } from "./upgrade.ts";
 import type { ContainerCarry } from "./carry.ts";
 import { takeAccepted } from "./fd_conn.ts";
+import type { UpgradeState } from "../contract/upgrade.ts";
+import type { Logger } from "../logger.ts";
+import { adoptChild } from "../../linux/adopted_child.ts";
+import { setCloseOnExec } from "../../linux/descriptors.ts";
 
 /** How a server came to run, for {@linkcode serveShim}. */
 export interface ServeOptions {
@@ -102,6 +106,7 @@ export async function serveShim<T extends object>(
   const deps = { shim, flags, logger, bundle, endpoint, socket, platform, events: publisher };
   let services!: ReturnType<typeof registerServices<T>>;
   try {
+    if (resumed?.runtime) await adoptShimState(shim, resumed.runtime, logger, reaper);
     services = registerServices(server, {
       ...deps,
       shutdown: (why) => void shutdown(why),
@@ -126,6 +131,7 @@ export async function serveShim<T extends object>(
     carrySandboxes: services.carrySandboxes,
     inheritedOptions: services.options,
     logger,
+    shim,
     ...(resumed ? { resumed } : {}),
   });
 
@@ -154,4 +160,24 @@ export async function serveShim<T extends object>(
     origin: resumed ? "upgrade" : origin,
   });
   await server.closed;
+}
+
+/** The shim's own carried state, back to its `adoptUpgrade` (before its containers). */
+async function adoptShimState<T extends object>(
+  shim: Shim<T>,
+  carried: NonNullable<UpgradeState["runtime"]>,
+  logger: Logger,
+  reaper: Reaper,
+): Promise<void> {
+  if (!shim.adoptUpgrade) {
+    throw new Error(
+      `the previous code carried ${shim.runtimeName}'s own state, and this code has no adoptUpgrade to take it`,
+    );
+  }
+  // Inherited without close-on-exec: the runtime's later children must not get them.
+  for (const fd of Object.values(carried.descriptors ?? {})) setCloseOnExec(fd, true);
+  await shim.adoptUpgrade({ ...carried }, {
+    logger,
+    adoptChild: (pid, startTime, exitCode) => adoptChild(pid, startTime, reaper, exitCode),
+  });
 }

@@ -42,6 +42,7 @@ import {
 } from "../contract/upgrade.ts";
 import { SKIFF_VERSION } from "../version.ts";
 import type { Logger } from "../logger.ts";
+import type { Shim } from "../shim.ts";
 import type { EventPublisher } from "./events.ts";
 import { carriedDescriptors, type ContainerCarry } from "./carry.ts";
 import { fdConn } from "./fd_conn.ts";
@@ -83,6 +84,8 @@ export interface UpgradeDeps {
   inheritedOptions(): unknown;
   /** The server's log. */
   logger: Logger;
+  /** The shim's own upgrade hooks (`Shim.prepareUpgrade` and the rest), where it has them. */
+  shim: Pick<Shim<object>, "prepareUpgrade" | "upgradeCancelled" | "carryUpgrade">;
   /** Set in the code an upgrade started: the state it resumed from. */
   resumed?: UpgradeState;
 }
@@ -185,8 +188,14 @@ async function upgrade(d: UpgradeDeps, req: UpgradeRequest): Promise<UpgradeRepo
   const heldAt = Date.now();
   d.logger.info("live upgrade: holding requests", { to });
   d.server.hold((_service, method) => CARRIED_METHODS.has(method));
-  const deadline = heldAt + (req.settleTimeoutMs ?? DEFAULT_SETTLE_MS);
+  const settleMs = req.settleTimeoutMs ?? DEFAULT_SETTLE_MS;
+  const deadline = heldAt + settleMs;
+  let prepared = false;
   try {
+    if (d.shim.prepareUpgrade) {
+      prepared = true;
+      await prepare(d.shim.prepareUpgrade.bind(d.shim), settleMs);
+    }
     for (;;) {
       // A macrotask: every read that completed has been handled by its reader by now.
       await new Promise((r) => setTimeout(r, 2));
@@ -197,15 +206,36 @@ async function upgrade(d: UpgradeDeps, req: UpgradeRequest): Promise<UpgradeRepo
       }
       if (Date.now() > deadline) {
         throw statusError(
-          `refused: not settled within ${
-            req.settleTimeoutMs ?? DEFAULT_SETTLE_MS
-          } ms (${pending}); still serving the old code`,
+          `refused: not settled within ${settleMs} ms (${pending}); still serving the old code`,
           Code.FailedPrecondition,
         );
       }
     }
   } finally {
+    if (prepared) d.shim.upgradeCancelled?.();
     d.server.release();
+  }
+}
+
+/** Runs the shim's `prepareUpgrade` within the settle timeout; refuses when it fails. */
+async function prepare(run: () => Promise<void>, timeoutMs: number): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    await Promise.race([
+      run(),
+      new Promise((_, reject) =>
+        timer = setTimeout(() => reject(new Error(`not done within ${timeoutMs} ms`)), timeoutMs)
+      ),
+    ]);
+  } catch (e) {
+    throw statusError(
+      `refused: the shim could not prepare for the upgrade: ${
+        (e as Error).message
+      }; still serving the old code`,
+      Code.FailedPrecondition,
+    );
+  } finally {
+    clearTimeout(timer);
   }
 }
 
@@ -290,6 +320,7 @@ function reexecute(
       throw new Error(`found ${listeners.length} listening sockets for ${d.socket}, expected 1`);
     }
     const rollback = rollbackCommand(serverArgs(d));
+    const runtime = d.shim.carryUpgrade?.();
     state = {
       format: UPGRADE_STATE_FORMAT,
       token,
@@ -302,16 +333,11 @@ function reexecute(
       containers,
       sandboxes: d.carrySandboxes(),
       inheritedOptions: d.inheritedOptions() ?? null,
+      ...(runtime ? { runtime } : {}),
       ...(rollback ? { rollback } : {}),
     };
     Deno.writeTextFileSync(statePath, JSON.stringify(state), { mode: 0o600 });
-    for (
-      const fd of [
-        listeners[0],
-        ...connections.map((c) => c.fd),
-        ...carriedDescriptors(containers),
-      ]
-    ) {
+    for (const fd of stateDescriptors(state)) {
       setCloseOnExec(fd, false);
       kept.push(fd);
     }
@@ -356,6 +382,33 @@ function undo(kept: number[], statePath: string): void {
 }
 
 /**
+ * Every descriptor a state hands on (close-on-exec cleared across `execve`): the listener,
+ * containerd's connections, the containers' stdio and runtime descriptors, the shim's own.
+ *
+ * @param s the state
+ * @example Usage
+ * ```ts
+ * import { deepStrictEqual } from "node:assert/strict";
+ * import { stateDescriptors } from "./upgrade.ts";
+ * deepStrictEqual(stateDescriptors({
+ *   format: "skiff.upgrade/1", token: "t", from: { code: "a", version: "0.1.0" }, heldAt: 0,
+ *   socket: "/s", bundle: "/b", listener: 3,
+ *   connections: [{ fd: 4, lastStreamId: 0, replay: [], partial: "" }],
+ *   containers: [], sandboxes: [], inheritedOptions: null,
+ *   runtime: { descriptors: { console: 9 } },
+ * }), [3, 4, 9]);
+ * ```
+ */
+export function stateDescriptors(s: UpgradeState): number[] {
+  return [
+    s.listener,
+    ...s.connections.map((c) => c.fd),
+    ...carriedDescriptors(s.containers as ContainerCarry[]),
+    ...Object.values(s.runtime?.descriptors ?? {}),
+  ];
+}
+
+/**
  * In the code an upgrade started: the state, read and removed, or `undefined` for an ordinary
  * start. A state this code cannot read ends the process (the old code's check said it could).
  */
@@ -397,12 +450,7 @@ export function rollBackUpgrade(s: UpgradeState, error: unknown, logger: Logger)
   const statePath = `${s.socket}${UPGRADE_STATE_SUFFIX}`;
   try {
     // This code's adoption may have set close-on-exec on some of them again.
-    const fds = [
-      s.listener,
-      ...s.connections.map((c) => c.fd),
-      ...carriedDescriptors(s.containers as ContainerCarry[]),
-    ];
-    for (const fd of fds) setCloseOnExec(fd, false);
+    for (const fd of stateDescriptors(s)) setCloseOnExec(fd, false);
     const back: UpgradeState = { ...s, failed: { code: currentCode(), error: why } };
     Deno.writeTextFileSync(statePath, JSON.stringify(back), { mode: 0o600 });
   } catch (e) {

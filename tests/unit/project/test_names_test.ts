@@ -32,8 +32,6 @@ const WITHOUT: Record<string, string> = {
   "sdk/shim/server/services.ts": "registration only: tests/unit/shim/spare/rehearsal_test.ts " +
     "(the rehearsal registers the server's own services) and every shim integration test",
   "sdk/shim/server/shutdown.ts": "ends the process (Deno.exit): every integration test's Shutdown",
-  "sdk/shim/shim.ts": "the base class: tests/unit/shim/server/task_service_test.ts and " +
-    "tests/unit/shim/options_test.ts extend it",
   "sdk/shim/spare/extension.ts":
     "the spare's server extension: tests/integration/spare_containerd_test.ts",
   "sdk/shim/spare/lifetime.ts":

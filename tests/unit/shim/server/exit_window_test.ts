@@ -1,6 +1,7 @@
 // Unit tests of ExitWindow: which exit kept while a process was being started is that process's.
 import assert from "node:assert/strict";
-import { ExitWindow, isExitOf } from "../../../../sdk/shim/server/exit_window.ts";
+import { ExitWindow } from "../../../../sdk/shim/server/exit_window.ts";
+import { isExitOf } from "../../../../sdk/linux/reaper.ts";
 
 const at = new Date(0);
 
