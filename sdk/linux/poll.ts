@@ -152,7 +152,8 @@ class Poller {
   }
 
   #kick(): void {
-    this.#wake ??= eventfd();
+    // Only while polling, and the poll loop made the eventfd before its first poll.
+    if (this.#wake === undefined) return;
     const one = new Uint8Array(8);
     one[0] = 1;
     try {

@@ -92,8 +92,9 @@ export abstract class Shim<T extends object = object> {
    * calls that wait for long (an agent's long polls) and resolve once none is pending, so that
    * nothing is in flight when the process image is replaced; the upgrade then also waits for
    * every runtime's `settled`. Bounded by the upgrade's settle timeout (a rejection or the
-   * timeout refuses the upgrade, and {@linkcode Shim.upgradeCancelled} follows). Optional:
-   * shims whose runtimes keep nothing of their own in flight need none.
+   * timeout refuses the upgrade, and {@linkcode Shim.upgradeCancelled} follows, after a timeout
+   * while this may still be pending: going on must not depend on it having finished).
+   * Optional: shims whose runtimes keep nothing of their own in flight need none.
    */
   prepareUpgrade?(): Promise<void>;
   /** Live upgrade, in the running code: the upgrade prepared for did not happen; go on. */
@@ -101,7 +102,8 @@ export abstract class Shim<T extends object = object> {
   /**
    * Live upgrade, in the running code, after {@linkcode Shim.prepareUpgrade}: this shim's own
    * state for the next code (a VM: its hypervisor's pid and start time, its console's pipes).
-   * The descriptors named stay open across `execve`. Throw, saying why, to refuse.
+   * The descriptors named stay open across `execve`. Throw, saying why, to refuse: it is also
+   * asked once before requests are held, and a throw there refuses with nothing touched.
    */
   carryUpgrade?(): RuntimeCarry | undefined;
   /**

@@ -182,7 +182,7 @@ async function upgrade(d: UpgradeDeps, req: UpgradeRequest): Promise<UpgradeRepo
     connections: d.server.connectionCount,
   };
   if (to === from.code && to !== "unknown" && !req.force) return unchanged;
-  refuseUncarriable(() => (d.tasks.carry(), d.carrySandboxes()));
+  refuseUncarriable(() => (d.tasks.carry(), d.carrySandboxes(), d.shim.carryUpgrade?.()));
   await checkInstalledCode(launcher);
 
   const heldAt = Date.now();

@@ -469,3 +469,102 @@ integrationTest(
     }
   },
 );
+
+Deno.test("ProcessIo a runtime took as streams is carried: the next code takes streams again over the same fifos", async () => {
+  const f = await fifos();
+  const io = await ProcessIo.open({ ...f, terminal: false }, ctx);
+  // The client's ends, as containerd's would be.
+  const stdout = await Deno.open(f.stdout, { read: true });
+  const stdin = await Deno.open(f.stdin, { write: true });
+  let next: ProcessIo | undefined;
+  try {
+    const before = io.streams();
+    assert.ok(before.stdin && before.stdout && before.stderr, "all three are handed over");
+    const w1 = before.stdout.getWriter();
+    await w1.write(enc.encode("one\n"));
+    assert.equal(io.inHand, false, "the chunk is written: nothing in hand");
+    // The old code's streams are left as they are (its process image is replaced): closing
+    // them here would close the carried descriptors.
+    w1.releaseLock();
+
+    const carry = io.carry();
+    assert.deepEqual(carry.streams, { terminal: false }, "the carry says the streams were taken");
+    assert.ok(carry.stdin && carry.stdin.keepAlive !== undefined, "stdin fifo and its keep-alive");
+    assert.equal(carry.stdin.pipe, undefined, "no pipes: the runtime moved the bytes");
+    assert.ok(carry.stdout && carry.stderr && carry.stdout.sink !== carry.stderr.sink);
+    assert.equal(carry.stdout.pipe, undefined);
+    assert.equal(carry.stderr.pipe, undefined);
+
+    next = ProcessIo.adopt(carry);
+    const after = next.streams(); // not attached: the next code takes them again
+    assert.ok(after.stdin && after.stdout && after.stderr, "all three are handed over again");
+    const w2 = after.stdout.getWriter();
+    await w2.write(enc.encode("two\n"));
+    await w2.write(enc.encode("three\n"));
+
+    // The client writes stdin; the next code's stream reads it.
+    await stdin.write(enc.encode("ping\n"));
+    const reader = after.stdin.getReader();
+    let got = "";
+    while (!got.includes("\n")) {
+      const { done, value } = await deadline(reader.read(), 20_000, "carried stdin");
+      if (done) break;
+      got += dec.decode(value);
+    }
+    assert.equal(got, "ping\n");
+    reader.releaseLock();
+
+    // The runtime ends stdout: the fifo is closed, and the client has every byte once, in order.
+    await w2.close();
+    assert.equal(await readToEof(stdout, "carried stdout fifo"), "one\ntwo\nthree\n");
+    await after.stderr.close();
+    assert.equal(await next.drain(20_000), true, "both writables closed: drained");
+  } finally {
+    stdin.close();
+    // Only the next code's io is closed: the first one's descriptors are the same ones.
+    await (next ?? io).close();
+    stdout.close();
+    await Deno.remove(f.dir, { recursive: true });
+  }
+});
+
+Deno.test("ProcessIo.inHand is true while a chunk written into a streams writable is not yet in its target", async () => {
+  const f = await fifos();
+  const io = await ProcessIo.open({ ...f, stdin: "", stderr: "", terminal: false }, ctx);
+  // The client's end of stdout, not read until the chunk is known to be held.
+  const stdout = await Deno.open(f.stdout, { read: true });
+  try {
+    const { stdout: out } = io.streams();
+    assert.ok(out);
+    const writer = out.getWriter();
+    await writer.write(enc.encode("x")); // the stream has started, the fifo takes one byte
+    assert.equal(io.inHand, false);
+    // More than a FIFO holds (64 KiB by default, 1 MiB at most): the write waits for the reader.
+    const size = 4 * 1024 * 1024;
+    let written = false;
+    const big = writer.write(new Uint8Array(size).fill(0x6f)).then(() => written = true);
+    // Bounded wait, no timing assertion: the write cannot finish while nobody reads.
+    for (let i = 0; i < 1000 && !io.inHand; i++) await new Promise((r) => setTimeout(r, 10));
+    assert.equal(io.inHand, true, "the chunk is in hand while the fifo is full");
+    assert.equal(written, false, "the write is still pending");
+    // The client reads: the write finishes, nothing is in hand any more.
+    let read = 0;
+    const buf = new Uint8Array(64 * 1024);
+    const reading = (async () => {
+      while (read < size + 1) {
+        const n = await stdout.read(buf);
+        if (n === null) break;
+        read += n;
+      }
+    })();
+    await deadline(big, 20_000, "the big write");
+    await deadline(reading, 20_000, "the client's read");
+    assert.equal(read, size + 1);
+    assert.equal(io.inHand, false, "written: nothing in hand");
+    await writer.close();
+  } finally {
+    await io.close();
+    stdout.close();
+    await Deno.remove(f.dir, { recursive: true });
+  }
+});

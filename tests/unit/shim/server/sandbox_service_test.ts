@@ -47,7 +47,7 @@ class FakeVmShim extends Shim<object> {
   }
 }
 
-function service(shim: FakeVmShim) {
+function service(shim: Shim<object>) {
   const killed: number[] = [];
   let shutdowns = 0;
   const tasks = {
@@ -119,4 +119,99 @@ Deno.test("ShutdownSandbox of a sandbox not stopped stops it first and lets the 
     assert.equal(shutdowns(), 1);
     assert.throws(() => svc.sandboxStatus(req({ sandboxId: id })), /not found/);
   }
+});
+
+/** A runtime whose started sandbox ends when the runtime says so, with `resumeEnd` or without. */
+class UpgradableVmShim extends Shim<object> {
+  readonly runtimeName = "io.containerd.fake-vm.v2";
+  readonly options = { defaults: () => ({}) };
+  readonly calls: string[] = [];
+  /** The end `start` reports (`SandboxStarted.exited`), which the previous code waits for. */
+  end = Promise.withResolvers<number>();
+  /** The end `resumeEnd` reports. */
+  resumed = Promise.withResolvers<number>();
+
+  constructor(readonly canResume: boolean) {
+    super();
+  }
+
+  runtime(): ContainerRuntime {
+    throw new Error("no containers here");
+  }
+
+  override sandbox(): SandboxRuntime<object> {
+    return {
+      start: () => {
+        this.calls.push("start");
+        return Promise.resolve({ pid: 4242, exited: this.end.promise });
+      },
+      ...(this.canResume
+        ? {
+          resumeEnd: (ctx) => {
+            this.calls.push(`resumeEnd ${ctx.id}`);
+            return this.resumed.promise;
+          },
+        }
+        : {}),
+    };
+  }
+}
+
+Deno.test("a started sandbox whose runtime reports its end is carried only with resumeEnd", async () => {
+  const without = new UpgradableVmShim(false);
+  const old = service(without).svc;
+  await started(old);
+  assert.throws(() => old.carry(), /sandbox "sbx-1".*resumeEnd/);
+
+  const shim = new UpgradableVmShim(true);
+  const { svc } = service(shim);
+  await started(svc);
+  const carried = svc.carry();
+  assert.equal(carried.length, 1);
+  assert.equal(carried[0].ends, true, "its end is the runtime's to report again");
+  assert.equal(carried[0].state, "ready");
+  assert.equal(carried[0].pid, 4242);
+  assert.equal(carried[0].exited, undefined);
+
+  // Code whose hook cannot report the end again cannot take it.
+  assert.throws(
+    () => service(new UpgradableVmShim(false)).svc.adopt(JSON.parse(JSON.stringify(carried))),
+    /sandbox "sbx-1": this code's sandbox hook has no resumeEnd/,
+  );
+
+  // The next code: the same carry, through JSON as the state file has it.
+  const next = new UpgradableVmShim(true);
+  const { svc: resumed } = service(next);
+  resumed.adopt(JSON.parse(JSON.stringify(carried)));
+  assert.deepEqual(next.calls, [`resumeEnd ${id}`], "the end is asked for again");
+  const st = resumed.sandboxStatus(req({ sandboxId: id }));
+  assert.equal(st.state, "SANDBOX_READY");
+  assert.equal(st.pid, 4242);
+  const waited = resumed.waitSandbox(req<WaitSandboxRequest>({ sandboxId: id }));
+  next.resumed.resolve(137); // the hypervisor was SIGKILLed after the upgrade
+  assert.equal((await waited).exitStatus, 137);
+  assert.equal(resumed.sandboxStatus(req({ sandboxId: id })).state, "SANDBOX_NOTREADY");
+  // Stopped now: carried again, its end is no longer the runtime's to report.
+  const again = resumed.carry();
+  assert.equal(again[0].ends, undefined);
+  assert.equal(again[0].exited?.status, 137);
+});
+
+Deno.test("a sandbox that ended before the upgrade is carried as stopped, without resumeEnd", async () => {
+  const shim = new UpgradableVmShim(false);
+  const { svc } = service(shim);
+  await started(svc);
+  const waited = svc.waitSandbox(req<WaitSandboxRequest>({ sandboxId: id }));
+  shim.end.resolve(1);
+  assert.equal((await waited).exitStatus, 1);
+  const carried = svc.carry();
+  assert.equal(carried[0].ends, undefined);
+  assert.equal(carried[0].state, "stopped");
+
+  const next = new UpgradableVmShim(false);
+  const { svc: resumed } = service(next);
+  resumed.adopt(JSON.parse(JSON.stringify(carried)));
+  assert.deepEqual(next.calls, []);
+  const w = await resumed.waitSandbox(req<WaitSandboxRequest>({ sandboxId: id }));
+  assert.equal(w.exitStatus, 1);
 });
