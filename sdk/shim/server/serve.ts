@@ -25,6 +25,7 @@ import { serverShutdown } from "./shutdown.ts";
 import {
   registerUpgradeService,
   resumeUpgrade,
+  rollBackOnUncaught,
   rollBackUpgrade,
   takeUpgradeState,
 } from "./upgrade.ts";
@@ -105,6 +106,7 @@ export async function serveShim<T extends object>(
   });
   const deps = { shim, flags, logger, bundle, endpoint, socket, platform, events: publisher };
   let services!: ReturnType<typeof registerServices<T>>;
+  const uncaught = resumed ? rollBackOnUncaught(resumed, logger) : undefined;
   try {
     if (resumed?.runtime) await adoptShimState(shim, resumed.runtime, logger, reaper);
     services = registerServices(server, {
@@ -135,6 +137,8 @@ export async function serveShim<T extends object>(
     ...(resumed ? { resumed } : {}),
   });
 
+  // From here on the new code serves: there is no way back.
+  uncaught?.();
   if (resumed) await resumeUpgrade(resumed, { server, logger }, reaper);
   else if (options.listener) void server.serve(options.listener);
   else await server.listen(socket);

@@ -463,6 +463,31 @@ export function rollBackUpgrade(s: UpgradeState, error: unknown, logger: Logger)
 }
 
 /**
+ * In the code an upgrade started, until it serves: an error nobody catches (a timer's throw, a
+ * rejected promise nobody awaits) while it takes the state back rolls back as a thrown one does
+ * ({@linkcode rollBackUpgrade}), instead of ending the process and losing the containers.
+ *
+ * @param s the state this code read
+ * @param logger the server's log
+ * @returns removes the handlers (call it before serving)
+ */
+export function rollBackOnUncaught(s: UpgradeState, logger: Logger): () => void {
+  const onError = (e: Event) => {
+    e.preventDefault();
+    const error = e instanceof ErrorEvent ? e.error : (e as PromiseRejectionEvent).reason;
+    rollBackUpgrade(s, error, logger);
+    // No way back: end as the uncaught error would have.
+    Deno.exit(1);
+  };
+  addEventListener("error", onError);
+  addEventListener("unhandledrejection", onError);
+  return () => {
+    removeEventListener("error", onError);
+    removeEventListener("unhandledrejection", onError);
+  };
+}
+
+/**
  * How to start the code running now again in place, with the server's arguments: its own
  * command line (the runtime's flags and main module, not the launcher, which an install
  * replaces; the main module's content-hashed bundle stays) and environment. Undefined when the

@@ -14,8 +14,8 @@
  * - the installed code unchanged: nothing is done without `--force`;
  * - a broken installed bundle: the upgrade is refused, the command exits non-zero, and the old
  *   code keeps serving the running container;
- * - installed code that loads but cannot take the carried container: the previous code starts
- *   again in place from the same state, the command says so and exits non-zero, the shim serves
+ * - installed code that loads but cannot take the carried container (it throws, or a timer of it
+ *   throws an error nobody catches): the previous code starts again in place from the same state, the command says so and exits non-zero, the shim serves
  *   on (same pid, containerd never sees it go) and a later upgrade to good code works.
  *
  * Everything waits by polling with generous bounds; nothing asserts a duration.
@@ -364,47 +364,58 @@ for (const v of versions) {
           assert.deepEqual(await shimLossLines(c, id), [], "containerd never lost the shim");
           await killAndRemove(c, ns, id);
         });
-        await t.step(
-          "new code that cannot take the state: the previous code takes it back and serves on",
-          async () => {
-            const id = uid("rollback");
-            await ok(k.run(c, { id, namespace: ns, detach: true, args: ["sleep", "600"] }), "run");
-            const pid = await serverOf(c, ns, id);
-            // A build whose runtime factory throws: it loads (its check passes) and then fails
-            // to take the carried container.
-            await installExampleShims({
-              prefix: k.prefix,
-              shims: { [LAUNCHER]: "tests/fixtures/upgrade/rejects_carried.ts" },
-            });
-            try {
-              const r = await upgradeCommand(bin, c, "--id", id, "--namespace", ns);
-              assert.equal(r.code, 1, r.out);
-              assert.match(
-                r.out,
-                /FAILED: .*could not take the state \(.*rejects the carried runtime options.*\); the previous code .* took it back and serves again/s,
-                r.out,
+        // New code that fails while it takes the state back: by a thrown error, or by one
+        // nobody catches (a timer's); either way the previous code takes it back.
+        const failing = [
+          ["rejects_carried", "cannot take the state", /rejects the carried runtime options/],
+          ["crashes_carried", "crashes while it takes the state", /crashes while it takes/],
+        ] as const;
+        for (const [fixture, what, why] of failing) {
+          await t.step(
+            `new code that ${what}: the previous code takes it back and serves on`,
+            async () => {
+              const id = uid("rollback");
+              await ok(
+                k.run(c, { id, namespace: ns, detach: true, args: ["sleep", "600"] }),
+                "run",
               );
-            } finally {
+              const pid = await serverOf(c, ns, id);
+              // A build that loads (its check passes) and then fails to take the container.
               await installExampleShims({
                 prefix: k.prefix,
-                shims: { [LAUNCHER]: "examples/runc/main.ts" },
+                shims: { [LAUNCHER]: `tests/fixtures/upgrade/${fixture}.ts` },
               });
-            }
-            assert.equal(await serverOf(c, ns, id), pid, "the same shim process");
-            const e = await c.ctr(
-              ["tasks", "exec", "--exec-id", "back", id, "sh", "-c", "echo back; exit 3"],
-              { namespace: ns },
-            );
-            assert.equal(e.code, 3, describe(e));
-            assert.equal(e.stdout.trim(), "back");
-            // And the installed good code takes it over as usual.
-            const r = await upgradeCommand(bin, c, "--id", id, "--namespace", ns, "--force");
-            assert.equal(r.code, 0, r.out);
-            assert.equal(await serverOf(c, ns, id), pid, "the same shim process");
-            assert.deepEqual(await shimLossLines(c, id), [], "containerd never lost the shim");
-            await killAndRemove(c, ns, id);
-          },
-        );
+              try {
+                const r = await upgradeCommand(bin, c, "--id", id, "--namespace", ns);
+                assert.equal(r.code, 1, r.out);
+                assert.match(
+                  r.out,
+                  /FAILED: .*could not take the state \(.*\); the previous code .* took it back and serves again/s,
+                  r.out,
+                );
+                assert.match(r.out, why, r.out);
+              } finally {
+                await installExampleShims({
+                  prefix: k.prefix,
+                  shims: { [LAUNCHER]: "examples/runc/main.ts" },
+                });
+              }
+              assert.equal(await serverOf(c, ns, id), pid, "the same shim process");
+              const e = await c.ctr(
+                ["tasks", "exec", "--exec-id", "back", id, "sh", "-c", "echo back; exit 3"],
+                { namespace: ns },
+              );
+              assert.equal(e.code, 3, describe(e));
+              assert.equal(e.stdout.trim(), "back");
+              // And the installed good code takes it over as usual.
+              const r = await upgradeCommand(bin, c, "--id", id, "--namespace", ns, "--force");
+              assert.equal(r.code, 0, r.out);
+              assert.equal(await serverOf(c, ns, id), pid, "the same shim process");
+              assert.deepEqual(await shimLossLines(c, id), [], "containerd never lost the shim");
+              await killAndRemove(c, ns, id);
+            },
+          );
+        }
         await c.stop();
       } finally {
         await k.close();
