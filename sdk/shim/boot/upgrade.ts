@@ -158,10 +158,21 @@ function entries(dir: string): string[] {
 function launchedBy(pid: number, launcher: string): boolean {
   if (!Number.isInteger(pid) || pid <= 0) return false;
   try {
+    const prefix = `${LAUNCHER_ENV.launcher}=`;
     const env = Deno.readTextFileSync(`/proc/${pid}/environ`).split("\0");
-    return env.includes(`${LAUNCHER_ENV.launcher}=${launcher}`);
+    const theirs = env.find((e) => e.startsWith(prefix))?.slice(prefix.length);
+    // The same file, however it was named (a relative path, a symbolic link).
+    return theirs !== undefined && (theirs === launcher || realPath(theirs) === realPath(launcher));
   } catch {
     return false;
+  }
+}
+
+function realPath(path: string): string | undefined {
+  try {
+    return Deno.realPathSync(path);
+  } catch {
+    return undefined;
   }
 }
 
@@ -194,6 +205,7 @@ export async function upgradeShim(
 
 interface UpgradeArgs {
   all: boolean;
+  help?: boolean;
   id?: string;
   namespace?: string;
   "state-dir": string;
@@ -207,7 +219,7 @@ function parseUpgradeArgs(argv: readonly string[]): UpgradeArgs {
   for (let i = 0; i < argv.length; i++) {
     const [name, inline] = argv[i].replace(/^--?/, "").split(/=(.*)/s, 2);
     if (!argv[i].startsWith("-")) throw new Error(`unexpected argument "${argv[i]}"`);
-    if (name === "all" || name === "force") {
+    if (name === "all" || name === "force" || name === "help") {
       out[name] = true;
       continue;
     }
@@ -222,7 +234,10 @@ function parseUpgradeArgs(argv: readonly string[]): UpgradeArgs {
 }
 
 const USAGE = "usage: <shim binary> upgrade (--all | --id ID) [--namespace NS] " +
-  "[--state-dir DIR] [--force] [--settle-timeout-ms MS]";
+  "[--state-dir DIR] [--force] [--settle-timeout-ms MS]\n" +
+  "  run it as the installed shim binary containerd runs; --state-dir is containerd's task " +
+  `state directory (default ${DEFAULT_TASK_STATE_DIR}; <state>/io.containerd.runtime.v2.task ` +
+  "for a containerd whose state = <state>)";
 
 /**
  * Runs the `upgrade` command; resolves with its exit code.
@@ -238,6 +253,10 @@ export async function runUpgrade(argv: readonly string[], launcher: string): Pro
     console.error(`${(e as Error).message}\n${USAGE}`);
     return 2;
   }
+  if (values.help) {
+    console.log(USAGE);
+    return 0;
+  }
   if (values.all === (values.id !== undefined)) {
     console.error(`give exactly one of --all and --id\n${USAGE}`);
     return 2;
@@ -247,10 +266,11 @@ export async function runUpgrade(argv: readonly string[], launcher: string): Pro
     : undefined;
   const shims = findShims(values["state-dir"], launcher, filter);
   if (shims.length === 0) {
+    const where = `looked in ${values["state-dir"]} and ${sandboxStateDir(values["state-dir"])}`;
     console.log(
       filter
-        ? `no running shim of ${launcher} serves container "${filter.id}"`
-        : `no running shim of ${launcher}`,
+        ? `no running shim of ${launcher} serves container "${filter.id}" (${where})`
+        : `no running shim of ${launcher} (${where})`,
     );
     return filter ? 1 : 0;
   }
