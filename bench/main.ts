@@ -21,6 +21,7 @@ import { runShimBench } from "./shim_bench.ts";
 import { runStartupBench } from "./startup_bench.ts";
 import { runScaleBench } from "./scale_bench.ts";
 import { runUpgradeBench } from "./upgrade_bench.ts";
+import { runVmUpgradeBench } from "./upgrade_vm_bench.ts";
 
 const sections: [string, () => Promise<string>][] = [
   ["ttrpc round trips", async () => (await runTtrpcBench()).markdown],
@@ -53,6 +54,10 @@ const sections: [string, () => Promise<string>][] = [
   [
     "live shim upgrade (containerd 1.6)",
     async () => (await runUpgradeBench({ containerd: "1.6" })).markdown,
+  ],
+  [
+    "live upgrade of a VM pod (containerd 2.4)",
+    async () => (await runVmUpgradeBench({ containerd: "2.4" })).markdown,
   ],
 ];
 try {
