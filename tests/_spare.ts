@@ -149,6 +149,20 @@ export async function servingOrigin(c: PrivateContainerd, id: string): Promise<s
   });
 }
 
+/**
+ * How an adopted spare's `start` reached it, from its serving line: "door" (the launcher's
+ * shell, no Deno `start`) or "socket" (Deno's `start`); "" for a cold server.
+ */
+export async function servingHandoff(c: PrivateContainerd, id: string): Promise<string> {
+  return await eventually(`the serving line of ${id} in containerd's log`, async () => {
+    for (const line of (await c.logs()).split("\n")) {
+      if (!/msg="?serving/.test(line) || !line.includes(`id=${id} `)) continue;
+      return /handoff=(\w+)/.exec(line)?.[1] ?? "";
+    }
+    return undefined;
+  });
+}
+
 export function runcOptions(init: MessageInitShape<typeof RuncOptionsSchema>): Any {
   return create(AnySchema, {
     typeUrl: "containerd.runc.v1.Options",

@@ -39,7 +39,11 @@
 
 import { sha256Hex } from "../shim/contract/sha256.ts";
 import { RUNTIME_DELETED_FILE } from "../shim/contract/bundle_files.ts";
-import { ADDRESS_FILE, OPS_SOCKET_SUFFIX } from "../shim/contract/socket_address.ts";
+import {
+  ADDRESS_FILE,
+  DEFAULT_SOCKET_DIR,
+  OPS_SOCKET_SUFFIX,
+} from "../shim/contract/socket_address.ts";
 import { UPGRADE_STATE_SUFFIX } from "../shim/contract/upgrade.ts";
 import { LAUNCHER_ENV as E } from "../shim/contract/launcher_env.ts";
 
@@ -236,6 +240,66 @@ export function deleteFastPath(): string[] {
   ];
 }
 
+/**
+ * The launcher's `start` through a waiting warm spare's door, without starting deno: the shell
+ * knocks (its pid into `spare-<code>.door`, a token `start-<pid>` beside it) and waits for the
+ * spare, which answers containerd in its place and signals how it went (`sdk/shim/spare/door.ts`:
+ * `SIGUSR1` answered, `SIGHUP` failed, `SIGUSR2` not taken). With no live spare at the door
+ * (`flock` finds its lock free), or no word within a second while its token is still its own,
+ * the shell runs Deno's `start` as before; containerd's stdin is untouched until the spare takes
+ * the start. The spare's directory is the default socket directory's (a containerd 2.3+ that
+ * names another one in `start`'s stdin gets Deno's `start`, which reads it).
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { startDoorPath } from "./install.ts";
+ * strictEqual(startDoorPath().some((line) => line.includes(".door")), true);
+ * ```
+ */
+export function startDoorPath(): string[] {
+  const dir = `${DEFAULT_SOCKET_DIR}/skiff-`;
+  if (!/^[A-Za-z0-9/._-]+$/.test(dir)) throw new Error(`socket dir "${dir}" needs quoting`);
+  return [
+    `if [ "\${last-}" = start ] && [ "\${${E.spareDoor}-}" != 0 ]; then`,
+    "  a= prev=",
+    '  for x in "$@"; do',
+    "    case $prev in -address|--address) a=$x ;; esac",
+    "    case $x in -address=*|--address=*) a=${x#*=} ;; esac",
+    "    prev=$x",
+    "  done",
+    // The spare's key: the first 16 hex digits of this launcher's code identity.
+    `  k=\${${E.code}#????????????????}; k=\${${E.code}%"$k"}; d=`,
+    '  [ -n "$a" ] && [ ${#k} = 16 ] && h=$(printf %s "$a" | sha256sum 2>/dev/null) &&',
+    `    d=${dir}$(printf %.12s "$h")`,
+    '  if [ -n "$d" ] && [ -p "$d/spare-$k.door" ] &&',
+    '    ! flock -n "$d/spare-$k.lock" true 2>/dev/null && : 2>/dev/null >"$d/start-$$"; then',
+    "    r=",
+    "    trap 'r=0' USR1",
+    "    trap 'r=cold' USR2",
+    "    trap 'r=1' HUP",
+    // Read-write: the open never waits, whether or not the spare still reads.
+    `    printf '%s\n' $$ 2>/dev/null 1<>"$d/spare-$k.door"`,
+    "    n=0",
+    '    while [ -z "$r" ]; do',
+    // Not holding containerd's pipes: containerd reads this start's output to its end.
+    "      sleep 1 </dev/null >/dev/null 2>&1 & w=$!",
+    '      [ -n "$r" ] || wait $w',
+    "      kill $w 2>/dev/null",
+    "      n=$((n + 1))",
+    '      if [ -z "$r" ] && [ $n = 1 ] && rm "$d/start-$$" 2>/dev/null; then r=cold; fi',
+    '      if [ -z "$r" ] && [ $n -ge 60 ]; then',
+    '        echo "skiff: the warm spare took this start and did not answer within 60 s" >&2; r=1',
+    "      fi",
+    "    done",
+    "    trap - USR1 USR2 HUP",
+    '    rm -f "$d/start-$$" "$d/taken-$$"',
+    "    case $r in 0) exit 0 ;; 1) exit 1 ;; esac",
+    "  fi",
+    "fi",
+  ];
+}
+
 /** A bundle file's name, checked to need no quoting inside the launcher's double quotes. */
 function bundleFileName(name: string): string {
   if (!/^[A-Za-z0-9._-]+$/.test(name)) throw new Error(`bundle file name "${name}" needs quoting`);
@@ -276,6 +340,7 @@ export function bundleLauncherScript(spec: BundleLauncherSpec): string {
     `export ${E.code}`,
     ...(spare === false || idle !== undefined ? [`export ${E.spare} ${E.spareIdleSeconds}`] : []),
     ...deleteFastPath(),
+    ...(spare === false ? [] : startDoorPath()),
     `exec ${
       sq(spec.deno)
     } run -A --quiet --no-prompt --no-config --no-lock --cached-only --no-code-cache${v8} ${

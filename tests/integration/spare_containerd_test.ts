@@ -31,6 +31,7 @@ import {
   ok,
   RUNTIME,
   serverOf,
+  servingHandoff,
   servingOrigin,
   sleep,
   stats,
@@ -101,6 +102,8 @@ for (const v of chosen) {
             assert.equal(at("-namespace"), ns);
             assert.ok(!c.spares().some((s) => s.pid === spare), "no longer listed as waiting");
             assert.equal(await servingOrigin(c, second), "spare");
+            // No Deno `start`: the launcher's shell knocked at the spare's door.
+            assert.equal(await servingHandoff(c, second), "door");
             await statsReach(c, { adopted: 1, cold: 1 });
             // The task really runs under it: ctr sees it, and a kill reaches it through the server.
             await ok(c.ctr(["tasks", "kill", "-s", "KILL", second], { namespace: ns }), "kill");
@@ -251,6 +254,22 @@ for (const v of chosen) {
             assert.equal(await waitingSpare(long), longSpare);
             await short.stop();
             await long.stop();
+          },
+        );
+
+        await t.step(
+          "SKIFF_SPARE_DOOR=0: Deno's start hands the container over the spare's socket",
+          async () => {
+            const c = await k.containerd({ env: { SKIFF_SPARE_DOOR: "0" } });
+            const ns = "socket";
+            await ok(k.run(c, { id: uid("a"), namespace: ns, args: ["true"] }), "a");
+            const spare = await waitingSpare(c);
+            const id = uid("b");
+            await ok(k.run(c, { id, namespace: ns, detach: true, args: ["sleep", "600"] }), "b");
+            assert.equal(await serverOf(c, ns, id), spare, "the spare that waited serves it");
+            assert.equal(await servingHandoff(c, id), "socket");
+            await statsReach(c, { adopted: 1, cold: 1 });
+            await c.stop();
           },
         );
 

@@ -110,8 +110,17 @@ export async function runShimWith<T extends object>(
       Deno.exit(0);
     }
     if (flags.spare) {
-      const { runSpare } = await import("../spare/spare.ts");
-      await runSpare(shim, flags, serverExtensions);
+      const [{ runSpare }, { runStart }] = await Promise.all([
+        import("../spare/spare.ts"),
+        import("./start.ts"),
+      ]);
+      // The launcher's door (sdk/shim/spare/door.ts): `start` answered by the spare itself.
+      await runSpare(
+        shim,
+        flags,
+        serverExtensions,
+        (f, stdin, ctx) => runStart(shim, f, stdin, ctx),
+      );
       Deno.exit(0);
     }
     const [{ serveShim }, { notifyReady }, extensions] = await Promise.all([

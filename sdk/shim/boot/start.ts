@@ -28,7 +28,14 @@ import {
 } from "../contract/socket_address.ts";
 import { setOomScoreAdj, shimOomScore } from "../../linux/oom_score.ts";
 import { niceOf } from "../../linux/proc_stat.ts";
-import { containerdProcess, handOffToSpare, SPARE_DAEMON_ENV } from "../spare/handoff.ts";
+import {
+  containerdProcess,
+  handOffToSpare,
+  SPARE_DAEMON_ENV,
+  type StartContext,
+} from "../spare/handoff.ts";
+
+export type { StartContext } from "../spare/handoff.ts";
 import { containerdVersion } from "../contract/containerd_version.ts";
 import { groupKey, pathPresent, socketAlive } from "../contract/server_socket.ts";
 import { listenReady, READY_SOCKET_ENV, type ReadyListener } from "./ready.ts";
@@ -130,6 +137,21 @@ export function shimCgroupOf(carriers: readonly Any[]): string | undefined {
 }
 
 /**
+ * This process as `start`: its working directory, environment and parent, and a waiting spare
+ * ({@linkcode handOffToSpare}).
+ */
+export function ownStartContext(flags: Pick<ShimFlags, "address">): StartContext {
+  return {
+    bundle: Deno.cwd(),
+    env: Deno.env.toObject(),
+    process: "self",
+    containerd: Deno.ppid,
+    daemon: containerdProcess(),
+    handOff: (request, socketDir) => handOffToSpare(flags.address, socketDir, request),
+  };
+}
+
+/**
  * Runs `start`: returns the bytes/string to print. Throws an Error with a message that
  * containerd will show when the server cannot be started.
  *
@@ -142,8 +164,9 @@ export async function runStart<T extends object>(
   shim: Shim<T>,
   flags: ShimFlags,
   stdin: Uint8Array,
+  ctx: StartContext = ownStartContext(flags),
 ): Promise<string | Uint8Array> {
-  const bundle = Deno.cwd();
+  const bundle = ctx.bundle;
   const input = parseStartInput(stdin, flags.id, flags.namespace);
   const socketDir = input.params?.socketDir || DEFAULT_SOCKET_DIR;
   const group = groupKey(bundle, flags.id);
@@ -152,7 +175,7 @@ export async function runStart<T extends object>(
   const ep: TaskApiEndpoint = { address, version: shim.taskApiVersion, protocol: "ttrpc" };
   // The answer's format depends on containerd's version, except with 2.3+'s bootstrap params
   // and on 1.6 (the only one without GRPC_ADDRESS), whose format is the unknown version's.
-  const needVersion = input.dialect !== "bootstrap" && Deno.env.get("GRPC_ADDRESS") !== undefined;
+  const needVersion = input.dialect !== "bootstrap" && ctx.env.GRPC_ADDRESS !== undefined;
   let daemon: Promise<[number, number] | undefined> | undefined;
   const version = () =>
     daemon ??= needVersion ? containerdVersion(flags.publishBinary, socketDir) : undefined;
@@ -181,10 +204,10 @@ export async function runStart<T extends object>(
     const shimCgroup = shimCgroupOf(input.carriers);
     let oomScore: number | undefined;
     try {
-      oomScore = shimOomScore();
+      oomScore = shimOomScore(ctx.containerd);
     } catch { /* our parent is gone: nothing to be one above */ }
     // A warm spare (spare/handoff.ts) takes the container if one waits; else cold.
-    const adopted = await handOffToSpare(flags.address, socketDir, {
+    const adopted = await ctx.handOff({
       flags: {
         namespace: flags.namespace,
         id: flags.id,
@@ -194,16 +217,17 @@ export async function runStart<T extends object>(
         socket: path,
       },
       bundle,
-      env: Deno.env.toObject(),
+      env: ctx.env,
       shimCgroup,
       oomScore,
-      nice: niceOf("self"),
-      daemon: containerdProcess(),
-    });
+      nice: niceOf(ctx.process),
+      daemon: ctx.daemon,
+    }, socketDir);
     // A spare knows containerd's version already; else ask containerd while the server starts.
     if (adopted?.containerd) daemon = Promise.resolve(adopted.containerd);
     version();
-    const pid = adopted?.pid ?? await spawnServer(flags, path, bundle, shimCgroup, oomScore);
+    const pid = adopted?.pid ??
+      await spawnServer(flags, path, bundle, shimCgroup, oomScore, ctx.daemon);
     // As containerd's Go shims: the server's pid in the bundle, for operators and tools (an
     // adopted spare's command line does not name the container).
     try {
@@ -220,6 +244,7 @@ async function spawnServer(
   bundle: string,
   shimCgroup: string | undefined,
   oomScore: number | undefined,
+  daemon: string,
 ): Promise<number> {
   // Re-run the same launcher containerd ran, so the server gets the same Deno flags.
   const launcher = Deno.env.get(LAUNCHER_ENV.launcher);
@@ -254,7 +279,7 @@ async function spawnServer(
       detached: true,
       env: {
         // For the next spare, which the server spawns (serve.ts); the server drops it from its env.
-        [SPARE_DAEMON_ENV]: containerdProcess(),
+        [SPARE_DAEMON_ENV]: daemon,
         ...(ready ? { [READY_SOCKET_ENV]: ready.path } : {}),
       },
     }).spawn();

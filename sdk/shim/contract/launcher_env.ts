@@ -36,7 +36,45 @@ export const LAUNCHER_ENV = {
   readySocket: "SKIFF_READY_SOCKET",
   /** A live upgrade's state file, named to the code the server re-executes into; dropped once read. */
   upgradeState: "SKIFF_UPGRADE_STATE",
+  /** `0` keeps a launcher's `start` off the warm spare's door (Deno's `start` then runs). */
+  spareDoor: "SKIFF_SPARE_DOOR",
 } as const;
+
+/**
+ * What a bundle launcher exports to the shim whatever containerd's environment says
+ * (`bundleLauncherScript`; a spare answering the launcher's door adds them, since it reads the
+ * shell's environment as containerd gave it).
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { LAUNCHER_SETS } from "./launcher_env.ts";
+ * strictEqual(LAUNCHER_SETS.includes("SKIFF_SHIM_CODE"), true);
+ * ```
+ */
+export const LAUNCHER_SETS: readonly string[] = [
+  "DENO_DIR",
+  "DENO_NO_UPDATE_CHECK",
+  LAUNCHER_ENV.launcher,
+  LAUNCHER_ENV.bundle,
+  LAUNCHER_ENV.code,
+];
+
+/**
+ * What a bundle launcher exports only where containerd's environment has no value of its own.
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { LAUNCHER_DEFAULTS } from "./launcher_env.ts";
+ * strictEqual(LAUNCHER_DEFAULTS.includes("MALLOC_ARENA_MAX"), true);
+ * ```
+ */
+export const LAUNCHER_DEFAULTS: readonly string[] = [
+  "MALLOC_ARENA_MAX",
+  LAUNCHER_ENV.spare,
+  LAUNCHER_ENV.spareIdleSeconds,
+];
 
 /** The name of one variable of {@linkcode LAUNCHER_ENV}. */
 export type LauncherEnvName = (typeof LAUNCHER_ENV)[keyof typeof LAUNCHER_ENV];

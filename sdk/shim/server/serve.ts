@@ -48,6 +48,11 @@ export interface ServeOptions {
   reaper?: Reaper;
   /** The container's socket, already bound at `-socket` (by an adopted spare). */
   listener?: Deno.UnixListener;
+  /**
+   * How an adopted spare's `start` reached it, for the log: "socket" (Deno's `start`) or "door"
+   * (the launcher's shell, no Deno `start`: sdk/shim/spare/door.ts).
+   */
+  handoff?: "socket" | "door";
 }
 
 /**
@@ -162,6 +167,7 @@ export async function serveShim<T extends object>(
     endpoint: served,
     pid: Deno.pid,
     origin: resumed ? "upgrade" : origin,
+    ...(options.handoff && !resumed ? { handoff: options.handoff } : {}),
   });
   await server.closed;
 }

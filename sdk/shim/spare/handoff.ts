@@ -13,6 +13,7 @@
 import { LAUNCHER_ENV } from "../contract/launcher_env.ts";
 import { loadSpareConfig, type SpareConfig } from "./config.ts";
 import { processStartTime } from "../../linux/proc_stat.ts";
+import type { ShimFlags } from "../contract/flags.ts";
 
 /**
  * The environment variable that names containerd's process (`<pid>:<start time>`,
@@ -51,6 +52,36 @@ export interface SpareHandoff {
   /** containerd's process ({@linkcode containerdProcess}), for the next spare. */
   daemon?: string;
 }
+
+/**
+ * Where a `start` runs and how it hands its container over. By default this process is `start`
+ * (`ownStartContext` in sdk/shim/boot/start.ts); a warm spare answering a launcher's door runs the same `start`
+ * for the launcher's process (its bundle, environment and parent) and takes the container itself.
+ */
+export interface StartContext {
+  /** The bundle: `start`'s working directory. */
+  bundle: string;
+  /** `start`'s environment (containerd's `TTRPC_ADDRESS`, `GRPC_ADDRESS`, …). */
+  env: Record<string, string>;
+  /** `start`'s process (its nice value is the server's). */
+  process: number | "self";
+  /** containerd's pid (`start`'s parent): the server's OOM score is one above its. */
+  containerd: number;
+  /** containerd's process as `<pid>:<start time>`, for the next spare. */
+  daemon: string;
+  /** Hands the container to a server that takes it; undefined: start one cold. */
+  handOff(request: Omit<SpareHandoff, "codeId">, socketDir: string): Promise<Adopted | undefined>;
+}
+
+/**
+ * `start` run for a launcher's process (`runStart` of sdk/shim/boot/start.ts, which `runShim`
+ * hands a spare: the spare does not import the actions).
+ */
+export type StartRunner = (
+  flags: ShimFlags,
+  stdin: Uint8Array,
+  ctx: StartContext,
+) => Promise<string | Uint8Array>;
 
 /** A spare's answer once it serves the container's socket. */
 export interface Adopted {

@@ -26,6 +26,7 @@ import {
   SPARE_DAEMON_ENV,
   SPARE_NICE_ENV,
   type SpareHandoff,
+  type StartRunner,
   validHandoff,
   writeJsonLine,
 } from "./handoff.ts";
@@ -35,6 +36,17 @@ import { setOomScoreAdj } from "../../linux/oom_score.ts";
 import { niceOf, setAutogroupNice, setProcessNice } from "../../linux/nice.ts";
 import { containerdVersion } from "../contract/containerd_version.ts";
 import { trimMemory } from "../../linux/memory_trim.ts";
+import {
+  answerLauncher,
+  type Door,
+  doorPath,
+  failLauncher,
+  launcherStdin,
+  openDoor,
+  readLauncherStart,
+  refuseLauncher,
+  takeKnock,
+} from "./door.ts";
 
 /**
  * Sets this process's nice value and its autogroup's, best effort: priority is a hint (and
@@ -69,10 +81,13 @@ export async function runSpare<T extends object>(
   shim: Shim<T>,
   flags: ShimFlags,
   loadExtensions: () => Promise<readonly ServerExtension[]> = () => Promise.resolve([]),
+  runStart?: StartRunner,
 ): Promise<void> {
   // long: the spare's life in order (lock, preload, listen, rehearse, watch, vet handoffs);
   // the accept loop shares ten of these locals, so splitting it out would only pass them on
   const launcher = Deno.env.get(LAUNCHER_ENV.launcher);
+  // As the launcher made it, for the starts that come through the door.
+  const exported = Deno.env.toObject();
   if (!launcher || !flags.socket.endsWith(".sock")) {
     throw new Error("-spare needs -socket <dir>/spare-<code>.sock and SKIFF_SHIM_LAUNCHER");
   }
@@ -90,7 +105,10 @@ export async function runSpare<T extends object>(
     loadExtensions,
   );
 
-  const { listener, leave } = await listenForStarts(flags.socket);
+  const { listener, leave: leaveSocket } = await listenForStarts(flags.socket);
+  // The launcher's door (./door.ts): a start without a Deno process of its own.
+  const door = runStart ? tryOpenDoor(doorPath(flags.socket)) : undefined;
+  const leave = () => (leaveSocket(), door?.close());
   const peers = new PeerCredentialResolver(flags.socket);
   const me = effectiveIds();
 
@@ -130,6 +148,79 @@ export async function runSpare<T extends object>(
   let adopting = false;
   let vetting = 0;
   const spareNice = niceOf("self");
+  const prepared = (deadline: ReturnType<typeof setTimeout>): Prepared => ({
+    containerd,
+    deadline,
+    reaper,
+    extensions,
+    marker,
+  });
+  if (door) {
+    const dir = flags.socket.slice(0, flags.socket.lastIndexOf("/"));
+    void (async () => {
+      for await (const pid of door.knocks()) {
+        if (!takeKnock(dir, pid)) continue; // the shell gave up, or never asked
+        if (adopting) {
+          refuseLauncher(pid); // taken meanwhile: its shell goes the Deno way
+          continue;
+        }
+        const start = readLauncherStart(pid, launcher, flags.address, exported);
+        if (!start) {
+          refuseLauncher(pid);
+          continue;
+        }
+        // Reserved for this start until it is answered (the socket's starts go cold meanwhile).
+        adopting = true;
+        if (Number.isInteger(baseNice)) setPriority(baseNice, 0);
+        let became: { listener: Deno.UnixListener; handoff: SpareHandoff } | undefined;
+        let left = false;
+        try {
+          const answer = await runStart!(start.flags, await launcherStdin(pid), {
+            bundle: start.bundle,
+            env: start.env,
+            process: pid,
+            containerd: start.containerd,
+            daemon: start.daemon,
+            handOff: async (request) => {
+              left = true;
+              stopWatch();
+              rehearsal.abort();
+              leave();
+              const handoff = { codeId, ...request };
+              became = { listener: await becomeServer(handoff, pid), handoff };
+              return { pid: Deno.pid, ...await containerd.then((v) => v ? { containerd: v } : {}) };
+            },
+          });
+          answerLauncher(pid, answer);
+        } catch (e) {
+          failLauncher(pid, (e as Error).message);
+          if (left) Deno.exit(1); // no longer a spare, and no server: the next spare takes over
+          adopting = false;
+          continue;
+        } finally {
+          try {
+            Deno.removeSync(`${dir}/taken-${pid}`);
+          } catch { /* the shell's to tidy */ }
+        }
+        if (became) {
+          const deadline = setTimeout(() => Deno.exit(1), SPARE_ADOPTION_MS);
+          const b = became as { listener: Deno.UnixListener; handoff: SpareHandoff };
+          await serveAdopted(
+            shim,
+            b.handoff,
+            b.listener,
+            lock,
+            serveShim,
+            prepared(deadline),
+            "door",
+          );
+        }
+        // A start of a group whose server serves: answered, and still a spare.
+        adopting = false;
+        if (vetting === 0) setPriority(spareNice, 19);
+      }
+    })();
+  }
   for await (const conn of listener) {
     const peer = ourPeer(peers, me.uid);
     if (!peer) {
@@ -163,13 +254,7 @@ export async function runSpare<T extends object>(
       // start then goes cold).
       const deadline = setTimeout(() => Deno.exit(1), SPARE_ADOPTION_MS);
       leave();
-      return adopt(shim, conn, pid, handoff, codeId, lock, serveShim, {
-        containerd,
-        deadline,
-        reaper,
-        extensions,
-        marker,
-      });
+      return adopt(shim, conn, pid, handoff, codeId, lock, serveShim, prepared(deadline));
     });
   }
   // The listener was closed by leave(): adopt() serves and ends the process itself.
@@ -261,6 +346,50 @@ async function readHandoff(conn: Deno.Conn, codeId: string): Promise<SpareHandof
   }
 }
 
+/** What the adoption needs that the spare prepared. */
+interface Prepared {
+  containerd: Promise<[number, number] | undefined>;
+  deadline: ReturnType<typeof setTimeout>;
+  reaper: import("../../linux/reaper.ts").Reaper;
+  extensions: readonly ServerExtension[];
+  /** The loading marker, which names us if our spawner wrote it after we took the lock. */
+  marker: string;
+}
+
+/**
+ * Becomes what the cold server of this start would be (working directory, environment,
+ * cgroups, OOM score, priority) and binds the container's socket; throws saying why not.
+ *
+ * @param handoff the start's handoff
+ * @param peer the start's process (its cgroups are the server's)
+ */
+async function becomeServer(handoff: SpareHandoff, peer: number): Promise<Deno.UnixListener> {
+  Deno.chdir(handoff.bundle);
+  replaceEnv(handoff.env);
+  // As start's environment names containerd's process to a cold server (the spare extension
+  // takes it out again).
+  if (handoff.daemon) Deno.env.set(SPARE_DAEMON_ENV, handoff.daemon);
+  await joinCgroupsOf(Deno.pid, peer);
+  if (handoff.shimCgroup) await joinCgroup(Deno.pid, handoff.shimCgroup);
+  if (handoff.oomScore !== undefined) setOomScoreAdj("self", handoff.oomScore);
+  // Loaded at the lowest priority (spawnSpare); serve at the one a cold server would have.
+  if (handoff.nice !== undefined && niceOf("self") !== handoff.nice) {
+    setProcessNice(handoff.nice);
+  }
+  // The container's socket, bound before the answer: start then answers containerd at once,
+  // and containerd's connection waits in the backlog until the server accepts it. What can
+  // refuse a cold server (its cgroups, its OOM score) has been done above.
+  const listener = Deno.listen({ transport: "unix", path: handoff.flags.socket });
+  Deno.chmodSync(handoff.flags.socket, 0o600);
+  // From here on the socket is ours: a spare that dies before serving (start gone mid-handoff,
+  // the adoption bound passed, serving failed) must not leave it, since nothing else may ever
+  // remove it (a restarted containerd removes the bundle and runs no `delete` for it).
+  const bound = Deno.statSync(handoff.flags.socket).ino;
+  globalThis.addEventListener("unload", () => removeIfOurs(handoff.flags.socket, bound));
+  return listener;
+}
+
+/** The handoff through the spare's socket (a Deno `start`): hello, become, answer, serve. */
 async function adopt<T extends object>(
   shim: Shim<T>,
   conn: Deno.Conn,
@@ -269,43 +398,13 @@ async function adopt<T extends object>(
   codeId: string,
   lock: Deno.FsFile,
   serveShim: typeof import("../server/serve.ts").serveShim,
-  ready: {
-    containerd: Promise<[number, number] | undefined>;
-    deadline: ReturnType<typeof setTimeout>;
-    reaper: import("../../linux/reaper.ts").Reaper;
-    extensions: readonly ServerExtension[];
-    /** The loading marker, which names us if our spawner wrote it after we took the lock. */
-    marker: string;
-  },
+  ready: Prepared,
 ): Promise<never> {
-  const { containerd, deadline, reaper, extensions } = ready;
   let listener: Deno.UnixListener;
   try {
     await writeJsonLine(conn, { pid: Deno.pid, codeId });
-    // Become what the cold server of this start would be.
-    Deno.chdir(handoff.bundle);
-    replaceEnv(handoff.env);
-    // As start's environment names containerd's process to a cold server (the spare extension
-    // takes it out again).
-    if (handoff.daemon) Deno.env.set(SPARE_DAEMON_ENV, handoff.daemon);
-    await joinCgroupsOf(Deno.pid, peer);
-    if (handoff.shimCgroup) await joinCgroup(Deno.pid, handoff.shimCgroup);
-    if (handoff.oomScore !== undefined) setOomScoreAdj("self", handoff.oomScore);
-    // Loaded at the lowest priority (spawnSpare); serve at the one a cold server would have.
-    if (handoff.nice !== undefined && niceOf("self") !== handoff.nice) {
-      setProcessNice(handoff.nice);
-    }
-    // The container's socket, bound before the answer: start then answers containerd at once,
-    // and containerd's connection waits in the backlog until the server accepts it. What can
-    // refuse a cold server (its cgroups, its OOM score) has been done above.
-    listener = Deno.listen({ transport: "unix", path: handoff.flags.socket });
-    Deno.chmodSync(handoff.flags.socket, 0o600);
-    // From here on the socket is ours: a spare that dies before serving (start gone mid-handoff,
-    // the adoption bound passed, serving failed) must not leave it, since nothing else may ever
-    // remove it (a restarted containerd removes the bundle and runs no `delete` for it).
-    const bound = Deno.statSync(handoff.flags.socket).ino;
-    globalThis.addEventListener("unload", () => removeIfOurs(handoff.flags.socket, bound));
-    await writeJsonLine(conn, { ok: true, pid: Deno.pid, containerd: await containerd });
+    listener = await becomeServer(handoff, peer);
+    await writeJsonLine(conn, { ok: true, pid: Deno.pid, containerd: await ready.containerd });
   } catch (e) {
     await writeJsonLine(conn, { ok: false, error: (e as Error).message }).catch(() => {});
     Deno.exit(1);
@@ -313,6 +412,19 @@ async function adopt<T extends object>(
   try {
     conn.close();
   } catch { /* start has gone */ }
+  return await serveAdopted(shim, handoff, listener, lock, serveShim, ready, "socket");
+}
+
+/** Serves the container the spare became the server of; never returns. */
+async function serveAdopted<T extends object>(
+  shim: Shim<T>,
+  handoff: SpareHandoff,
+  listener: Deno.UnixListener,
+  lock: Deno.FsFile,
+  serveShim: typeof import("../server/serve.ts").serveShim,
+  ready: Prepared,
+  via: "socket" | "door",
+): Promise<never> {
   // The next spare may load now (a marker naming us, written after we took the lock, goes too).
   releaseLoading(ready.marker, Deno.pid);
   lock.close();
@@ -330,10 +442,11 @@ async function adopt<T extends object>(
   try {
     await serveShim(shim, flags, {
       origin: "spare",
-      extensions,
-      reaper,
+      handoff: via,
+      extensions: ready.extensions,
+      reaper: ready.reaper,
       listener,
-      onListening: () => clearTimeout(deadline),
+      onListening: () => clearTimeout(ready.deadline),
     });
   } catch (e) {
     // start has answered: containerd's calls fail on the closed socket, as with a cold server
@@ -342,6 +455,15 @@ async function adopt<T extends object>(
     Deno.exit(1);
   }
   Deno.exit(0);
+}
+
+/** The door, or none where a FIFO cannot be made (the launcher's shell then runs Deno's start). */
+function tryOpenDoor(path: string): Door | undefined {
+  try {
+    return openDoor(path);
+  } catch {
+    return undefined;
+  }
 }
 
 /** Removes `path` if it is still the socket this process bound (inode `ino`), at its exit. */

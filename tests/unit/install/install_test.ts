@@ -15,6 +15,7 @@ import { RUNTIME_DELETED_FILE } from "../../../sdk/shim/contract/bundle_files.ts
 import { ADDRESS_FILE, OPS_SOCKET_SUFFIX } from "../../../sdk/shim/contract/socket_address.ts";
 import { UPGRADE_STATE_SUFFIX } from "../../../sdk/shim/contract/upgrade.ts";
 import { parseShimFlags } from "../../../sdk/shim/contract/flags.ts";
+import { LAUNCHER_DEFAULTS, LAUNCHER_SETS } from "../../../sdk/shim/contract/launcher_env.ts";
 import type { Shim } from "../../../sdk/shim/shim.ts";
 import { Logger } from "../../../sdk/shim/logger.ts";
 
@@ -517,4 +518,23 @@ Deno.test("a bundle launcher states its code identity: the hash of the rest of i
   // A launcher that states none (an older install) is known by the hash of its whole text.
   const old = enc.encode("#!/bin/sh\nexec deno run main.js\n");
   assert.equal(launcherCodeId(old), sha256Hex(old));
+});
+
+Deno.test("a bundle launcher exports exactly the launcher contract's variables (a door start adds them)", () => {
+  for (const spare of [true, false, { idleSeconds: 30 }] as const) {
+    const text = bundleLauncherScript({
+      deno: "/usr/bin/deno",
+      denoDir: "/c",
+      entry: "/b/main.js",
+      v8Flags: [],
+      spare,
+    });
+    const exported = text.split("\n").filter((l) => l.startsWith("export "))
+      .flatMap((l) => l.slice("export ".length).split(" "));
+    const allowed = new Set([...LAUNCHER_SETS, ...LAUNCHER_DEFAULTS]);
+    for (const name of exported) assert.ok(allowed.has(name), `${name} is in the contract`);
+    for (const name of LAUNCHER_SETS) assert.ok(exported.includes(name), `${name} exported`);
+    // The door only where a spare may wait.
+    assert.equal(text.includes(".door"), spare !== false, JSON.stringify(spare));
+  }
 });

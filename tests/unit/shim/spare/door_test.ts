@@ -1,0 +1,201 @@
+// The warm spare's door (sdk/shim/spare/door.ts) with the launcher's real shell
+// (startDoorPath in sdk/install/install.ts): a spare that answers makes the shell exit 0 with
+// the answer on containerd's stdout; one that refuses, or none at the door, leaves the shell to
+// run Deno's `start` with containerd's stdin untouched; a failure exits 1 with the reason.
+import assert from "node:assert/strict";
+import {
+  answerLauncher,
+  failLauncher,
+  launcherStdin,
+  openDoor,
+  readLauncherStart,
+  refuseLauncher,
+  takeKnock,
+} from "../../../../sdk/shim/spare/door.ts";
+import { startDoorPath } from "../../../../sdk/install/install.ts";
+import { sha256Hex } from "../../../../sdk/shim/contract/sha256.ts";
+import { DEFAULT_SOCKET_DIR } from "../../../../sdk/shim/contract/socket_address.ts";
+
+const dec = new TextDecoder();
+const CODE = "0123456789abcdef".repeat(4);
+const KEY = CODE.slice(0, 16);
+
+interface Rig {
+  address: string;
+  dir: string;
+  launcher: string;
+  bundle: string;
+  /** Runs the launcher's `start` with `stdin`; its exit code and output. */
+  start(stdin: string): Promise<{ code: number; stdout: string; stderr: string }>;
+  /** Holds the spare's lock, as a live spare does. */
+  holdLock(): Deno.FsFile;
+}
+
+async function withRig(fn: (r: Rig) => Promise<void>): Promise<void> {
+  const root = await Deno.makeTempDir({ prefix: "skiff-door-" });
+  const address = `${root}/containerd.sock`;
+  const dir = `${DEFAULT_SOCKET_DIR}/skiff-${sha256Hex(address).slice(0, 12)}`;
+  await Deno.mkdir(dir, { recursive: true, mode: 0o700 });
+  const launcher = `${root}/containerd-shim-door-v2`;
+  const bundle = `${root}/bundle`;
+  await Deno.mkdir(bundle);
+  await Deno.writeTextFile(
+    launcher,
+    [
+      "#!/bin/sh",
+      `SKIFF_SHIM_CODE=${CODE}`,
+      "export SKIFF_SHIM_CODE",
+      'for a in "$@"; do last=$a; done',
+      ...startDoorPath(),
+      // Stands for Deno's start: it shows it ran, and what was left on stdin.
+      'echo "deno start: $(cat)"',
+      "",
+    ].join("\n"),
+    { mode: 0o755 },
+  );
+  const rig: Rig = {
+    address,
+    dir,
+    launcher,
+    bundle,
+    async start(stdin) {
+      const child = new Deno.Command(launcher, {
+        args: ["-namespace", "ns", "-address", address, "-id", "c1", "start"],
+        cwd: bundle,
+        stdin: "piped",
+        stdout: "piped",
+        stderr: "piped",
+      }).spawn();
+      const w = child.stdin.getWriter();
+      await w.write(new TextEncoder().encode(stdin));
+      await w.close();
+      const o = await child.output();
+      return { code: o.code, stdout: dec.decode(o.stdout), stderr: dec.decode(o.stderr) };
+    },
+    holdLock() {
+      const f = Deno.openSync(`${dir}/spare-${KEY}.lock`, {
+        read: true,
+        write: true,
+        create: true,
+      });
+      f.lockSync(true);
+      return f;
+    },
+  };
+  try {
+    await fn(rig);
+  } finally {
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+    await Deno.remove(root, { recursive: true });
+  }
+}
+
+/** A spare at the door that handles the first knock with `handle`. */
+function spareAtDoor(r: Rig, handle: (pid: number) => Promise<void>): Promise<void> {
+  const door = openDoor(`${r.dir}/spare-${KEY}.door`);
+  return (async () => {
+    try {
+      for await (const pid of door.knocks()) {
+        await handle(pid);
+        return;
+      }
+    } finally {
+      door.close();
+    }
+  })();
+}
+
+Deno.test("door: the spare answers in the launcher's place; the shell exits 0", async () => {
+  await withRig(async (r) => {
+    const lock = r.holdLock();
+    try {
+      const spare = spareAtDoor(r, async (pid) => {
+        assert.equal(takeKnock(r.dir, pid), true);
+        const s = readLauncherStart(pid, r.launcher, r.address, {
+          SKIFF_SHIM_LAUNCHER: r.launcher,
+          MALLOC_ARENA_MAX: "1",
+          UNRELATED: "x",
+        });
+        assert.ok(s, "the launcher's start");
+        assert.equal(s.flags.id, "c1");
+        assert.equal(s.flags.action, "start");
+        assert.equal(s.bundle, r.bundle);
+        assert.equal(s.containerd, Deno.pid, "containerd: the shell's parent");
+        assert.equal(s.env.SKIFF_SHIM_LAUNCHER, r.launcher, "what the launcher exports");
+        assert.equal(s.env.UNRELATED, undefined, "not the spare's own environment");
+        assert.equal(dec.decode(await launcherStdin(pid)), "options-bytes");
+        answerLauncher(pid, "unix:///run/containerd/s/abc");
+      });
+      const out = await r.start("options-bytes");
+      await spare;
+      assert.deepEqual(out, { code: 0, stdout: "unix:///run/containerd/s/abc", stderr: "" });
+      assert.deepEqual([...Deno.readDirSync(r.dir)].map((e) => e.name).sort(), [
+        `spare-${KEY}.lock`,
+      ], "the token is tidied, the door removed with the spare");
+    } finally {
+      lock.close();
+    }
+  });
+});
+
+Deno.test("door: a refusal or no live spare runs Deno's start with stdin untouched", async () => {
+  await withRig(async (r) => {
+    // No spare holds the lock: straight to Deno's start, even with a door left behind.
+    const left = openDoor(`${r.dir}/spare-${KEY}.door`);
+    assert.deepEqual(await r.start("opts"), { code: 0, stdout: "deno start: opts\n", stderr: "" });
+    left.close();
+    const lock = r.holdLock();
+    try {
+      // A spare that does not take it.
+      const spare = spareAtDoor(r, (pid) => {
+        assert.equal(takeKnock(r.dir, pid), true);
+        refuseLauncher(pid);
+        return Promise.resolve();
+      });
+      assert.deepEqual(await r.start("opts"), {
+        code: 0,
+        stdout: "deno start: opts\n",
+        stderr: "",
+      });
+      await spare;
+      // A door nobody reads (a spare that hangs): after its second, the shell takes its token
+      // back and goes the Deno way.
+      const silent = openDoor(`${r.dir}/spare-${KEY}.door`);
+      try {
+        assert.deepEqual(await r.start("late"), {
+          code: 0,
+          stdout: "deno start: late\n",
+          stderr: "",
+        });
+      } finally {
+        silent.close();
+      }
+    } finally {
+      lock.close();
+    }
+  });
+});
+
+Deno.test("door: a failure after the spare took the start exits 1 with its reason", async () => {
+  await withRig(async (r) => {
+    const lock = r.holdLock();
+    try {
+      const spare = spareAtDoor(r, async (pid) => {
+        assert.equal(takeKnock(r.dir, pid), true);
+        await launcherStdin(pid);
+        failLauncher(pid, "cannot join cgroup /x: no such file");
+      });
+      const out = await r.start("o");
+      await spare;
+      assert.deepEqual(out, {
+        code: 1,
+        stdout: "",
+        stderr: "cannot join cgroup /x: no such file\n",
+      });
+      // A knock the shell gave up is not taken.
+      assert.equal(takeKnock(r.dir, 999_999), false);
+    } finally {
+      lock.close();
+    }
+  });
+});
