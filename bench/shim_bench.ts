@@ -12,7 +12,8 @@
  *   processes mapping it: the node's real cost), USS (private pages only) and RSS; with the
  *   spare on, the one spare waiting for the next container is reported on its own row.
  *
- * Run: `deno run -A bench/shim_bench.ts [--containerd 2.1|1.7|1.6] [--runs 10]`. Needs root,
+ * Run: `deno run -A bench/shim_bench.ts [--containerd 2.1|1.7|1.6] [--runs 10] [--no-door]`
+ * (`--no-door`: launchers hand starts to the spare through Deno's `start`, not the shell's door). Needs root,
  * runc and busybox-static (tests/setup/prepare.sh installs them).
  *
  * @module
@@ -128,8 +129,13 @@ const ROUNDS = 4;
  * the spare, which must load between two of them).
  */
 export async function runShimBench(
-  opts: { containerd?: string; runs?: number; install?: Omit<ExampleInstallOptions, "prefix"> } =
-    {},
+  opts: {
+    containerd?: string;
+    runs?: number;
+    install?: Omit<ExampleInstallOptions, "prefix">;
+    /** Keep launchers off the spare's door (`SKIFF_SPARE_DOOR=0`): Deno's `start` hands over. */
+    noDoor?: boolean;
+  } = {},
 ): Promise<ShimBenchResult> {
   const want = opts.containerd ?? "2.1";
   const runs = opts.runs ?? 20;
@@ -157,6 +163,7 @@ export async function runShimBench(
       runcLauncher.slice(0, runcLauncher.lastIndexOf("/")),
       ...(rustBin ? [rustBin.slice(0, rustBin.lastIndexOf("/"))] : []),
     ],
+    ...(opts.noDoor ? { env: { SKIFF_SPARE_DOOR: "0" } } : {}),
   });
   const runtimes = [GO, ...(rustBin ? [RUST_RUNTIME] : []), SKIFF_COLD, SKIFF];
   const tags: Record<string, string> = {
@@ -312,12 +319,14 @@ if (import.meta.main) {
       mode: { type: "string" },
       "v8-flags": { type: "string" },
       inline: { type: "boolean" },
+      "no-door": { type: "boolean" },
     },
   });
   const res = await runShimBench({
     ...(values.containerd ? { containerd: values.containerd } : {}),
     ...(values.runs ? { runs: Number(values.runs) } : {}),
     install: benchInstallOptions(Deno.args),
+    ...(values["no-door"] ? { noDoor: true } : {}),
   });
   console.log(res.markdown);
 }

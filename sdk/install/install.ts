@@ -243,8 +243,9 @@ export function deleteFastPath(): string[] {
 /**
  * The launcher's `start` through a waiting warm spare's door, without starting deno: the shell
  * knocks (its pid into `spare-<code>.door`, a token `start-<pid>` beside it) and waits for the
- * spare, which answers containerd in its place and signals how it went (`sdk/shim/spare/door.ts`:
- * `SIGUSR1` answered, `SIGHUP` failed, `SIGUSR2` not taken). With no live spare at the door
+ * spare, which runs `start` in its place, leaves the answer beside the token and signals how it
+ * went (`sdk/shim/spare/door.ts`: `SIGUSR1` answered, `SIGHUP` failed, `SIGUSR2` not taken); the
+ * shell prints the answer itself. With no live spare at the door
  * (`flock` finds its lock free), or no word within a second while its token is still its own,
  * the shell runs Deno's `start` as before; containerd's stdin is untouched until the spare takes
  * the start. The spare's directory is the default socket directory's (a containerd 2.3+ that
@@ -278,8 +279,10 @@ export function startDoorPath(): string[] {
     "    trap 'r=0' USR1",
     "    trap 'r=cold' USR2",
     "    trap 'r=1' HUP",
-    // Read-write: the open never waits, whether or not the spare still reads.
-    `    printf '%s\n' $$ 2>/dev/null 1<>"$d/spare-$k.door"`,
+    // Read-write: the open never waits, whether or not the spare still reads. On fd 3: the
+    // spare writes the answer into this shell's fd 1 as soon as it reads the pid, and the
+    // shell's own redirection of a builtin's fd 1 could still be in place then.
+    `    { printf '%s\n' $$ >&3; } 2>/dev/null 3<>"$d/spare-$k.door"`,
     "    n=0",
     '    while [ -z "$r" ]; do',
     // Not holding containerd's pipes: containerd reads this start's output to its end.
@@ -293,7 +296,12 @@ export function startDoorPath(): string[] {
     "      fi",
     "    done",
     "    trap - USR1 USR2 HUP",
-    '    rm -f "$d/start-$$" "$d/taken-$$"',
+    // The spare's answer (or why it failed), printed on this shell's own stdout (stderr).
+    "    case $r in",
+    '      0) cat "$d/answer-$$" || r=1 ;;',
+    '      1) cat "$d/error-$$" >&2 2>/dev/null ;;',
+    "    esac",
+    '    rm -f "$d/start-$$" "$d/taken-$$" "$d/answer-$$" "$d/error-$$"',
     "    case $r in 0) exit 0 ;; 1) exit 1 ;; esac",
     "  fi",
     "fi",

@@ -3,8 +3,9 @@
  * starting a Deno process of its own (the launcher's shell, `startDoorPath` in
  * `sdk/install/install.ts`). The spare answers the `start` in the launcher's place: it reads the
  * launcher's arguments, environment, working directory (the bundle) and parent (containerd) from
- * `/proc`, takes containerd's options from the launcher's stdin and writes the answer into its
- * stdout (both pipes, reopened through `/proc/<pid>/fd`), then tells the shell how it went.
+ * `/proc`, takes containerd's options from the launcher's stdin (reopened through
+ * `/proc/<pid>/fd/0`), leaves the answer beside the shell's token and tells the shell, which
+ * prints it itself.
  *
  * The protocol, all in the spare's directory (`<socket dir>/skiff-<containerd>/`):
  *
@@ -13,9 +14,10 @@
  *    then just loses the line);
  * 2. the spare takes the start by renaming the token to `taken-<pid>` (atomic: a shell that
  *    gave up first has removed it, and then the spare leaves it alone);
- * 3. the spare runs `start` for it and signals the shell: `SIGUSR1` answered (the shell exits
- *    0), `SIGHUP` failed (the reason is on the shell's stderr; it exits 1), `SIGUSR2` not taken
- *    (the shell starts Deno's `start` as before). A shell that hears nothing within a second
+ * 3. the spare runs `start` for it, leaves `answer-<pid>` (or `error-<pid>`) and signals the
+ *    shell: `SIGUSR1` answered (the shell prints the answer and exits 0), `SIGHUP` failed (it
+ *    prints the reason on stderr and exits 1), `SIGUSR2` not taken (the shell starts Deno's
+ *    `start` as before). A shell that hears nothing within a second
  *    and can still remove its token goes the Deno way too.
  *
  * @module
@@ -189,30 +191,40 @@ export async function launcherStdin(pid: number): Promise<Uint8Array> {
 }
 
 /**
- * Answers the launcher's `start`: writes `answer` into its stdout (containerd's pipe) and tells
- * the shell to exit 0.
+ * Answers the launcher's `start`: leaves `answer` beside its token (`answer-<pid>`, written
+ * whole before it is named) and tells the shell, which prints it on its own stdout (containerd's
+ * pipe) and exits 0.
  *
+ * @param dir the spare's directory
  * @param pid the shell's pid
  * @param answer what `start` prints
  */
-export function answerLauncher(pid: number, answer: string | Uint8Array): void {
-  writeTo(pid, 1, typeof answer === "string" ? new TextEncoder().encode(answer) : answer);
+export function answerLauncher(dir: string, pid: number, answer: string | Uint8Array): void {
+  leave(dir, pid, "answer", typeof answer === "string" ? new TextEncoder().encode(answer) : answer);
   Deno.kill(pid, "SIGUSR1");
 }
 
 /**
- * Fails the launcher's `start`: writes why into its stderr and tells the shell to exit 1.
+ * Fails the launcher's `start`: leaves why beside its token (`error-<pid>`) and tells the shell,
+ * which prints it on its stderr (what containerd shows) and exits 1.
  *
+ * @param dir the spare's directory
  * @param pid the shell's pid
  * @param message what containerd shows
  */
-export function failLauncher(pid: number, message: string): void {
+export function failLauncher(dir: string, pid: number, message: string): void {
   try {
-    writeTo(pid, 2, new TextEncoder().encode(`${message}\n`));
-  } catch { /* its stderr is gone: the exit status still says it */ }
+    leave(dir, pid, "error", new TextEncoder().encode(`${message}\n`));
+  } catch { /* the shell still exits 1, with its own words */ }
   try {
     Deno.kill(pid, "SIGHUP");
   } catch { /* gone */ }
+}
+
+function leave(dir: string, pid: number, what: "answer" | "error", data: Uint8Array): void {
+  const path = `${dir}/${what}-${pid}`;
+  Deno.writeFileSync(`${path}.part`, data, { mode: 0o600 });
+  Deno.renameSync(`${path}.part`, path);
 }
 
 /**
@@ -224,14 +236,4 @@ export function refuseLauncher(pid: number): void {
   try {
     Deno.kill(pid, "SIGUSR2");
   } catch { /* gone: nothing to refuse */ }
-}
-
-function writeTo(pid: number, fd: 1 | 2, data: Uint8Array): void {
-  // A fresh descriptor of the shell's pipe (an answer this small never blocks it).
-  const f = Deno.openSync(`/proc/${pid}/fd/${fd}`, { write: true });
-  try {
-    for (let off = 0; off < data.length;) off += f.writeSync(data.subarray(off));
-  } finally {
-    f.close();
-  }
 }

@@ -191,9 +191,9 @@ export async function runSpare<T extends object>(
               return { pid: Deno.pid, ...await containerd.then((v) => v ? { containerd: v } : {}) };
             },
           });
-          answerLauncher(pid, answer);
+          answerLauncher(dir, pid, answer);
         } catch (e) {
-          failLauncher(pid, (e as Error).message);
+          failLauncher(dir, pid, (e as Error).message);
           if (left) Deno.exit(1); // no longer a spare, and no server: the next spare takes over
           adopting = false;
           continue;

@@ -124,7 +124,7 @@ Deno.test("door: the spare answers in the launcher's place; the shell exits 0", 
         assert.equal(s.env.SKIFF_SHIM_LAUNCHER, r.launcher, "what the launcher exports");
         assert.equal(s.env.UNRELATED, undefined, "not the spare's own environment");
         assert.equal(dec.decode(await launcherStdin(pid)), "options-bytes");
-        answerLauncher(pid, "unix:///run/containerd/s/abc");
+        answerLauncher(r.dir, pid, "unix:///run/containerd/s/abc");
       });
       const out = await r.start("options-bytes");
       await spare;
@@ -183,7 +183,7 @@ Deno.test("door: a failure after the spare took the start exits 1 with its reaso
       const spare = spareAtDoor(r, async (pid) => {
         assert.equal(takeKnock(r.dir, pid), true);
         await launcherStdin(pid);
-        failLauncher(pid, "cannot join cgroup /x: no such file");
+        failLauncher(r.dir, pid, "cannot join cgroup /x: no such file");
       });
       const out = await r.start("o");
       await spare;
