@@ -35,7 +35,11 @@ function pct(xs: number[], p: number): number {
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
 }
 
-async function upgradeAll(bin: string, c: PrivateContainerd): Promise<{ ms: number; out: string }> {
+/** `<bin> upgrade --all --force` under `c`: its wall time and output; throws when it fails. */
+export async function upgradeAll(
+  bin: string,
+  c: Pick<PrivateContainerd, "state">,
+): Promise<{ ms: number; out: string }> {
   const t0 = performance.now();
   const r = await new Deno.Command(bin, {
     args: [

@@ -15,6 +15,7 @@ import { parseArgs } from "node:util";
 import { containerdVersions, startContainerd } from "../sdk/testing/containerd.ts";
 import { processMemory } from "../sdk/linux/smaps.ts";
 import { ctrRun } from "../sdk/testing/ctr.ts";
+import { upgradeAll } from "./upgrade_bench.ts";
 import {
   installVmShim,
   killVmsAfter,
@@ -25,8 +26,6 @@ import {
   vmFinish,
   vmQemus,
 } from "../tests/_vm.ts";
-
-const dec = new TextDecoder();
 
 function pct(xs: number[], p: number): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -68,19 +67,9 @@ export async function runVmUpgradeBench(
     const held: number[] = [];
     const wall: number[] = [];
     for (let i = 0; i < runs; i++) {
-      const t0 = performance.now();
-      const u = await new Deno.Command(bin, {
-        args: [
-          "upgrade",
-          "--all",
-          "--force",
-          "--state-dir",
-          `${c.state}/io.containerd.runtime.v2.task`,
-        ],
-      }).output();
-      wall.push(performance.now() - t0);
-      const out = dec.decode(u.stdout) + dec.decode(u.stderr);
-      if (u.code !== 0) throw new Error(`upgrade ${i}: ${out}`);
+      const u = await upgradeAll(bin, c);
+      wall.push(u.ms);
+      const out = u.out;
       held.push(Number(/requests held (\d+) ms/.exec(out)?.[1] ?? NaN));
     }
     if (JSON.stringify(vmQemus()) !== JSON.stringify(qemus)) throw new Error("QEMU changed");

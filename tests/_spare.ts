@@ -163,6 +163,17 @@ export async function servingHandoff(c: PrivateContainerd, id: string): Promise<
   });
 }
 
+/**
+ * Lines of containerd's log that say it lost a shim (of container `id`, or any). containerd logs
+ * them too when a shim exits after its last task: ask while the task still runs.
+ */
+export async function shimLossLines(c: PrivateContainerd, id?: string): Promise<string[]> {
+  return (await c.logs()).split("\n").filter((l) =>
+    /shim disconnected|cleaning up after shim|dead shim/i.test(l) &&
+    (id === undefined || l.includes(`id=${id}`))
+  );
+}
+
 export function runcOptions(init: MessageInitShape<typeof RuncOptionsSchema>): Any {
   return create(AnySchema, {
     typeUrl: "containerd.runc.v1.Options",

@@ -33,6 +33,7 @@ import {
   vmLeftovers,
   vmQemus,
 } from "./_vm.ts";
+import { shimLossLines } from "./_spare.ts";
 
 /** containerd's sandboxer of the CRI handler. */
 export type Sandboxer = "podsandbox" | "shim";
@@ -299,15 +300,12 @@ export function criVmPod(
 }
 
 /**
- * A pod whose VM dies (QEMU SIGKILLed) on the `shim` sandboxer: CRI learns it from WaitSandbox
- * (the pod is NOTREADY), its container has exited (255), nothing of the VM is left even before the
- * pod is removed, and removing it ends the shim.
+ * Kills the pod's QEMU and waits for what follows: on the `shim` sandboxer CRI sees the pod not
+ * ready (WaitSandbox), the container `svc` ends with 255, nothing of the VM is left.
  */
-export function criVmDies(cv: ContainerdVersion): Promise<void> {
-  return withVmPod(cv, "shim", undefined, async (pod) => {
-    const svc = await pod.start("svc", "exec sleep 600");
-    const [qemu] = vmQemus();
-    Deno.kill(qemu!, "SIGKILL");
+async function killVm(pod: Pod, qemu: number, svc: string): Promise<void> {
+  Deno.kill(qemu, "SIGKILL");
+  if (pod.sandboxer === "shim") {
     await until(
       "CRI to see the pod not ready",
       async () =>
@@ -318,9 +316,21 @@ export function criVmDies(cv: ContainerdVersion): Promise<void> {
           .status?.state === PodSandboxState.SANDBOX_NOTREADY,
       VM_CALL_MS,
     );
-    const s = await pod.exited(svc);
-    assert.equal(s.exitCode, 255, describeStatus(s));
-    await until("the dead VM's state to be gone", async () => (await vmLeftovers()).length === 0);
+  }
+  const s = await pod.exited(svc);
+  assert.equal(s.exitCode, 255, describeStatus(s));
+  await until("the dead VM's state to be gone", async () => (await vmLeftovers()).length === 0);
+}
+
+/**
+ * A pod whose VM dies (QEMU SIGKILLed) on the `shim` sandboxer: CRI learns it from WaitSandbox
+ * (the pod is NOTREADY), its container has exited (255), nothing of the VM is left even before the
+ * pod is removed, and removing it ends the shim.
+ */
+export function criVmDies(cv: ContainerdVersion): Promise<void> {
+  return withVmPod(cv, "shim", undefined, async (pod) => {
+    const svc = await pod.start("svc", "exec sleep 600");
+    await killVm(pod, vmQemus()[0]!, svc);
     await pod.remove();
   });
 }
@@ -371,10 +381,7 @@ export function criVmUpgrade(cv: ContainerdVersion, sandboxer: Sandboxer): Promi
       assert.equal(ex.exitCode, i, "ExecSync's exit code after the upgrade");
       assert.equal(dec.decode(ex.stdout), `after-${i}\n`);
     }
-    const lost = (await pod.c.logs()).split("\n").filter((l) =>
-      /shim disconnected|cleaning up after shim|dead shim/i.test(l)
-    );
-    assert.deepEqual(lost, [], "containerd never lost the shim");
+    assert.deepEqual(await shimLossLines(pod.c), [], "containerd never lost the shim");
     // The counter's lines in CRI's log: none lost, none twice, across the upgrades.
     const count = (await criLog(logPath)).length;
     await until("the counter to go on", async () => (await criLog(logPath)).length > count + 5);
@@ -386,22 +393,7 @@ export function criVmUpgrade(cv: ContainerdVersion, sandboxer: Sandboxer): Promi
     assert.equal(s7.exitCode, 7, describeStatus(s7));
     assert.deepEqual(vmQemus(), [qemu], "the pod's containers share its VM");
     // The VM dies: the new code sees its end as the old one did.
-    Deno.kill(qemu!, "SIGKILL");
-    if (sandboxer === "shim") {
-      await until(
-        "CRI to see the pod not ready",
-        async () =>
-          (await call(
-            "PodSandboxStatus",
-            (o) => pod.rt.podSandboxStatus({ podSandboxId: pod.id }, o),
-          ))
-            .status?.state === PodSandboxState.SANDBOX_NOTREADY,
-        VM_CALL_MS,
-      );
-    }
-    const s = await pod.exited(svc);
-    assert.equal(s.exitCode, 255, describeStatus(s));
-    await until("the dead VM's state to be gone", async () => (await vmLeftovers()).length === 0);
+    await killVm(pod, qemu!, svc);
     for (const id of [svc, seven]) {
       await call(`RemoveContainer(${id})`, (o) => rt.removeContainer({ containerId: id }, o));
     }

@@ -33,6 +33,7 @@ import {
   vmQemus,
 } from "../_vm.ts";
 import { criVmUpgrade } from "../_vm_cri.ts";
+import { shimLossLines } from "../_spare.ts";
 
 const NS = "skiff-vm-upgrade";
 const UPGRADES = 20;
@@ -142,10 +143,7 @@ for (const v of versions.length > 0 ? versions : [undefined]) {
         }
         // Asked while the task runs: containerd logs these lines too when a shim exits after its
         // last task.
-        const lost = (await c.logs()).split("\n").filter((l) =>
-          /shim disconnected|cleaning up after shim|dead shim/i.test(l) && l.includes(id)
-        );
-        assert.deepEqual(lost, [], "containerd never lost the shim");
+        assert.deepEqual(await shimLossLines(c, id), [], "containerd never lost the shim");
         const stop = await ctr(["task", "exec", "--exec-id", "stop", id, "touch", "/tmp/stop"]);
         assert.equal(stop.code, 0, describe(stop));
         const counted = await done;

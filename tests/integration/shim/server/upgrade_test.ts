@@ -36,6 +36,7 @@ import {
   NEEDS,
   ok,
   serverOf,
+  shimLossLines,
   sleep,
   uid,
 } from "../../../_spare.ts";
@@ -109,16 +110,6 @@ function runAttached(
     stdout: dec.decode(o.stdout),
     stderr: dec.decode(o.stderr),
   }));
-}
-
-/**
- * Lines of containerd's log that say it lost the shim of `id` (containerd logs them too when a
- * shim exits after its last task: ask while the task still runs).
- */
-async function shimLossLines(c: PrivateContainerd, id: string): Promise<string[]> {
-  return (await c.logs()).split("\n").filter((l) =>
-    /shim disconnected|cleaning up after shim|dead shim/i.test(l) && l.includes(`id=${id}`)
-  );
 }
 
 for (const v of versions) {
