@@ -25,7 +25,8 @@
 
 import { mkfifo, O, open } from "../../linux/libc.ts";
 import { FdStream } from "../../linux/fd_stream.ts";
-import { processParent, processStartTime } from "../../linux/proc_stat.ts";
+import { processParent } from "../../linux/proc_stat.ts";
+import { containerdProcess } from "./handoff.ts";
 import { parseShimFlags, type ShimFlags } from "../contract/flags.ts";
 import { LAUNCHER_DEFAULTS, LAUNCHER_SETS } from "../contract/launcher_env.ts";
 
@@ -173,7 +174,7 @@ export function readLauncherStart(
       bundle: Deno.readLinkSync(`/proc/${pid}/cwd`),
       env,
       containerd,
-      daemon: `${containerd}:${processStartTime(containerd) ?? ""}`,
+      daemon: containerdProcess(containerd),
     };
   } catch {
     return undefined; // gone, or not ours to read

@@ -280,15 +280,17 @@ export async function handOffToSpare(
 }
 
 /**
- * containerd's process as `<pid>:<start time>`, from `start` (whose parent it is): a spare
- * leaves once that process is gone, even SIGKILLed with its socket file left behind; the start
- * time tells it from a later process with the same pid.
+ * containerd's process as `<pid>:<start time>`, from `start` (whose parent it is; a spare
+ * answering a launcher's door names the launcher's parent): a spare leaves once that process is
+ * gone, even SIGKILLed with its socket file left behind; the start time tells it from a later
+ * process with the same pid.
  *
+ * @param pid containerd's pid; default this process's parent
  * @example Usage
  * ```ts ignore
  * const daemon = containerdProcess();
  * ```
  */
-export function containerdProcess(): string {
-  return `${Deno.ppid}:${processStartTime(Deno.ppid) ?? ""}`;
+export function containerdProcess(pid: number = Deno.ppid): string {
+  return `${pid}:${processStartTime(pid) ?? ""}`;
 }

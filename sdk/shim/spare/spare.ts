@@ -98,10 +98,12 @@ export async function runSpare<T extends object>(
   if (!taken) Deno.exit(0); // another spare holds it, or the launcher was reinstalled
   const { file: lock, codeId } = taken;
 
+  // <socket dir>/skiff-<containerd>/: the spare's socket, door, tokens and rehearsal are here.
+  const dir = flags.socket.slice(0, flags.socket.lastIndexOf("/"));
   const { serveShim, extensions, reaper, rehearse, containerd } = await preload(
     flags.publishBinary,
     // <socket dir>/skiff-<containerd>/spare-<code>.sock: `start` keeps containerd's version there
-    flags.socket.slice(0, flags.socket.lastIndexOf("/", flags.socket.lastIndexOf("/") - 1)),
+    dir.slice(0, dir.lastIndexOf("/")),
     loadExtensions,
   );
 
@@ -116,12 +118,7 @@ export async function runSpare<T extends object>(
   // run code V8 has compiled; a start that connects stops it at its next step. Then leave the
   // loading's and the rehearsal's garbage behind: a spare may wait for minutes.
   const rehearsal = new AbortController();
-  void rehearse(
-    shim,
-    reaper,
-    flags.socket.slice(0, flags.socket.lastIndexOf("/")),
-    rehearsal.signal,
-  )
+  void rehearse(shim, reaper, dir, rehearsal.signal)
     .then(() => {
       if (!rehearsal.signal.aborted) trimMemory(); // unless a start has adopted us meanwhile
     });
@@ -156,7 +153,6 @@ export async function runSpare<T extends object>(
     marker,
   });
   if (door) {
-    const dir = flags.socket.slice(0, flags.socket.lastIndexOf("/"));
     void (async () => {
       for await (const pid of door.knocks()) {
         if (!takeKnock(dir, pid)) continue; // the shell gave up, or never asked
