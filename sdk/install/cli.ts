@@ -22,6 +22,8 @@ options:
   --root DIR     the project holding deno.json (its import map); default: the current directory
   --source       launchers that run the sources through deno's cache instead of a bundle
   --no-spare     launchers that never keep a warm spare server
+  --shared N     shared servers: up to N pods (2 or more) per shim server process; install
+                 these launchers under their own names or --prefix, for one runtime handler
   -h, --help     this text
 `;
 
@@ -53,12 +55,17 @@ export function parseInstallArgs(args: string[]): InstallCommand {
       root: { type: "string" },
       source: { type: "boolean", default: false },
       "no-spare": { type: "boolean", default: false },
+      shared: { type: "string" },
       help: { type: "boolean", short: "h", default: false },
     },
   });
   if (values.help) return { help: true };
   if (!values.prefix) throw new TypeError("--prefix needs a directory");
   if (positionals.length === 0) throw new TypeError("name at least one shim: NAME=ENTRY");
+  const shared = values.shared === undefined ? undefined : Number(values.shared);
+  if (shared !== undefined && !(/^\d+$/.test(values.shared!) && shared >= 2)) {
+    throw new TypeError(`--shared "${values.shared}": expected a whole number of pods, 2 or more`);
+  }
   const shims: Record<string, string> = {};
   for (const p of positionals) {
     const eq = p.indexOf("=");
@@ -82,6 +89,7 @@ export function parseInstallArgs(args: string[]): InstallCommand {
       ...(values.root ? { root: values.root } : {}),
       ...(values.source ? { mode: "source" as const } : {}),
       ...(values["no-spare"] ? { spare: false } : {}),
+      ...(shared !== undefined ? { sharedPods: shared } : {}),
     },
   };
 }

@@ -46,6 +46,7 @@ import {
 } from "../shim/contract/socket_address.ts";
 import { UPGRADE_STATE_SUFFIX } from "../shim/contract/upgrade.ts";
 import { LAUNCHER_ENV as E } from "../shim/contract/launcher_env.ts";
+import { MAX_SHARED_PODS } from "../shim/spare/config.ts";
 
 /**
  * Options of {@linkcode installShims}.
@@ -107,6 +108,13 @@ export interface InstallShimsOptions {
    * over both.
    */
   spare?: boolean | { idleSeconds?: number };
+  /**
+   * Shared servers: the most pods one server process serves (2 or more; default:
+   * one pod per server). Written into the launchers as `SKIFF_SHARED_PODS` (containerd's
+   * environment wins); install the shared launchers under their own names or prefix, so that
+   * one runtime handler gets them (docs/containerd-config.md, "Shared servers").
+   */
+  sharedPods?: number;
 }
 
 /** How installed launchers run a shim. */
@@ -167,6 +175,8 @@ export interface LauncherSpec {
   config: string;
   /** Absolute path of the shim's entry point. */
   entry: string;
+  /** Shared servers: the most pods one server process serves (`SKIFF_SHARED_PODS`), 2 or more. */
+  sharedPods?: number;
 }
 
 /**
@@ -196,6 +206,8 @@ export interface BundleLauncherSpec {
   v8Flags: readonly string[];
   /** The warm spare: on (default), off, or on with an idle time in seconds. */
   spare?: boolean | { idleSeconds?: number };
+  /** Shared servers: the most pods one server process serves (`SKIFF_SHARED_PODS`), 2 or more. */
+  sharedPods?: number;
 }
 
 /**
@@ -241,8 +253,9 @@ export function deleteFastPath(): string[] {
 }
 
 /**
- * The launcher's `start` through a waiting warm spare's door, without starting deno: the shell
- * knocks (its pid into `spare-<code>.door`, a token `start-<pid>` beside it) and waits for the
+ * The launcher's `start` through a door, without starting deno: a shared server's that takes
+ * pods (`SKIFF_SHARED_PODS`, sdk/shim/spare/shared.ts) first, then a waiting warm spare's. The
+ * shell knocks (its pid into `spare-<code>.door`, a token `start-<pid>` beside it) and waits for the
  * spare, which runs `start` in its place, leaves the answer beside the token and signals how it
  * went (`sdk/shim/spare/door.ts`: `SIGUSR1` answered, `SIGHUP` failed, `SIGUSR2` not taken); the
  * shell prints the answer itself. With no live spare at the door
@@ -269,20 +282,23 @@ export function startDoorPath(): string[] {
     "    case $x in -address=*|--address=*) a=${x#*=} ;; esac",
     "    prev=$x",
     "  done",
-    // The spare's key: the first 16 hex digits of this launcher's code identity.
+    // The key: the first 16 hex digits of this launcher's code identity.
     `  k=\${${E.code}#????????????????}; k=\${${E.code}%"$k"}; d=`,
     '  [ -n "$a" ] && [ ${#k} = 16 ] && h=$(printf %s "$a" | sha256sum 2>/dev/null) &&',
     `    d=${dir}$(printf %.12s "$h")`,
-    '  if [ -n "$d" ] && [ -p "$d/spare-$k.door" ] &&',
-    '    ! flock -n "$d/spare-$k.lock" true 2>/dev/null && : 2>/dev/null >"$d/start-$$"; then',
+    // A shared server that takes pods first (sdk/shim/spare/shared.ts), then the spare; one that
+    // does not take this start (full, another namespace) sends the shell on to the next.
+    "  for s in shared spare; do",
+    '  if [ -n "$d" ] && [ -p "$d/$s-$k.door" ] &&',
+    '    ! flock -n "$d/$s-$k.lock" true 2>/dev/null && : 2>/dev/null >"$d/start-$$"; then',
     "    r=",
     "    trap 'r=0' USR1",
     "    trap 'r=cold' USR2",
     "    trap 'r=1' HUP",
-    // Read-write: the open never waits, whether or not the spare still reads. On fd 3: the
-    // spare writes the answer into this shell's fd 1 as soon as it reads the pid, and the
+    // Read-write: the open never waits, whether or not the server still reads. On fd 3: the
+    // server writes the answer into this shell's fd 1 as soon as it reads the pid, and the
     // shell's own redirection of a builtin's fd 1 could still be in place then.
-    `    { printf '%s\n' $$ >&3; } 2>/dev/null 3<>"$d/spare-$k.door"`,
+    `    { printf '%s\n' $$ >&3; } 2>/dev/null 3<>"$d/$s-$k.door"`,
     "    n=0",
     '    while [ -z "$r" ]; do',
     // Not holding containerd's pipes: containerd reads this start's output to its end.
@@ -292,11 +308,11 @@ export function startDoorPath(): string[] {
     "      n=$((n + 1))",
     '      if [ -z "$r" ] && [ $n = 1 ] && rm "$d/start-$$" 2>/dev/null; then r=cold; fi',
     '      if [ -z "$r" ] && [ $n -ge 60 ]; then',
-    '        echo "skiff: the warm spare took this start and did not answer within 60 s" >&2; r=1',
+    '        echo "skiff: the $s server took this start and did not answer within 60 s" >&2; r=1',
     "      fi",
     "    done",
     "    trap - USR1 USR2 HUP",
-    // The spare's answer (or why it failed), printed on this shell's own stdout (stderr).
+    // The server's answer (or why it failed), printed on this shell's own stdout (stderr).
     "    case $r in",
     '      0) cat "$d/answer-$$" || r=1 ;;',
     '      1) cat "$d/error-$$" >&2 2>/dev/null ;;',
@@ -304,8 +320,19 @@ export function startDoorPath(): string[] {
     '    rm -f "$d/start-$$" "$d/taken-$$" "$d/answer-$$" "$d/error-$$"',
     "    case $r in 0) exit 0 ;; 1) exit 1 ;; esac",
     "  fi",
+    "  done",
     "fi",
   ];
+}
+
+/** A launcher's `SKIFF_SHARED_PODS`, checked: a whole number from 2 (1 is the default, per pod). */
+function checkSharedPods(n: number): number {
+  if (!Number.isInteger(n) || n < 2 || n > MAX_SHARED_PODS) {
+    throw new TypeError(
+      `sharedPods ${n}: expected the most pods one shim server serves, a whole number from 2 to ${MAX_SHARED_PODS}`,
+    );
+  }
+  return n;
 }
 
 /** A bundle file's name, checked to need no quoting inside the launcher's double quotes. */
@@ -329,6 +356,7 @@ export function bundleLauncherScript(spec: BundleLauncherSpec): string {
   const v8 = spec.v8Flags.length > 0 ? ` ${sq(`--v8-flags=${spec.v8Flags.join(",")}`)}` : "";
   const spare = spec.spare ?? true;
   const idle = typeof spare === "object" ? spare.idleSeconds : undefined;
+  const shared = spec.sharedPods === undefined ? undefined : checkSharedPods(spec.sharedPods);
   const lines = [
     "#!/bin/sh",
     "# Generated by skiff's installShims: runs the bundle made at install time; reinstall to update.",
@@ -347,8 +375,11 @@ export function bundleLauncherScript(spec: BundleLauncherSpec): string {
     `export DENO_DIR DENO_NO_UPDATE_CHECK MALLOC_ARENA_MAX ${E.launcher} ${E.bundle}`,
     `export ${E.code}`,
     ...(spare === false || idle !== undefined ? [`export ${E.spare} ${E.spareIdleSeconds}`] : []),
+    ...(shared !== undefined
+      ? [`: "\${${E.sharedPods}:=${shared}}"`, `export ${E.sharedPods}`]
+      : []),
     ...deleteFastPath(),
-    ...(spare === false ? [] : startDoorPath()),
+    ...(spare === false && shared === undefined ? [] : startDoorPath()),
     `exec ${
       sq(spec.deno)
     } run -A --quiet --no-prompt --no-config --no-lock --cached-only --no-code-cache${v8} ${
@@ -553,6 +584,9 @@ export function launcherScript(spec: LauncherSpec): string {
     // `start` re-runs this launcher to spawn the long-running server with the same flags.
     `${E.launcher}="$0"`,
     `export DENO_DIR DENO_NO_UPDATE_CHECK ${E.launcher}`,
+    ...(spec.sharedPods !== undefined
+      ? [`: "\${${E.sharedPods}:=${checkSharedPods(spec.sharedPods)}}"`, `export ${E.sharedPods}`]
+      : []),
     ...deleteFastPath(),
     `exec ${sq(spec.deno)} run -A --quiet --no-prompt --cached-only --config ${sq(spec.config)} ${
       sq(spec.entry)
@@ -637,7 +671,13 @@ export async function installShims(opts: InstallShimsOptions): Promise<string[]>
     const path = `${absBin}/${name}`;
     const absEntry = entry.startsWith("/") ? entry : `${absRoot}/${entry}`;
     const text = mode === "source"
-      ? launcherScript({ deno, denoDir, config: `${absRoot}/deno.json`, entry: absEntry })
+      ? launcherScript({
+        deno,
+        denoDir,
+        config: `${absRoot}/deno.json`,
+        entry: absEntry,
+        ...(opts.sharedPods !== undefined ? { sharedPods: opts.sharedPods } : {}),
+      })
       : bundleLauncherScript({
         deno,
         denoDir,
@@ -651,6 +691,7 @@ export async function installShims(opts: InstallShimsOptions): Promise<string[]>
         ),
         v8Flags: opts.v8Flags ?? DEFAULT_SHIM_V8_FLAGS,
         spare: opts.spare,
+        ...(opts.sharedPods !== undefined ? { sharedPods: opts.sharedPods } : {}),
       });
     if (mode === "bundle") await Deno.mkdir(denoDir, { recursive: true });
     const part = `${path}.${Deno.pid}.part`;

@@ -64,6 +64,8 @@ export interface OciShimOptions {
  * ```
  */
 export abstract class OciShim<T extends OciShimOptions> extends Shim<T> {
+  /** An OCI CLI runtime keeps nothing of a pod in the shim object: pods may share a server. */
+  override readonly sharedServers: boolean = true;
   /**
    * The CLI settings this runtime adds to (or changes in) the defaults: e.g. runc's
    * `noPivot` and `noNewKeyring`, runsc's `globalArgs` and `initExit: "wait"`. The base adds

@@ -38,7 +38,7 @@ export type OpsContainerView = ServedContainer;
  */
 export interface ShimOpsContext {
   /** How this server came to run: spawned by `start` (`cold`) or a warm spare it adopted. */
-  origin: "cold" | "spare";
+  origin: "cold" | "spare" | "shared";
   /**
    * The node-wide counters file (`{"adopted":N,"cold":M}`) of this shim's launcher under this
    * containerd, or undefined when spares are off (nothing is counted then).

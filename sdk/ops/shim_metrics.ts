@@ -67,7 +67,7 @@ export interface ShimMetricsSource {
   /** Event publisher counters. */
   events(): { published: number; failed: number; queued: number };
   /** How the server came to run (`skiff_shim_origin`); absent: not shown. */
-  origin?(): "cold" | "spare";
+  origin?(): "cold" | "spare" | "shared";
   /**
    * Node-wide server starts of this shim's launcher under this containerd, read at scrape
    * time; absent when spares are off (the counters are not shown then).

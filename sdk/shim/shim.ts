@@ -73,6 +73,13 @@ export abstract class Shim<T extends object = object> {
    */
   readonly taskApiVersion: TaskApiVersion = 3;
   /**
+   * Whether several pods may share one server process when the operator asks for it
+   * (`SKIFF_SHARED_PODS`, docs/containerd-config.md). Say true only when this object keeps
+   * nothing of one pod's: every pod of the process calls the same `Shim`. `OciShim` says true;
+   * a shim that holds a pod's VM in its own fields keeps the default, one pod per process.
+   */
+  readonly sharedServers: boolean = false;
+  /**
    * Optional sandbox hook (Sandbox API): what the runtime must do to create, start and stop a
    * sandbox. Without it the sandbox is this shim process and the containers it serves.
    */

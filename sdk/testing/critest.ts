@@ -24,7 +24,7 @@
 // critest's runs and their report
 
 import { startContainerd } from "./containerd.ts";
-import { skiffCacheDir } from "./containerd_versions.ts";
+import { containerdVersionOf, skiffCacheDir } from "./containerd_versions.ts";
 import type { PrivateContainerd } from "./private_containerd.ts";
 import { installExampleShims } from "../install/examples.ts";
 import { buildBusyboxImage, buildPauseImage } from "./image.ts";
@@ -478,16 +478,23 @@ export interface CritestMatrixOptions {
 
 /**
  * Every handler {@linkcode runCritestMatrix} configures: the Go runc shim (`runc`, the
- * reference), skiff's examples under their own runtime types, and `skiff-runc-compat`: the skiff
+ * reference), skiff's examples under their own runtime types, `skiff-runc-compat`: the skiff
  * runc shim registered as `runtime_type = "io.containerd.runc.v2"` with `runtime_path` naming its
- * launcher, the way containerd 2.1's CRI introspects its features (docs/containerd-config.md).
+ * launcher, the way containerd 2.1's CRI introspects its features (docs/containerd-config.md),
+ * and `skiff-runc-shared`: the skiff runc shim with shared servers
+ * ({@linkcode CRITEST_SHARED_PODS} pods per server), installed under its own prefix and named by
+ * `runtime_path`.
  */
 export const CRITEST_HANDLERS: readonly string[] = [
   "runc",
   "skiff-runc",
   "skiff-runc-compat",
+  "skiff-runc-shared",
   "skiff-runsc",
 ];
+
+/** Pods per server of the `skiff-runc-shared` handler (shared servers, `SKIFF_SHARED_PODS`). */
+export const CRITEST_SHARED_PODS = 8;
 
 /**
  * Specs a handler is run on by default, when not all: `skiff-runc-compat` differs from
@@ -500,8 +507,8 @@ export const CRITEST_HANDLER_FOCUS: Readonly<Record<string, string>> = {
 
 /**
  * The handlers critest runs for a containerd version unless told otherwise (CI's gate): the Go
- * shim and `skiff-runc`, plus `skiff-runc-compat` where CRI introspects only runc-typed
- * handlers (2.1). `skiff-runsc` runs on demand only: Debian bookworm's runsc refuses every pod
+ * shim, `skiff-runc` and `skiff-runc-shared`, plus `skiff-runc-compat` where CRI introspects only
+ * runc-typed handlers (2.1). `skiff-runsc` runs on demand only: Debian bookworm's runsc refuses every pod
  * that has its own network namespace on this machine's kernel (docs/conformance.md).
  *
  * @param version containerd version, e.g. `2.1.9`
@@ -511,13 +518,13 @@ export const CRITEST_HANDLER_FOCUS: Readonly<Record<string, string>> = {
  * ```ts
  * import { strictEqual } from "node:assert/strict";
  * import { defaultCritestHandlers } from "@skiff/shim/testing";
- * strictEqual(defaultCritestHandlers("2.4.2").join(), "runc,skiff-runc");
+ * strictEqual(defaultCritestHandlers("2.4.2").join(), "runc,skiff-runc,skiff-runc-shared");
  * ```
  */
 export function defaultCritestHandlers(version: string): string[] {
   return version.startsWith("2.1.")
-    ? ["runc", "skiff-runc", "skiff-runc-compat"]
-    : ["runc", "skiff-runc"];
+    ? ["runc", "skiff-runc", "skiff-runc-compat", "skiff-runc-shared"]
+    : ["runc", "skiff-runc", "skiff-runc-shared"];
 }
 
 let nextNetwork = Deno.pid % 200;
@@ -543,7 +550,17 @@ export async function runCritestMatrix(opts: CritestMatrixOptions): Promise<Crit
   let c: PrivateContainerd | undefined;
   const runs: CritestRun[] = [];
   try {
+    const handlers = opts.handlers ?? defaultCritestHandlers(
+      containerdVersionOf(opts.binDir) ?? "",
+    );
     await installExampleShims({ prefix: `${work}/prefix` });
+    if (handlers.includes("skiff-runc-shared")) {
+      await installExampleShims({
+        prefix: `${work}/shared`,
+        shims: { "containerd-shim-skiff-runc-v2": "examples/runc/main.ts" },
+        sharedPods: CRITEST_SHARED_PODS,
+      });
+    }
     registry = await startRegistry({ dir: work });
     const images = await serveCritestImages(registry, work);
     const cniConf = `${work}/cni/net.d`;
@@ -571,6 +588,10 @@ export async function runCritestMatrix(opts: CritestMatrixOptions): Promise<Crit
           runtimeType: "io.containerd.skiff-runsc.v2",
           options: (p) => ({ root: `${p.dir}/runsc` }),
         },
+        "skiff-runc-shared": {
+          runtimeType: "io.containerd.skiff-runc.v2",
+          options: (p) => ({ Root: p.runcRoot }),
+        },
       },
       cri: { defaultHandler: "runc" },
       configToml: [
@@ -579,12 +600,14 @@ export async function runCritestMatrix(opts: CritestMatrixOptions): Promise<Crit
         `bin_dirs = ["${CNI_BIN_DIR}"]`,
         `[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.skiff-runc-compat]`,
         `runtime_path = "${work}/prefix/bin/containerd-shim-skiff-runc-v2"`,
+        `[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.skiff-runc-shared]`,
+        `runtime_path = "${work}/shared/bin/containerd-shim-skiff-runc-v2"`,
         `[plugins."io.containerd.cri.v1.images".registry]`,
         `config_path = "${images.hostsDir}"`,
         "",
       ].join("\n"),
     });
-    for (const handler of opts.handlers ?? defaultCritestHandlers(c.version)) {
+    for (const handler of handlers) {
       const run = await runCritest(c, {
         handler,
         images,

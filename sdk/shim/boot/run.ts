@@ -128,8 +128,19 @@ export async function runShimWith<T extends object>(
       import("./ready.ts"),
       serverExtensions(),
     ]);
+    // Shared servers (SKIFF_SHARED_PODS): with room, this server takes the next pods too.
+    const sharing = Deno.env.get(LAUNCHER_ENV.sharedPods)
+      ? await import("../spare/shared.ts").then(async ({ sharingFromEnv }) => {
+        const { runStart } = await import("./start.ts");
+        return sharingFromEnv(flags, (f, stdin, ctx) => runStart(shim, f, stdin, ctx));
+      })
+      : undefined;
     // A cold server: the `start` that spawned it waits to hear that it listens.
-    await serveShim(shim, flags, { extensions, onListening: notifyReady });
+    await serveShim(shim, flags, {
+      extensions,
+      onListening: notifyReady,
+      ...(sharing ? { sharing } : {}),
+    });
     Deno.exit(0);
   } catch (e) {
     // containerd shows start's combined output in its error, so say what failed.

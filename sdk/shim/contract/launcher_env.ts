@@ -38,6 +38,8 @@ export const LAUNCHER_ENV = {
   upgradeState: "SKIFF_UPGRADE_STATE",
   /** `0` keeps a launcher's `start` off the warm spare's door (Deno's `start` then runs). */
   spareDoor: "SKIFF_SPARE_DOOR",
+  /** Most pods one server process serves (shared servers); unset, `0` or `1`: one pod each. */
+  sharedPods: "SKIFF_SHARED_PODS",
 } as const;
 
 /**
@@ -74,6 +76,7 @@ export const LAUNCHER_DEFAULTS: readonly string[] = [
   "MALLOC_ARENA_MAX",
   LAUNCHER_ENV.spare,
   LAUNCHER_ENV.spareIdleSeconds,
+  LAUNCHER_ENV.sharedPods,
 ];
 
 /** The name of one variable of {@linkcode LAUNCHER_ENV}. */

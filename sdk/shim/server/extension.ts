@@ -37,8 +37,11 @@ export interface ServerSetup {
   flags: ServerFlags;
   /** The server's logger. */
   logger: Logger;
-  /** How the server came to run: spawned by `start` (`cold`) or a warm spare it adopted. */
-  origin: "cold" | "spare";
+  /**
+   * How the pod's server came to run: spawned by `start` (`cold`), a warm spare it adopted, or
+   * a pod that joined a shared server (`shared`: no process of its own started).
+   */
+  origin: "cold" | "spare" | "shared";
   /** The ttrpc socket the server serves. */
   socket: string;
   /** The bundle the server was started in (the server itself works from `/`). */

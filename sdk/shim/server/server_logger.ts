@@ -41,7 +41,7 @@ export function openLogSink(path: string): ((line: string) => void) | undefined 
 }
 
 /**
- * The logger of a server started in `bundle`, with the unhandled-rejection trap installed.
+ * The logger of a pod's server started in `bundle` (its lines go to that bundle's `log` FIFO).
  *
  * @example Usage
  * ```ts ignore
@@ -56,11 +56,26 @@ export function serverLogger(runtime: string, flags: ShimFlags, bundle: string):
   const sink = openLogSink(`${bundle}/log`);
   if (sink) logger.setSink(sink);
   if (Deno.env.get("SKIFF_LOG_FORMAT") === "json") logger.setFormat("json");
-  // A shim outlives any one call: a stray rejection is a bug to log, not a reason to take every
-  // container's stdio and exit reporting down with the process.
+  return logger;
+}
+
+/**
+ * The process's trap that turns a stray promise rejection into a log line instead of the end of
+ * every container's stdio and exit reporting: a shim outlives any one call, so a stray
+ * rejection is a bug to log. Installed once per process; the line goes to every pod's log
+ * (a rejection names no pod).
+ *
+ * @param loggers the live pods' loggers, read when a rejection happens
+ * @example Usage
+ * ```ts ignore
+ * trapUnhandledRejections(() => pods.map((p) => p.logger));
+ * ```
+ */
+export function trapUnhandledRejections(loggers: () => Iterable<Logger>): void {
   globalThis.addEventListener("unhandledrejection", (e) => {
     e.preventDefault();
-    logger.error("unhandled rejection", { error: String(e.reason?.stack ?? e.reason) });
+    for (const logger of loggers()) {
+      logger.error("unhandled rejection", { error: String(e.reason?.stack ?? e.reason) });
+    }
   });
-  return logger;
 }

@@ -1,6 +1,7 @@
 /**
- * How a shim server ends, whatever asked for it (Shutdown with nothing left, ShutdownSandbox,
- * SIGTERM, SIGINT, an abandoned bundle): once, in order, then the process exits.
+ * How a pod's server ends, whatever asked for it (Shutdown with nothing left, ShutdownSandbox,
+ * SIGTERM, SIGINT, an abandoned bundle): once, in order; then `ended` says so (the process
+ * exits once no pod is left: `./serve.ts`).
  *
  * @module
  */
@@ -21,35 +22,34 @@ export interface ShutdownParts {
   socket: string;
   /** The event publisher, flushed (bounded) before the exit. */
   publisher: EventPublisher;
-  /** Everything else to release (the Task service's subscriptions, the reaper). */
+  /** Everything else to release (the Task service's subscriptions). */
   release(): void;
+  /** Called once everything is released: the process exits when this was its last pod. */
+  ended(): void;
 }
 
 /**
- * The server's shutdown, also bound to SIGTERM and SIGINT. The returned function runs it once
- * and exits the process; later calls do nothing.
+ * A pod's shutdown. The returned function runs it once and then calls `ended`; later calls
+ * return the same promise.
  *
  * @example Usage
  * ```ts ignore
- * const shutdown = serverShutdown({ logger, extensions, server, socket, publisher, release });
+ * const shutdown = serverShutdown({ logger, extensions, server, socket, publisher, release, ended });
  * ```
  */
 export function serverShutdown(parts: ShutdownParts): (why: string) => Promise<void> {
-  let shuttingDown = false;
-  const shutdown = async (why: string) => {
-    if (shuttingDown) return;
-    shuttingDown = true;
-    parts.logger.info("shutting down", { reason: why });
-    await parts.extensions().catch(() => {});
-    await parts.server.close({ timeoutMs: 5_000 }).catch(() => {});
-    try {
-      Deno.removeSync(parts.socket); // a listener handed over is not the server's to remove
-    } catch { /* removed */ }
-    await parts.publisher.close(3_000).catch(() => {});
-    parts.release();
-    Deno.exit(0);
-  };
-  Deno.addSignalListener("SIGTERM", () => void shutdown("SIGTERM"));
-  Deno.addSignalListener("SIGINT", () => void shutdown("SIGINT"));
-  return shutdown;
+  let done: Promise<void> | undefined;
+  return (why: string) => done ??= run(parts, why);
+}
+
+async function run(parts: ShutdownParts, why: string): Promise<void> {
+  parts.logger.info("shutting down", { reason: why });
+  await parts.extensions().catch(() => {});
+  await parts.server.close({ timeoutMs: 5_000 }).catch(() => {});
+  try {
+    Deno.removeSync(parts.socket); // a listener handed over is not the server's to remove
+  } catch { /* removed */ }
+  await parts.publisher.close(3_000).catch(() => {});
+  parts.release();
+  parts.ended();
 }

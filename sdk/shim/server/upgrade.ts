@@ -88,6 +88,8 @@ export interface UpgradeDeps {
   shim: Pick<Shim<object>, "prepareUpgrade" | "upgradeCancelled" | "carryUpgrade">;
   /** Set in the code an upgrade started: the state it resumed from. */
   resumed?: UpgradeState;
+  /** Why this server cannot be upgraded live (a shared server), when it cannot. */
+  refusal?: () => string | undefined;
 }
 
 /** The code this process runs. */
@@ -163,6 +165,8 @@ function resumedReport(s: UpgradeState, d: UpgradeDeps): UpgradeReport {
 let resumedAt = 0;
 
 async function upgrade(d: UpgradeDeps, req: UpgradeRequest): Promise<UpgradeReport> {
+  const refused = d.refusal?.();
+  if (refused) throw statusError(refused, Code.FailedPrecondition);
   const launcher = Deno.env.get(LAUNCHER_ENV.launcher);
   if (!launcher) {
     throw statusError(

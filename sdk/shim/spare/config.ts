@@ -53,6 +53,66 @@ export function spareIdleSeconds(
   return Number.isFinite(idle) && idle > 0 ? idle : DEFAULT_SPARE_IDLE_SECONDS;
 }
 
+/** Most pods a shared server may serve: beyond this, one process holds too much of a node's fate. */
+export const MAX_SHARED_PODS = 1000;
+
+/**
+ * How many pods one server process may serve (`SKIFF_SHARED_PODS`): a number from 2 up turns
+ * shared servers on; unset, empty, `0` or `1` is one pod per server (undefined). Anything else
+ * is refused, naming the value: an operator's typo must not silently change a node's fate.
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual, throws } from "node:assert/strict";
+ * import { sharedPodsLimit } from "./config.ts";
+ * strictEqual(sharedPodsLimit(new Map([["SKIFF_SHARED_PODS", "8"]])), 8);
+ * strictEqual(sharedPodsLimit(new Map([["SKIFF_SHARED_PODS", "1"]])), undefined);
+ * strictEqual(sharedPodsLimit(new Map()), undefined);
+ * throws(() => sharedPodsLimit(new Map([["SKIFF_SHARED_PODS", "eight"]])), /SKIFF_SHARED_PODS="eight"/);
+ * ```
+ */
+export function sharedPodsLimit(
+  env: { get(key: string): string | undefined } = Deno.env,
+): number | undefined {
+  const text = (env.get(LAUNCHER_ENV.sharedPods) ?? "").trim();
+  if (text === "" || text === "0" || text === "1") return undefined;
+  const n = Number(text);
+  if (!/^\d+$/.test(text) || n > MAX_SHARED_PODS) {
+    throw new Error(
+      `${LAUNCHER_ENV.sharedPods}="${text}": expected the most pods one shim server serves, ` +
+        `a whole number from 2 to ${MAX_SHARED_PODS} (0 or 1: one pod per server)`,
+    );
+  }
+  return n;
+}
+
+/** Where a shared server with room takes `start`s (`./shared.ts`), in the spares' directory. */
+export interface SharedJoinPaths {
+  /** The join socket (JSON lines, as a spare's handoff socket). */
+  socket: string;
+  /** The launcher's door (as a spare's, `./door.ts`). */
+  door: string;
+  /** The lock the open server holds: one server takes new pods at a time. */
+  lock: string;
+}
+
+/**
+ * The join point of the shared servers of one launcher's code for one containerd.
+ *
+ * @param dir the spares' directory ({@linkcode spareDir})
+ * @param codeId the launcher's code identity
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { sharedJoinPaths } from "./config.ts";
+ * strictEqual(sharedJoinPaths("/run/containerd/s/skiff-ab", "0123456789abcdef99").door, "/run/containerd/s/skiff-ab/shared-0123456789abcdef.door");
+ * ```
+ */
+export function sharedJoinPaths(dir: string, codeId: string): SharedJoinPaths {
+  const base = `${dir}/shared-${codeId.slice(0, 16)}`;
+  return { socket: `${base}.sock`, door: `${base}.door`, lock: `${base}.lock` };
+}
+
 /** The launcher line that states its code identity (installShims writes it). */
 const CODE_LINE = new RegExp(`^${LAUNCHER_ENV.code}=([0-9a-f]{64})$`, "m");
 

@@ -27,6 +27,8 @@ export function spareExtension(): ServerExtension {
   return {
     name: "spare",
     setup({ flags, logger, origin, socket }) {
+      // A pod that joined a shared server took no spare and started no process.
+      if (origin === "shared") return undefined;
       // Ours, not the environment containerd gave: the runtime's processes must not see it.
       const daemon = Deno.env.get(SPARE_DAEMON_ENV) ?? "";
       Deno.env.delete(SPARE_DAEMON_ENV);

@@ -11,7 +11,14 @@
  */
 
 import { LAUNCHER_ENV } from "../contract/launcher_env.ts";
-import { loadSpareConfig, type SpareConfig } from "./config.ts";
+import {
+  launcherCodeId,
+  loadSpareConfig,
+  sharedJoinPaths,
+  sharedPodsLimit,
+  type SpareConfig,
+  spareDir,
+} from "./config.ts";
 import { processStartTime } from "../../linux/proc_stat.ts";
 import type { ShimFlags } from "../contract/flags.ts";
 
@@ -164,7 +171,14 @@ export async function handOff(
   handoff: SpareHandoff,
 ): Promise<Adopted | undefined> {
   const conn = await connectSpare(cfg);
-  if (!conn) return undefined;
+  return conn && await exchange(conn, handoff);
+}
+
+/**
+ * The handoff on a connection to a spare or a shared server: the request, their hello, their
+ * answer. Undefined when they refuse or fail (the connection is closed either way).
+ */
+async function exchange(conn: Deno.Conn, handoff: SpareHandoff): Promise<Adopted | undefined> {
   // No timer here: Deno sets up its timers on their first use, ~4 ms of start's path. The spare
   // bounds itself instead: it serves within SPARE_ADOPTION_MS of accepting, or exits.
   let pid: number | undefined;
@@ -172,7 +186,7 @@ export async function handOff(
     await writeJsonLine(conn, handoff);
     const lines = new JsonLines(conn);
     const hello = await lines.next() as { pid?: number; codeId?: string };
-    if (hello.codeId !== cfg.codeId || !Number.isInteger(hello.pid)) return undefined;
+    if (hello.codeId !== handoff.codeId || !Number.isInteger(hello.pid)) return undefined;
     pid = hello.pid;
     const answer = await lines.next() as Partial<Adopted> & { ok?: boolean };
     if (answer.ok === true) {
@@ -180,7 +194,7 @@ export async function handOff(
       const known = Array.isArray(v) && v.length === 2 && v.every(Number.isInteger);
       return { pid: pid!, ...(known ? { containerd: v } : {}) };
     }
-    return undefined; // it refused (other code, or it could not become the server); it exits
+    return undefined; // it refused (other code, full, or it could not serve the pod)
   } catch {
     // Reset before its hello (another start took the spare first), or it died or gave up after
     // it: a spare that said hello may have bound the container's socket before it went.
@@ -259,8 +273,10 @@ async function connectSpare(cfg: SpareConfig): Promise<Deno.Conn | undefined> {
 }
 
 /**
- * `start`'s whole part: hands the container to the spare of this shim binary for containerd at
- * `address`, if spares are on and one waits ({@linkcode handOff}); undefined means go cold.
+ * `start`'s whole part: hands the pod to the shared server that takes new pods, when shared
+ * servers are on ({@linkcode joinSharedServer}), else to the spare of this shim binary for
+ * containerd at `address`, if spares are on and one waits ({@linkcode handOff}); undefined means
+ * go cold.
  *
  * @param address containerd's address (`-address`)
  * @param socketDir the directory of shim sockets
@@ -275,8 +291,56 @@ export async function handOffToSpare(
   socketDir: string,
   request: Omit<SpareHandoff, "codeId">,
 ): Promise<Adopted | undefined> {
+  const shared = await joinSharedServer(address, socketDir, request);
+  if (shared) return shared;
   const cfg = await loadSpareConfig(address, socketDir);
   return cfg && await handOff(cfg, { codeId: cfg.codeId, ...request });
+}
+
+/**
+ * Shared servers (`SKIFF_SHARED_PODS`): hands the pod to the shared server of this launcher's
+ * code that takes new pods (`./shared.ts`), if one does. Undefined when shared servers are off,
+ * none takes pods, or it refuses (full, another namespace, a pod asking for its own
+ * `shim_cgroup`): the spare or a cold server then serves the pod, and with room takes the
+ * next ones. Throws on a malformed `SKIFF_SHARED_PODS`.
+ *
+ * @param address containerd's address (`-address`)
+ * @param socketDir the directory of shim sockets
+ * @param request the handoff, without the code id
+ * @param env the launcher's environment
+ */
+export async function joinSharedServer(
+  address: string,
+  socketDir: string,
+  request: Omit<SpareHandoff, "codeId">,
+  env: { get(key: string): string | undefined } = Deno.env,
+): Promise<Adopted | undefined> {
+  if (sharedPodsLimit(env) === undefined || request.shimCgroup) return undefined;
+  const codeId = sharedCodeId(env);
+  if (!codeId) return undefined;
+  const { socket } = sharedJoinPaths(spareDir(address, socketDir), codeId);
+  const conn = await tryConnect(socket);
+  return conn && await exchange(conn, { codeId, ...request });
+}
+
+/**
+ * The code identity shared servers are keyed on: the one a bundle launcher states, else the
+ * hash of the launcher's text (a source launcher); undefined without a launcher.
+ *
+ * @param env the launcher's environment
+ */
+export function sharedCodeId(
+  env: { get(key: string): string | undefined } = Deno.env,
+): string | undefined {
+  const stated = env.get(LAUNCHER_ENV.code);
+  if (stated && /^[0-9a-f]{64}$/.test(stated)) return stated;
+  const launcher = env.get(LAUNCHER_ENV.launcher);
+  if (!launcher) return undefined;
+  try {
+    return launcherCodeId(Deno.readFileSync(launcher));
+  } catch {
+    return undefined;
+  }
 }
 
 /**

@@ -21,15 +21,15 @@ import { takeSpareLock } from "./lock.ts";
 import { loadingMarker, releaseLoading } from "./loading.ts";
 import { watchLifetime } from "./lifetime.ts";
 import {
-  JsonLines,
   SPARE_ADOPTION_MS,
   SPARE_DAEMON_ENV,
   SPARE_NICE_ENV,
   type SpareHandoff,
   type StartRunner,
-  validHandoff,
   writeJsonLine,
 } from "./handoff.ts";
+import { MAX_VETTING, ourPeer, readHandoff } from "./vet.ts";
+import { sharingFromEnv } from "./shared.ts";
 import { effectiveIds, PeerCredentialResolver } from "../../ttrpc/_peer_cred.ts";
 import { joinCgroup, joinCgroupsOf } from "../../linux/cgroup_join.ts";
 import { setOomScoreAdj } from "../../linux/oom_score.ts";
@@ -151,6 +151,7 @@ export async function runSpare<T extends object>(
     reaper,
     extensions,
     marker,
+    runStart,
   });
   if (door) {
     void (async () => {
@@ -307,41 +308,6 @@ async function listenForStarts(socket: string) {
   return { listener, leave };
 }
 
-/** The pid and socket inode of the connection just accepted, if its peer has our uid. */
-function ourPeer(
-  peers: PeerCredentialResolver,
-  uid: number,
-): { pid: number; inode: number } | undefined {
-  try {
-    const { creds, inode } = peers.resolveLatest();
-    if (creds.uid === uid) return { pid: creds.pid, inode };
-    peers.release(inode);
-  } catch { /* no credentials: not a peer we can trust */ }
-  return undefined;
-}
-
-/** Connections vetted at once while the spare waits. */
-const MAX_VETTING = 4;
-/** How long a connection may take to send its handoff line (a start sends it at once). */
-const HANDOFF_READ_MS = 5_000;
-
-/** The connection's first line if it is a handoff of our code, else undefined (never throws). */
-async function readHandoff(conn: Deno.Conn, codeId: string): Promise<SpareHandoff | undefined> {
-  const timer = setTimeout(() => {
-    try {
-      conn.close();
-    } catch { /* closed */ }
-  }, HANDOFF_READ_MS);
-  try {
-    const v = await new JsonLines(conn).next();
-    return validHandoff(v) && v.codeId === codeId ? v : undefined;
-  } catch {
-    return undefined;
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
 /** What the adoption needs that the spare prepared. */
 interface Prepared {
   containerd: Promise<[number, number] | undefined>;
@@ -350,6 +316,8 @@ interface Prepared {
   extensions: readonly ServerExtension[];
   /** The loading marker, which names us if our spawner wrote it after we took the lock. */
   marker: string;
+  /** `start` for a launcher's process (a shared server's door). */
+  runStart: StartRunner | undefined;
 }
 
 /**
@@ -436,6 +404,8 @@ async function serveAdopted<T extends object>(
     upgradeCheck: "",
   };
   try {
+    // Shared servers: with room, this server takes the next pods too (./shared.ts).
+    const sharing = sharingFromEnv(flags, ready.runStart);
     await serveShim(shim, flags, {
       origin: "spare",
       handoff: via,
@@ -443,6 +413,7 @@ async function serveAdopted<T extends object>(
       reaper: ready.reaper,
       listener,
       onListening: () => clearTimeout(ready.deadline),
+      ...(sharing ? { sharing } : {}),
     });
   } catch (e) {
     // start has answered: containerd's calls fail on the closed socket, as with a cold server

@@ -25,13 +25,16 @@ const WITHOUT: Record<string, string> = {
     "tests/integration/shim/boot/info_test.ts, tests/integration/shim_start_dialects_test.ts",
   "sdk/shim/server/platform.ts": "the ShimPlatform interface (types): its fakes are the unit " +
     "tests' (task_service_test.ts, _container_fakes.ts), linux_platform.ts the real one",
+  "sdk/shim/server/pod.ts": "one pod's server in a process: every shim integration test; " +
+    "several in one process: tests/integration/shim/spare/shared_test.ts",
   "sdk/shim/server/serve.ts": "the server's main (ends with the process): every shim integration " +
     "test, e.g. tests/integration/shim_runc_containerd_test.ts",
   "sdk/shim/server/server_logger.ts": "writes to containerd's log FIFO: " +
     "tests/integration/shim_runc_containerd_test.ts and tests/integration/ops_shim_test.ts",
   "sdk/shim/server/services.ts": "registration only: tests/unit/shim/spare/rehearsal_test.ts " +
     "(the rehearsal registers the server's own services) and every shim integration test",
-  "sdk/shim/server/shutdown.ts": "ends the process (Deno.exit): every integration test's Shutdown",
+  "sdk/shim/server/shutdown.ts": "a pod's server's end: every integration test's Shutdown, " +
+    "tests/integration/shim/spare/shared_test.ts (one pod's end of several)",
   "sdk/shim/spare/extension.ts":
     "the spare's server extension: tests/integration/spare_containerd_test.ts",
   "sdk/shim/spare/lifetime.ts":

@@ -1,0 +1,393 @@
+/**
+ * A shared server's join point (`SKIFF_SHARED_PODS`; the server side is
+ * `sdk/shim/server/sharing.ts`): while the process serves fewer pods than the limit, it takes
+ * new pods' `start`s the way a warm spare does, on a socket (Deno's `start`, `./handoff.ts`) and
+ * on a door (the launcher's shell, `./door.ts`), and serves each pod beside the others.
+ *
+ * One server per launcher code and containerd takes new pods at a time: the one holding
+ * `shared-<code>.lock` in the spares' directory. It closes its socket and door and lets the lock
+ * go when it is full, or when it ends; a server with room takes the lock again when it is free
+ * (looking every {@linkcode RETRY_MS}), so pods fill the servers that exist before a new one
+ * starts. A `start` that finds no server taking pods goes to the spare or starts a server cold,
+ * and that server, with room, takes the next pods.
+ *
+ * @module
+ */
+
+import type { ShimFlags } from "../contract/flags.ts";
+import type { Sharing, SharingHost } from "../server/sharing.ts";
+import { containerdVersion } from "../contract/containerd_version.ts";
+import { effectiveIds, PeerCredentialResolver } from "../../ttrpc/_peer_cred.ts";
+import { LAUNCHER_ENV } from "../contract/launcher_env.ts";
+import { sharedJoinPaths, sharedPodsLimit, spareDir } from "./config.ts";
+import {
+  handOffToSpare,
+  sharedCodeId,
+  type SpareHandoff,
+  type StartRunner,
+  writeJsonLine,
+} from "./handoff.ts";
+import { MAX_VETTING, ourPeer, readHandoff } from "./vet.ts";
+import {
+  answerLauncher,
+  type Door,
+  failLauncher,
+  launcherStdin,
+  openDoor,
+  readLauncherStart,
+  refuseLauncher,
+  takeKnock,
+} from "./door.ts";
+
+/** How often a server with room looks whether it may take new pods again. */
+export const RETRY_MS = 2_000;
+
+/** What {@linkcode sharedJoinPoint} needs. */
+export interface SharedJoinOptions {
+  /** Most pods one process serves (`SKIFF_SHARED_PODS`). */
+  limit: number;
+  /** containerd's address (`-address`). */
+  address: string;
+  /** containerd's binary (`-publish-binary`), asked for its version. */
+  publishBinary: string;
+  /** The directory of the pods' sockets (the first pod's). */
+  socketDir: string;
+  /** The launcher's code identity. */
+  codeId: string;
+  /** The launcher's path (a door's knock must come from a shell running it). */
+  launcher: string;
+  /** `start` for a launcher's process; without it there is no door (socket only). */
+  runStart?: StartRunner;
+}
+
+/**
+ * The join point of a shared server.
+ *
+ * @example Usage
+ * ```ts ignore
+ * await serveShim(shim, flags, { sharing: sharedJoinPoint({ limit: 8, address, publishBinary, socketDir, codeId, launcher }) });
+ * ```
+ */
+export function sharedJoinPoint(opts: SharedJoinOptions): Sharing {
+  return new JoinPoint(opts);
+}
+
+/** The socket, door and lock while this server takes pods. */
+interface Open {
+  lock: Deno.FsFile;
+  listener: Deno.UnixListener;
+  door: Door | undefined;
+}
+
+class JoinPoint implements Sharing {
+  readonly limit: number;
+  #o: SharedJoinOptions;
+  #dir: string;
+  #paths: ReturnType<typeof sharedJoinPaths>;
+  #host: SharingHost | undefined;
+  #open: Open | undefined;
+  #joining = 0;
+  #inFlight = new Set<Promise<void>>();
+  #closing = false;
+  #retry: ReturnType<typeof setTimeout> | undefined;
+  #containerd: Promise<[number, number] | undefined> | undefined;
+
+  constructor(opts: SharedJoinOptions) {
+    this.#o = opts;
+    this.limit = opts.limit;
+    this.#dir = spareDir(opts.address, opts.socketDir);
+    this.#paths = sharedJoinPaths(this.#dir, opts.codeId);
+  }
+
+  open(host: SharingHost): void {
+    this.#host = host;
+    this.changed();
+  }
+
+  changed(): void {
+    if (!this.#host || this.#closing) return;
+    if (this.#room() && !this.#open) this.#tryOpen();
+    else if (!this.#room() && this.#open) this.#shut();
+  }
+
+  async close(): Promise<void> {
+    this.#closing = true;
+    this.#shut();
+    while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight]);
+    this.#closing = false;
+  }
+
+  #room(): boolean {
+    return this.#host !== undefined && this.#host.pods() + this.#joining < this.limit;
+  }
+
+  /** Takes the lock and opens the socket and the door; with the lock taken, looks again later. */
+  #tryOpen(): void {
+    clearTimeout(this.#retry);
+    this.#retry = undefined;
+    let lock: Deno.FsFile;
+    try {
+      Deno.mkdirSync(this.#dir, { recursive: true, mode: 0o700 });
+      lock = Deno.openSync(this.#paths.lock, {
+        read: true,
+        write: true,
+        create: true,
+        mode: 0o600,
+      });
+    } catch {
+      return; // no directory for it: this server serves the pods it has
+    }
+    if (!lock.tryLockSync(true)) {
+      lock.close();
+      this.#retry = setTimeout(() => this.changed(), RETRY_MS);
+      Deno.unrefTimer(this.#retry);
+      return;
+    }
+    // The lock is ours: a socket or door left here is a previous holder's.
+    let listener: Deno.UnixListener;
+    try {
+      Deno.removeSync(this.#paths.socket);
+    } catch { /* none */ }
+    try {
+      listener = Deno.listen({ transport: "unix", path: this.#paths.socket });
+      Deno.chmodSync(this.#paths.socket, 0o600);
+    } catch {
+      lock.close();
+      return;
+    }
+    let door: Door | undefined;
+    if (this.#o.runStart) {
+      try {
+        door = openDoor(this.#paths.door);
+      } catch { /* no FIFO: the launcher's shell runs Deno's start, which uses the socket */ }
+    }
+    const open = { lock, listener, door };
+    this.#open = open;
+    void this.#accept(open);
+    if (door) void this.#knocks(open, door);
+  }
+
+  /** Stops taking pods: the socket and door go first, then the lock. */
+  #shut(): void {
+    clearTimeout(this.#retry);
+    this.#retry = undefined;
+    const open = this.#open;
+    if (!open) return;
+    this.#open = undefined;
+    try {
+      open.listener.close();
+    } catch { /* closed */ }
+    try {
+      Deno.removeSync(this.#paths.socket);
+    } catch { /* gone */ }
+    open.door?.close();
+    open.lock.close(); // releases the lock
+  }
+
+  /** Reserves room for one pod while its join runs; undefined when there is none. */
+  #reserve(): (() => void) | undefined {
+    if (!this.#room() || this.#closing) return undefined;
+    this.#joining++;
+    const done = Promise.withResolvers<void>();
+    this.#inFlight.add(done.promise);
+    this.changed(); // full now: the join point closes
+    return () => {
+      this.#joining--;
+      this.#inFlight.delete(done.promise);
+      done.resolve();
+      this.changed();
+    };
+  }
+
+  async #accept(open: Open): Promise<void> {
+    const peers = new PeerCredentialResolver(this.#paths.socket);
+    const me = effectiveIds();
+    let vetting = 0;
+    try {
+      for await (const conn of open.listener) {
+        const peer = ourPeer(peers, me.uid);
+        if (peer) peers.release(peer.inode);
+        if (!peer || vetting >= MAX_VETTING) {
+          conn.close(); // only containerd's user may hand us a pod
+          continue;
+        }
+        vetting++;
+        void this.#joinBySocket(conn).finally(() => vetting--);
+      }
+    } catch { /* closed */ }
+  }
+
+  /** Deno's `start` on the join socket: its handoff, our hello, the pod served, our answer. */
+  async #joinBySocket(conn: Deno.Conn): Promise<void> {
+    try {
+      const handoff = await readHandoff(conn, this.#o.codeId);
+      if (!handoff) return;
+      const release = this.#fits(handoff) ? this.#reserve() : undefined;
+      try {
+        await writeJsonLine(conn, { pid: Deno.pid, codeId: this.#o.codeId });
+        if (!release) {
+          await writeJsonLine(conn, { ok: false, error: "this shared server takes no more pods" });
+          return;
+        }
+        await this.#take(handoff, "socket");
+        await writeJsonLine(conn, { ok: true, pid: Deno.pid, containerd: await this.#version() });
+      } catch (e) {
+        await writeJsonLine(conn, { ok: false, error: (e as Error).message }).catch(() => {});
+      } finally {
+        release?.();
+      }
+    } catch {
+      /* start has gone */
+    } finally {
+      try {
+        conn.close();
+      } catch { /* closed */ }
+    }
+  }
+
+  /**
+   * Whether the pod may join: the namespace of the process's pods (their events' and runtimes'
+   * environment), and no `shim_cgroup` of its own (a shared process is in one cgroup).
+   */
+  #fits(handoff: Pick<SpareHandoff, "flags" | "shimCgroup">): boolean {
+    return handoff.flags.namespace === this.#host?.namespace && !handoff.shimCgroup;
+  }
+
+  /** The launcher's door: a `start` without a Deno process, answered here. */
+  async #knocks(open: Open, door: Door): Promise<void> {
+    const exported = Deno.env.toObject();
+    for await (const pid of door.knocks()) {
+      if (!takeKnock(this.#dir, pid)) continue; // the shell gave up, or never asked
+      const start = this.#open === open
+        ? readLauncherStart(pid, this.#o.launcher, this.#o.address, exported)
+        : undefined;
+      const release = start && start.flags.namespace === this.#host?.namespace
+        ? this.#reserve()
+        : undefined;
+      if (!start || !release) {
+        this.#untake(pid);
+        refuseLauncher(pid); // its shell tries the spare's door, or Deno's start
+        continue;
+      }
+      void this.#joinByDoor(pid, start, release);
+    }
+  }
+
+  async #joinByDoor(
+    pid: number,
+    start: NonNullable<ReturnType<typeof readLauncherStart>>,
+    release: () => void,
+  ): Promise<void> {
+    try {
+      const answer = await this.#o.runStart!(start.flags, await launcherStdin(pid), {
+        bundle: start.bundle,
+        env: start.env,
+        process: pid,
+        containerd: start.containerd,
+        daemon: start.daemon,
+        handOff: async (request, socketDir) => {
+          // A pod that cannot share this process is handed on as Deno's `start` would.
+          if (!this.#fits(request)) {
+            return await handOffToSpare(this.#o.address, socketDir, request);
+          }
+          await this.#take({ codeId: this.#o.codeId, ...request }, "door");
+          const containerd = await this.#version();
+          return { pid: Deno.pid, ...(containerd ? { containerd } : {}) };
+        },
+      });
+      answerLauncher(this.#dir, pid, answer);
+    } catch (e) {
+      failLauncher(this.#dir, pid, (e as Error).message);
+    } finally {
+      this.#untake(pid);
+      release();
+    }
+  }
+
+  #untake(pid: number): void {
+    try {
+      Deno.removeSync(`${this.#dir}/taken-${pid}`);
+    } catch { /* the shell's to tidy */ }
+  }
+
+  /** Binds the pod's socket and serves the pod; a pod that cannot be served leaves no socket. */
+  async #take(handoff: SpareHandoff, via: "socket" | "door"): Promise<void> {
+    const path = handoff.flags.socket;
+    const listener = Deno.listen({ transport: "unix", path });
+    try {
+      Deno.chmodSync(path, 0o600);
+      await this.#host!.join({
+        flags: serverFlags(handoff),
+        bundle: handoff.bundle,
+        listener,
+        handoff: via,
+      });
+    } catch (e) {
+      try {
+        listener.close();
+      } catch { /* closed */ }
+      try {
+        Deno.removeSync(path);
+      } catch { /* gone */ }
+      throw e;
+    }
+  }
+
+  /** containerd's version, asked once (1.7+ pass GRPC_ADDRESS), for the answer's format. */
+  #version(): Promise<[number, number] | undefined> {
+    return this.#containerd ??= Deno.env.get("GRPC_ADDRESS") !== undefined
+      ? containerdVersion(this.#o.publishBinary, this.#o.socketDir).catch(() => undefined)
+      : Promise.resolve(undefined);
+  }
+}
+
+/** A joining pod's server flags, as a spare adopting its `start` would have them. */
+function serverFlags(handoff: SpareHandoff): ShimFlags {
+  return {
+    ...handoff.flags,
+    publishBinary: handoff.flags.publishBinary ?? "",
+    debug: handoff.flags.debug === true,
+    bundle: "",
+    version: false,
+    info: false,
+    spare: false,
+    action: "serve",
+    upgradeCheck: "",
+  };
+}
+
+/**
+ * The join point for a server whose pod socket is `socket`, when this process's environment
+ * turns shared servers on (`SKIFF_SHARED_PODS`, its launcher's); undefined otherwise (a malformed
+ * value too: `start` has refused it already, naming it).
+ *
+ * @param flags the server's flags (`socket`: its first pod's)
+ * @param runStart `start` for a launcher's process (the door), when the caller has it
+ * @example Usage
+ * ```ts ignore
+ * await serveShim(shim, flags, { sharing: sharingFromEnv(flags, runStart) });
+ * ```
+ */
+export function sharingFromEnv(
+  flags: Pick<ShimFlags, "address" | "publishBinary" | "socket">,
+  runStart?: StartRunner,
+): Sharing | undefined {
+  let limit: number | undefined;
+  try {
+    limit = sharedPodsLimit();
+  } catch {
+    return undefined;
+  }
+  const launcher = Deno.env.get(LAUNCHER_ENV.launcher);
+  const codeId = sharedCodeId();
+  if (limit === undefined || !launcher || !codeId || !flags.socket.includes("/")) return undefined;
+  return sharedJoinPoint({
+    limit,
+    address: flags.address,
+    publishBinary: flags.publishBinary,
+    socketDir: flags.socket.slice(0, flags.socket.lastIndexOf("/")) || "/",
+    codeId,
+    launcher,
+    ...(runStart ? { runStart } : {}),
+  });
+}
