@@ -13,7 +13,7 @@ import { linuxPlatform } from "./linux_platform.ts";
 import { shimSocketAddress, socketPath } from "../contract/socket_address.ts";
 import { groupKey } from "../contract/server_socket.ts";
 import type { ServerExtension } from "./extension.ts";
-import { trapUnhandledRejections } from "./server_logger.ts";
+import { trapUncaughtErrors, trapUnhandledRejections } from "./server_logger.ts";
 import { takeUpgradeState } from "./upgrade.ts";
 import { type PodProcess, type ServedPod, servePod } from "./pod.ts";
 import type { Sharing } from "./sharing.ts";
@@ -69,7 +69,9 @@ export async function serveShim<T extends object>(
   const reaper = options.reaper ?? Reaper.start({ held: resumed !== undefined });
   const sharing = shim.sharedServers && !resumed ? options.sharing : undefined;
   const pods = new Set<ServedPod>();
-  trapUnhandledRejections(() => [...pods].map((p) => p.logger));
+  const loggers = () => [...pods].map((p) => p.logger);
+  trapUnhandledRejections(loggers);
+  if (sharing) trapUncaughtErrors(loggers);
   let exiting = false;
   const proc: PodProcess<T> = {
     shim,

@@ -79,3 +79,22 @@ export function trapUnhandledRejections(loggers: () => Iterable<Logger>): void {
     }
   });
 }
+
+/**
+ * A shared server's trap for an uncaught exception (a throw in a timer or an event callback):
+ * logged to every pod's log instead of ending the process, whose other pods would all be lost
+ * with it. A server of one pod ends as before (its pod is what failed).
+ *
+ * @param loggers the live pods' loggers, read when an exception goes uncaught
+ * @example Usage
+ * ```ts ignore
+ * trapUncaughtErrors(() => pods.map((p) => p.logger));
+ * ```
+ */
+export function trapUncaughtErrors(loggers: () => Iterable<Logger>): void {
+  globalThis.addEventListener("error", (e) => {
+    e.preventDefault();
+    const error = e.error instanceof Error ? e.error.stack ?? e.error.message : String(e.error);
+    for (const logger of loggers()) logger.error("uncaught exception", { error });
+  });
+}

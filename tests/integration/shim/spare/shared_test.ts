@@ -212,3 +212,48 @@ for (const v of chosen) {
     },
   );
 }
+
+const newest = chosen.at(-1);
+integrationTest(
+  `shared servers under containerd ${
+    newest?.version ?? "2.x"
+  }: what goes wrong uncaught in one pod's handling leaves the process serving`,
+  { ...NEEDS, check: () => newest ? undefined : "containerd (tests/setup/prepare.sh)" },
+  async () => {
+    const prefix = await Deno.makeTempDir({ prefix: "skiff-shared-throws-" });
+    await installExampleShims({
+      prefix,
+      shims: { [LAUNCHER]: "tests/fixtures/shared/throws_in_one_pod.ts" },
+      sharedPods: LIMIT,
+    });
+    const k = await kit(newest!.binDir, prefix);
+    try {
+      const c = await k.containerd();
+      const ns = "throws";
+      const calm = uid("calm");
+      const wild = uid("throws");
+      for (const id of [calm, wild]) {
+        await ok(k.run(c, { id, namespace: ns, detach: true, args: ["sleep", "600"] }), id);
+      }
+      const server = await serverOf(c, ns, calm);
+      assert.equal(await serverOf(c, ns, wild), server, "one process serves both pods");
+      // Both the timer's throw and the rejection reach the log, and the process lives on.
+      await eventually("the uncaught exception in the log", async () => {
+        const log = await c.logs();
+        return log.includes(`uncaught in ${wild}`) && log.includes(`unhandled in ${wild}`)
+          ? true
+          : undefined;
+      });
+      assert.ok(alive(server), "the shared server lives on");
+      for (const id of [calm, wild]) {
+        assert.equal((await task(c, ns, id))?.status, "RUNNING", id);
+        await execWorks(c, ns, id);
+      }
+      for (const id of [calm, wild]) await remove(c, ns, id);
+      await eventually("the server exits", () => alive(server) ? undefined : true);
+    } finally {
+      await k.close();
+      await Deno.remove(prefix, { recursive: true }).catch(() => {});
+    }
+  },
+);
