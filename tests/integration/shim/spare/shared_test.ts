@@ -1,7 +1,8 @@
 /**
  * Shared servers (`SKIFF_SHARED_PODS`, sdk/shim/spare/shared.ts, sdk/shim/server/sharing.ts)
  * under real containerd 1.6 and 2.x with real runc: the runc example installed with
- * `sharedPods: 3`, each `ctr run` a pod of its own (ctr groups nothing):
+ * `sharedPods: 3` under a name of its own (`io.containerd.skiff-runc-shared.v2`), each `ctr run` a
+ * pod of its own (ctr groups nothing):
  *
  * - pods share a server up to the limit, the next pod gets another server; every pod's task
  *   runs, execs and is killed through its own socket, and each joined pod came through the
@@ -41,6 +42,8 @@ const chosen = [
   versions.filter((v) => v.version.startsWith("2.")).at(-1),
 ].filter((v) => v !== undefined);
 const LIMIT = 3;
+const SHARED_LAUNCHER = "containerd-shim-skiff-runc-shared-v2";
+const SHARED_RUNTIME = "io.containerd.skiff-runc-shared.v2";
 
 /** The task's pid and status in `ctr tasks ls`, or undefined when it is not listed. */
 async function task(
@@ -81,15 +84,18 @@ for (const v of chosen) {
     `shared servers under containerd ${v.version}: up to ${LIMIT} pods per server, a pod's end, containerd restart, a killed server, the last pod`,
     NEEDS,
     async (t) => {
+      // Under a name of its own, as an operator installs shared launchers for one handler of a
+      // containerd 1.6 (docs/containerd-config.md, "Shared servers").
       const prefix = await Deno.makeTempDir({ prefix: "skiff-shared-" });
       await installExampleShims({
         prefix,
-        shims: { [LAUNCHER]: "examples/runc/main.ts" },
+        shims: { [SHARED_LAUNCHER]: "examples/runc/main.ts" },
         sharedPods: LIMIT,
       });
+      const runtimes = { skiff: { runtimeType: SHARED_RUNTIME, binaryDir: `${prefix}/bin` } };
       const k = await kit(v.binDir, prefix);
       try {
-        const c = await k.containerd();
+        const c = await k.containerd({ runtimes });
         const ns = "shared";
         const pods = [uid("p1"), uid("p2"), uid("p3"), uid("p4")];
         // Every pod's own socket (its bundle's address), to look for after the end.
@@ -192,7 +198,7 @@ for (const v of chosen) {
 
         await t.step("with the door off, a pod joins through the join socket", async () => {
           await c.stop();
-          const d = await k.containerd({ env: { SKIFF_SPARE_DOOR: "0" } });
+          const d = await k.containerd({ runtimes, env: { SKIFF_SPARE_DOOR: "0" } });
           const two = [uid("s1"), uid("s2")];
           for (const id of two) {
             await ok(k.run(d, { id, namespace: ns, detach: true, args: ["sleep", "600"] }), id);
