@@ -89,12 +89,13 @@ export function opsExtension(opts: OpsExtensionOptions = {}): ServerExtension {
         return {
           interceptors: ops.interceptors,
           onEvent: ops.onQueued,
-          onServing: async ({ containers, sandboxes, events, options }) =>
+          onServing: async ({ containers, sandboxes, events, options, pods }) =>
             await ops.attach({
               containers,
               sandboxes,
               events,
               options,
+              ...(pods ? { pods } : {}),
               origin,
               spareStats: await serverSpareStats(flags.address, socket),
               socket,

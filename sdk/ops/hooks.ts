@@ -37,7 +37,7 @@ export type OpsContainerView = ServedContainer;
  * ```
  */
 export interface ShimOpsContext {
-  /** How this server came to run: spawned by `start` (`cold`) or a warm spare it adopted. */
+  /** How this pod's server came to run: `start` spawned it (`cold`), a warm spare it adopted, or a shared server it joined. */
   origin: "cold" | "spare" | "shared";
   /**
    * The node-wide counters file (`{"adopted":N,"cold":M}`) of this shim's launcher under this
@@ -56,4 +56,6 @@ export interface ShimOpsContext {
   events: () => PublisherStats;
   /** Shim-wide runtime options (from `start` or a sandbox), if any. */
   options: () => unknown;
+  /** Pods the process serves (a shared server's: more than 1); absent: 1. */
+  pods?: () => number;
 }

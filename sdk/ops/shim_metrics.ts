@@ -66,6 +66,8 @@ export interface ShimMetricsSource {
   containers(): Iterable<OpsContainerView>;
   /** Event publisher counters. */
   events(): { published: number; failed: number; queued: number };
+  /** Pods the process serves (`skiff_process_pods`); absent: 1. */
+  pods?(): number;
   /** How the server came to run (`skiff_shim_origin`); absent: not shown. */
   origin?(): "cold" | "spare" | "shared";
   /**
@@ -197,6 +199,12 @@ export class ShimMetrics {
       name: "skiff_processes",
       help: "Live processes (init and exec) the shim tracks: started and not yet exited.",
       read: () => this.#source ? liveProcesses(this.#source.containers()) : 0,
+    });
+    r.gauge({
+      name: "skiff_process_pods",
+      help: "Pods this shim's process serves: 1, more for a shared server (SKIFF_SHARED_PODS), " +
+        "whose process figures every pod's endpoint reports.",
+      read: () => this.#source?.pods?.() ?? 1,
     });
     r.gauge({
       name: "process_resident_memory_bytes",

@@ -217,6 +217,7 @@ export class ShimOps {
       containers: () => ctx.containers().values(),
       events: () => ctx.events(),
       origin: () => ctx.origin,
+      ...(ctx.pods ? { pods: ctx.pods } : {}),
       ...(stats ? { starts: () => readSpareStatsSync(stats) } : {}),
     });
     const path = opsSocketPath(ctx.socket);

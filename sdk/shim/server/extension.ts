@@ -123,6 +123,8 @@ export interface ServerState {
   events(): PublisherStats;
   /** Shim-wide runtime options (from `start` or a sandbox), if any. */
   options(): unknown;
+  /** Pods the process serves: 1, or more for a shared server (`SKIFF_SHARED_PODS`). */
+  pods?(): number;
 }
 
 /** What an extension plugs in; every part is optional. */

@@ -48,6 +48,8 @@ export interface PodProcess<T extends object> {
   upgradeRefusal?: () => string | undefined;
   /** A pod has shut down (its socket is gone, its services closed). */
   ended(pod: ServedPod): void;
+  /** Pods the process serves now. */
+  pods(): number;
 }
 
 /** How one pod came to this process. */
@@ -187,6 +189,7 @@ export async function servePod<T extends object>(
     sandboxes: services.sandboxes,
     events: () => publisher.stats,
     options: services.options,
+    pods: proc.pods,
   });
   stopWatch = exitWhenAbandoned({
     bundle,

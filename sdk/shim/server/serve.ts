@@ -78,6 +78,7 @@ export async function serveShim<T extends object>(
     reaper,
     platform: linuxPlatform(reaper),
     extensions: options.extensions ?? [],
+    pods: () => Math.max(1, pods.size),
     ...(sharing
       ? {
         upgradeRefusal: () =>
