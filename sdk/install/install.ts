@@ -276,21 +276,24 @@ export function startDoorPath(): string[] {
   if (!/^[A-Za-z0-9/._-]+$/.test(dir)) throw new Error(`socket dir "${dir}" needs quoting`);
   return [
     `if [ "\${last-}" = start ] && [ "\${${E.spareDoor}-}" != 0 ]; then`,
-    "  a= prev=",
+    "  a= ns= prev=",
     '  for x in "$@"; do',
-    "    case $prev in -address|--address) a=$x ;; esac",
-    "    case $x in -address=*|--address=*) a=${x#*=} ;; esac",
+    "    case $prev in -address|--address) a=$x ;; -namespace|--namespace) ns=$x ;; esac",
+    "    case $x in -address=*|--address=*) a=${x#*=} ;; -namespace=*|--namespace=*) ns=${x#*=} ;; esac",
     "    prev=$x",
     "  done",
     // The key: the first 16 hex digits of this launcher's code identity.
     `  k=\${${E.code}#????????????????}; k=\${${E.code}%"$k"}; d=`,
     '  [ -n "$a" ] && [ ${#k} = 16 ] && h=$(printf %s "$a" | sha256sum 2>/dev/null) &&',
     `    d=${dir}$(printf %.12s "$h")`,
-    // A shared server that takes pods first (sdk/shim/spare/shared.ts), then the spare; one that
-    // does not take this start (full, another namespace) sends the shell on to the next.
-    "  for s in shared spare; do",
-    '  if [ -n "$d" ] && [ -p "$d/$s-$k.door" ] &&',
-    '    ! flock -n "$d/$s-$k.lock" true 2>/dev/null && : 2>/dev/null >"$d/start-$$"; then',
+    // A shared server of this namespace that takes pods first (sdk/shim/spare/shared.ts: its
+    // name has the namespace's hash), then the spare; one that does not take this start (full)
+    // sends the shell on to the next.
+    `  m=; [ -n "\${${E.sharedPods}-}" ] && m=$(printf %s "$ns" | sha256sum 2>/dev/null) &&`,
+    '    m=$(printf %.8s "$m")',
+    '  for s in "shared-$k-$m" "spare-$k"; do',
+    '  if [ -n "$d" ] && [ -p "$d/$s.door" ] &&',
+    '    ! flock -n "$d/$s.lock" true 2>/dev/null && : 2>/dev/null >"$d/start-$$"; then',
     "    r=",
     "    trap 'r=0' USR1",
     "    trap 'r=cold' USR2",
@@ -298,7 +301,7 @@ export function startDoorPath(): string[] {
     // Read-write: the open never waits, whether or not the server still reads. On fd 3: the
     // server writes the answer into this shell's fd 1 as soon as it reads the pid, and the
     // shell's own redirection of a builtin's fd 1 could still be in place then.
-    `    { printf '%s\n' $$ >&3; } 2>/dev/null 3<>"$d/$s-$k.door"`,
+    `    { printf '%s\n' $$ >&3; } 2>/dev/null 3<>"$d/$s.door"`,
     "    n=0",
     '    while [ -z "$r" ]; do',
     // Not holding containerd's pipes: containerd reads this start's output to its end.
@@ -308,7 +311,7 @@ export function startDoorPath(): string[] {
     "      n=$((n + 1))",
     '      if [ -z "$r" ] && [ $n = 1 ] && rm "$d/start-$$" 2>/dev/null; then r=cold; fi',
     '      if [ -z "$r" ] && [ $n -ge 60 ]; then',
-    '        echo "skiff: the $s server took this start and did not answer within 60 s" >&2; r=1',
+    '        echo "skiff: the server at $d/$s.door took this start and did not answer within 60 s" >&2; r=1',
     "      fi",
     "    done",
     "    trap - USR1 USR2 HUP",

@@ -147,7 +147,9 @@ export function ownStartContext(flags: Pick<ShimFlags, "address">): StartContext
     process: "self",
     containerd: Deno.ppid,
     daemon: containerdProcess(),
-    handOff: (request, socketDir) => handOffToSpare(flags.address, socketDir, request),
+    // Shared servers: a burst's starts wait for the one server one of them brings up.
+    handOff: (request, socketDir) =>
+      handOffToSpare(flags.address, socketDir, request, { waitForShared: true }),
   };
 }
 

@@ -113,6 +113,28 @@ export async function serveShim<T extends object>(
   };
   Deno.addSignalListener("SIGTERM", () => shutdownAll("SIGTERM"));
   Deno.addSignalListener("SIGINT", () => shutdownAll("SIGINT"));
+  // A shared server takes pods from the start: the starts of a burst that found no server
+  // taking pods wait for this one to (sdk/shim/spare/handoff.ts), not for its first pod.
+  let firstServing = false;
+  if (sharing) {
+    sharing.open({
+      namespace: flags.namespace,
+      pods: () => pods.size + (firstServing ? 0 : 1),
+      join: async (pod) => {
+        const served = await servePod(proc, {
+          flags: pod.flags,
+          bundle: pod.bundle,
+          socket: pod.flags.socket,
+          origin: "shared",
+          listener: pod.listener,
+          handoff: pod.handoff,
+          serving: { shared: sharing.limit, pods: pods.size + 1 },
+        });
+        pods.add(served);
+        pod.counted();
+      },
+    });
+  }
   const first = await servePod(proc, {
     flags,
     bundle,
@@ -125,25 +147,9 @@ export async function serveShim<T extends object>(
     ...(sharing ? { serving: { shared: sharing.limit } } : {}),
   });
   pods.add(first);
-  if (sharing) {
-    sharing.open({
-      namespace: flags.namespace,
-      pods: () => pods.size,
-      join: async (pod) => {
-        const served = await servePod(proc, {
-          flags: pod.flags,
-          bundle: pod.bundle,
-          socket: pod.flags.socket,
-          origin: "shared",
-          listener: pod.listener,
-          handoff: pod.handoff,
-          serving: { shared: sharing.limit, pods: pods.size + 1 },
-        });
-        pods.add(served);
-        sharing.changed();
-      },
-    });
-  } else if (!shim.sharedServers && options.sharing) {
+  firstServing = true;
+  if (!sharing && options.sharing) void options.sharing.close(); // never opened: nothing held
+  if (!sharing && !shim.sharedServers && options.sharing) {
     first.logger.warn(
       `SKIFF_SHARED_PODS=${options.sharing.limit} ignored: ${shim.runtimeName} serves one pod per ` +
         "process (its Shim's sharedServers is false)",

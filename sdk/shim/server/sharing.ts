@@ -22,6 +22,11 @@ export interface JoiningPod {
   listener: Deno.UnixListener;
   /** How its `start` came: Deno's `start` on the join socket, or the launcher's door. */
   handoff: "socket" | "door";
+  /**
+   * Called as the pod is counted among the process's pods: the room the join point reserved for
+   * it ends at the same moment, so that the pod is never counted twice.
+   */
+  counted(): void;
 }
 
 /** What a shared server offers its join point. */

@@ -94,23 +94,34 @@ export interface SharedJoinPaths {
   door: string;
   /** The lock the open server holds: one server takes new pods at a time. */
   lock: string;
+  /** The lock of the `start` that brings the next server up while none takes pods. */
+  create: string;
 }
 
 /**
- * The join point of the shared servers of one launcher's code for one containerd.
+ * The join point of the shared servers of one launcher's code for one containerd and one of its
+ * namespaces (a server serves the pods of its first pod's namespace only):
+ * `shared-<code[:16]>-<sha256(namespace)[:8]>.*`.
  *
  * @param dir the spares' directory ({@linkcode spareDir})
  * @param codeId the launcher's code identity
+ * @param namespace the containerd namespace
  * @example Usage
  * ```ts
  * import { strictEqual } from "node:assert/strict";
  * import { sharedJoinPaths } from "./config.ts";
- * strictEqual(sharedJoinPaths("/run/containerd/s/skiff-ab", "0123456789abcdef99").door, "/run/containerd/s/skiff-ab/shared-0123456789abcdef.door");
+ * const paths = sharedJoinPaths("/run/containerd/s/skiff-ab", "0123456789abcdef99", "k8s.io");
+ * strictEqual(paths.door.startsWith("/run/containerd/s/skiff-ab/shared-0123456789abcdef-"), true);
  * ```
  */
-export function sharedJoinPaths(dir: string, codeId: string): SharedJoinPaths {
-  const base = `${dir}/shared-${codeId.slice(0, 16)}`;
-  return { socket: `${base}.sock`, door: `${base}.door`, lock: `${base}.lock` };
+export function sharedJoinPaths(dir: string, codeId: string, namespace: string): SharedJoinPaths {
+  const base = `${dir}/shared-${codeId.slice(0, 16)}-${sha256Hex(namespace).slice(0, 8)}`;
+  return {
+    socket: `${base}.sock`,
+    door: `${base}.door`,
+    lock: `${base}.lock`,
+    create: `${base}.create`,
+  };
 }
 
 /** The launcher line that states its code identity (installShims writes it). */

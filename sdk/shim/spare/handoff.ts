@@ -290,11 +290,83 @@ export async function handOffToSpare(
   address: string,
   socketDir: string,
   request: Omit<SpareHandoff, "codeId">,
+  opts: { waitForShared?: boolean } = {},
 ): Promise<Adopted | undefined> {
-  const shared = await joinSharedServer(address, socketDir, request);
-  if (shared) return shared;
+  if (opts.waitForShared) {
+    const shared = await joinOrCreate(address, socketDir, request);
+    if ("joined" in shared) return shared.joined;
+    // Held until this short-lived process exits: its server serves and takes pods by then.
+    if (shared.create) createLocks.push(shared.create);
+  } else {
+    const joined = await joinSharedServer(address, socketDir, request);
+    if (joined) return joined;
+  }
   const cfg = await loadSpareConfig(address, socketDir);
   return cfg && await handOff(cfg, { codeId: cfg.codeId, ...request });
+}
+
+/** The `create` locks this process holds (a `start` keeps its own until it exits). */
+const createLocks: Deno.FsFile[] = [];
+
+/** How long a `start` waits for a shared server another `start` is bringing up. */
+const CREATE_WAIT_MS = 30_000;
+
+/**
+ * What {@linkcode joinOrCreate} found: the shared server that took the pod, or that the caller
+ * brings the next server up (holding `create`, when shared servers are on).
+ */
+export type JoinOrCreate = { joined: Adopted } | { create: Deno.FsFile | undefined };
+
+/**
+ * Shared servers: joins the server that takes pods; when none does, either becomes the one
+ * `start` that brings the next server up (it gets `shared-<…>.create` locked, to hold until its
+ * server takes pods) or, while another one does, waits for that server's join socket and joins
+ * it. So a burst of starts fills one new server instead of starting one each. `create` is
+ * undefined when shared servers are off, or the wait ran out.
+ *
+ * @param address containerd's address
+ * @param socketDir the directory of shim sockets
+ * @param request the handoff, without the code id
+ * @param env the launcher's environment (a spare's door reads the launcher's)
+ */
+export async function joinOrCreate(
+  address: string,
+  socketDir: string,
+  request: Omit<SpareHandoff, "codeId">,
+  env: { get(key: string): string | undefined } = Deno.env,
+): Promise<JoinOrCreate> {
+  if (sharedPodsLimit(env) === undefined || request.shimCgroup) return { create: undefined };
+  const codeId = sharedCodeId(env);
+  if (!codeId) return { create: undefined };
+  const paths = sharedJoinPaths(spareDir(address, socketDir), codeId, request.flags.namespace);
+  const until = Date.now() + CREATE_WAIT_MS;
+  for (;;) {
+    const conn = await tryConnect(paths.socket);
+    if (conn) {
+      const joined = await exchange(conn, { codeId, ...request });
+      if (joined) return { joined };
+    }
+    const create = takeCreateLock(paths.create);
+    if (create !== false) return { create };
+    if (Date.now() > until) return { create: undefined };
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/** The `create` lock, taken; false while another holds it; undefined when there is none to take. */
+function takeCreateLock(path: string): Deno.FsFile | undefined | false {
+  let file: Deno.FsFile;
+  try {
+    Deno.mkdirSync(path.slice(0, path.lastIndexOf("/")), { recursive: true, mode: 0o700 });
+    file = Deno.openSync(path, { read: true, write: true, create: true, mode: 0o600 });
+  } catch {
+    return undefined; // no lock to take: bring a server up, as without shared servers
+  }
+  if (!file.tryLockSync(true)) {
+    file.close();
+    return false;
+  }
+  return file;
 }
 
 /**
@@ -318,7 +390,11 @@ export async function joinSharedServer(
   if (sharedPodsLimit(env) === undefined || request.shimCgroup) return undefined;
   const codeId = sharedCodeId(env);
   if (!codeId) return undefined;
-  const { socket } = sharedJoinPaths(spareDir(address, socketDir), codeId);
+  const { socket } = sharedJoinPaths(
+    spareDir(address, socketDir),
+    codeId,
+    request.flags.namespace,
+  );
   const conn = await tryConnect(socket);
   return conn && await exchange(conn, { codeId, ...request });
 }

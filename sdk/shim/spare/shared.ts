@@ -27,7 +27,7 @@ import {
   type StartRunner,
   writeJsonLine,
 } from "./handoff.ts";
-import { MAX_VETTING, ourPeer, readHandoff } from "./vet.ts";
+import { ourPeer, readHandoff } from "./vet.ts";
 import {
   answerLauncher,
   type Door,
@@ -39,8 +39,17 @@ import {
   takeKnock,
 } from "./door.ts";
 
-/** How often a server with room looks whether it may take new pods again. */
-export const RETRY_MS = 2_000;
+/**
+ * Connections read at once. More than a spare's: a burst's starts all come here, and one closed
+ * unread would take itself for refused and bring another server up.
+ */
+const MAX_JOINING = 64;
+
+/**
+ * How often a server with room looks whether it may take new pods again (while another one
+ * does, or did until it filled up): a few syscalls each time, on servers with room only.
+ */
+export const RETRY_MS = 500;
 
 /** What {@linkcode sharedJoinPoint} needs. */
 export interface SharedJoinOptions {
@@ -54,10 +63,17 @@ export interface SharedJoinOptions {
   socketDir: string;
   /** The launcher's code identity. */
   codeId: string;
+  /** The containerd namespace of the server's pods (its first pod's). */
+  namespace: string;
   /** The launcher's path (a door's knock must come from a shell running it). */
   launcher: string;
   /** `start` for a launcher's process; without it there is no door (socket only). */
   runStart?: StartRunner;
+  /**
+   * The `create` lock the server was brought up under (`joinOrCreate` in ./handoff.ts), let go
+   * once the join point has opened: the starts waiting on it join this server then.
+   */
+  createLock?: Deno.FsFile;
 }
 
 /**
@@ -65,11 +81,19 @@ export interface SharedJoinOptions {
  *
  * @example Usage
  * ```ts ignore
- * await serveShim(shim, flags, { sharing: sharedJoinPoint({ limit: 8, address, publishBinary, socketDir, codeId, launcher }) });
+ * await serveShim(shim, flags, { sharing: sharedJoinPoint({ limit: 8, address, namespace, publishBinary, socketDir, codeId, launcher }) });
  * ```
  */
 export function sharedJoinPoint(opts: SharedJoinOptions): Sharing {
   return new JoinPoint(opts);
+}
+
+/** Room held for one pod while it joins. */
+interface Reservation {
+  /** The pod is counted among the process's pods. */
+  counted(): void;
+  /** The join is over, whichever way. */
+  release(): void;
 }
 
 /** The socket, door and lock while this server takes pods. */
@@ -88,6 +112,7 @@ class JoinPoint implements Sharing {
   #open: Open | undefined;
   #joining = 0;
   #inFlight = new Set<Promise<void>>();
+
   #closing = false;
   #retry: ReturnType<typeof setTimeout> | undefined;
   #containerd: Promise<[number, number] | undefined> | undefined;
@@ -96,12 +121,19 @@ class JoinPoint implements Sharing {
     this.#o = opts;
     this.limit = opts.limit;
     this.#dir = spareDir(opts.address, opts.socketDir);
-    this.#paths = sharedJoinPaths(this.#dir, opts.codeId);
+    this.#paths = sharedJoinPaths(this.#dir, opts.codeId, opts.namespace);
   }
 
   open(host: SharingHost): void {
     this.#host = host;
     this.changed();
+    this.#letCreateGo();
+  }
+
+  #letCreateGo(): void {
+    try {
+      this.#o.createLock?.close();
+    } catch { /* closed already */ }
   }
 
   changed(): void {
@@ -111,6 +143,7 @@ class JoinPoint implements Sharing {
   }
 
   async close(): Promise<void> {
+    this.#letCreateGo();
     this.#closing = true;
     this.#shut();
     while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight]);
@@ -184,18 +217,31 @@ class JoinPoint implements Sharing {
     open.lock.close(); // releases the lock
   }
 
-  /** Reserves room for one pod while its join runs; undefined when there is none. */
-  #reserve(): (() => void) | undefined {
+  /**
+   * Reserves room for one pod while its join runs; undefined when there is none. `counted` ends
+   * the reservation as the host counts the pod (so that it is never counted twice), `release`
+   * ends the join (and the reservation, if the pod was not counted).
+   */
+  #reserve(): Reservation | undefined {
     if (!this.#room() || this.#closing) return undefined;
     this.#joining++;
     const done = Promise.withResolvers<void>();
     this.#inFlight.add(done.promise);
     this.changed(); // full now: the join point closes
-    return () => {
+    let reserved = true;
+    const counted = () => {
+      if (!reserved) return;
+      reserved = false;
       this.#joining--;
-      this.#inFlight.delete(done.promise);
-      done.resolve();
-      this.changed();
+    };
+    return {
+      counted,
+      release: () => {
+        counted();
+        this.#inFlight.delete(done.promise);
+        done.resolve();
+        this.changed();
+      },
     };
   }
 
@@ -206,13 +252,14 @@ class JoinPoint implements Sharing {
     try {
       for await (const conn of open.listener) {
         const peer = ourPeer(peers, me.uid);
-        if (peer) peers.release(peer.inode);
-        if (!peer || vetting >= MAX_VETTING) {
+        if (!peer || vetting >= MAX_JOINING) {
+          if (peer) peers.release(peer.inode);
           conn.close(); // only containerd's user may hand us a pod
           continue;
         }
         vetting++;
-        void this.#joinBySocket(conn).finally(() => vetting--);
+        // Forgotten once closed: the next accept is told apart from the sockets still open.
+        void this.#joinBySocket(conn).finally(() => (vetting--, peers.release(peer.inode)));
       }
     } catch { /* closed */ }
   }
@@ -222,19 +269,19 @@ class JoinPoint implements Sharing {
     try {
       const handoff = await readHandoff(conn, this.#o.codeId);
       if (!handoff) return;
-      const release = this.#fits(handoff) ? this.#reserve() : undefined;
+      const room = this.#fits(handoff) ? this.#reserve() : undefined;
       try {
         await writeJsonLine(conn, { pid: Deno.pid, codeId: this.#o.codeId });
-        if (!release) {
+        if (!room) {
           await writeJsonLine(conn, { ok: false, error: "this shared server takes no more pods" });
           return;
         }
-        await this.#take(handoff, "socket");
+        await this.#take(handoff, "socket", room.counted);
         await writeJsonLine(conn, { ok: true, pid: Deno.pid, containerd: await this.#version() });
       } catch (e) {
         await writeJsonLine(conn, { ok: false, error: (e as Error).message }).catch(() => {});
       } finally {
-        release?.();
+        room?.release();
       }
     } catch {
       /* start has gone */
@@ -261,22 +308,22 @@ class JoinPoint implements Sharing {
       const start = this.#open === open
         ? readLauncherStart(pid, this.#o.launcher, this.#o.address, exported)
         : undefined;
-      const release = start && start.flags.namespace === this.#host?.namespace
+      const room = start && start.flags.namespace === this.#host?.namespace
         ? this.#reserve()
         : undefined;
-      if (!start || !release) {
+      if (!start || !room) {
         this.#untake(pid);
         refuseLauncher(pid); // its shell tries the spare's door, or Deno's start
         continue;
       }
-      void this.#joinByDoor(pid, start, release);
+      void this.#joinByDoor(pid, start, room);
     }
   }
 
   async #joinByDoor(
     pid: number,
     start: NonNullable<ReturnType<typeof readLauncherStart>>,
-    release: () => void,
+    room: Reservation,
   ): Promise<void> {
     try {
       const answer = await this.#o.runStart!(start.flags, await launcherStdin(pid), {
@@ -290,7 +337,7 @@ class JoinPoint implements Sharing {
           if (!this.#fits(request)) {
             return await handOffToSpare(this.#o.address, socketDir, request);
           }
-          await this.#take({ codeId: this.#o.codeId, ...request }, "door");
+          await this.#take({ codeId: this.#o.codeId, ...request }, "door", room.counted);
           const containerd = await this.#version();
           return { pid: Deno.pid, ...(containerd ? { containerd } : {}) };
         },
@@ -300,7 +347,7 @@ class JoinPoint implements Sharing {
       failLauncher(this.#dir, pid, (e as Error).message);
     } finally {
       this.#untake(pid);
-      release();
+      room.release();
     }
   }
 
@@ -311,7 +358,11 @@ class JoinPoint implements Sharing {
   }
 
   /** Binds the pod's socket and serves the pod; a pod that cannot be served leaves no socket. */
-  async #take(handoff: SpareHandoff, via: "socket" | "door"): Promise<void> {
+  async #take(
+    handoff: SpareHandoff,
+    via: "socket" | "door",
+    counted: () => void,
+  ): Promise<void> {
     const path = handoff.flags.socket;
     const listener = Deno.listen({ transport: "unix", path });
     try {
@@ -321,6 +372,7 @@ class JoinPoint implements Sharing {
         bundle: handoff.bundle,
         listener,
         handoff: via,
+        counted,
       });
     } catch (e) {
       try {
@@ -363,14 +415,16 @@ function serverFlags(handoff: SpareHandoff): ShimFlags {
  *
  * @param flags the server's flags (`socket`: its first pod's)
  * @param runStart `start` for a launcher's process (the door), when the caller has it
+ * @param createLock the `create` lock to let go once the join point has opened
  * @example Usage
  * ```ts ignore
  * await serveShim(shim, flags, { sharing: sharingFromEnv(flags, runStart) });
  * ```
  */
 export function sharingFromEnv(
-  flags: Pick<ShimFlags, "address" | "publishBinary" | "socket">,
+  flags: Pick<ShimFlags, "address" | "publishBinary" | "socket" | "namespace">,
   runStart?: StartRunner,
+  createLock?: Deno.FsFile,
 ): Sharing | undefined {
   let limit: number | undefined;
   try {
@@ -384,10 +438,12 @@ export function sharingFromEnv(
   return sharedJoinPoint({
     limit,
     address: flags.address,
+    namespace: flags.namespace,
     publishBinary: flags.publishBinary,
     socketDir: flags.socket.slice(0, flags.socket.lastIndexOf("/")) || "/",
     codeId,
     launcher,
     ...(runStart ? { runStart } : {}),
+    ...(createLock ? { createLock } : {}),
   });
 }

@@ -21,6 +21,7 @@ import { takeSpareLock } from "./lock.ts";
 import { loadingMarker, releaseLoading } from "./loading.ts";
 import { watchLifetime } from "./lifetime.ts";
 import {
+  joinOrCreate,
   SPARE_ADOPTION_MS,
   SPARE_DAEMON_ENV,
   SPARE_NICE_ENV,
@@ -169,7 +170,9 @@ export async function runSpare<T extends object>(
         // Reserved for this start until it is answered (the socket's starts go cold meanwhile).
         adopting = true;
         if (Number.isInteger(baseNice)) setPriority(baseNice, 0);
-        let became: { listener: Deno.UnixListener; handoff: SpareHandoff } | undefined;
+        let became:
+          | { listener: Deno.UnixListener; handoff: SpareHandoff; create?: Deno.FsFile }
+          | undefined;
         let left = false;
         try {
           const answer = await runStart!(start.flags, await launcherStdin(pid), {
@@ -178,13 +181,23 @@ export async function runSpare<T extends object>(
             process: pid,
             containerd: start.containerd,
             daemon: start.daemon,
-            handOff: async (request) => {
+            handOff: async (request, socketDir) => {
+              // Shared servers: a pod the server another start brings up can take joins it,
+              // and this spare waits on; else this spare brings that server up.
+              const shared = await joinOrCreate(flags.address, socketDir, request, {
+                get: (k) => start.env[k],
+              });
+              if ("joined" in shared) return shared.joined;
               left = true;
               stopWatch();
               rehearsal.abort();
               leave();
               const handoff = { codeId, ...request };
-              became = { listener: await becomeServer(handoff, pid), handoff };
+              became = {
+                listener: await becomeServer(handoff, pid),
+                handoff,
+                ...(shared.create ? { create: shared.create } : {}),
+              };
               return { pid: Deno.pid, ...await containerd.then((v) => v ? { containerd: v } : {}) };
             },
           });
@@ -201,7 +214,11 @@ export async function runSpare<T extends object>(
         }
         if (became) {
           const deadline = setTimeout(() => Deno.exit(1), SPARE_ADOPTION_MS);
-          const b = became as { listener: Deno.UnixListener; handoff: SpareHandoff };
+          const b = became as {
+            listener: Deno.UnixListener;
+            handoff: SpareHandoff;
+            create?: Deno.FsFile;
+          };
           await serveAdopted(
             shim,
             b.handoff,
@@ -210,6 +227,7 @@ export async function runSpare<T extends object>(
             serveShim,
             prepared(deadline),
             "door",
+            b.create,
           );
         }
         // A start of a group whose server serves: answered, and still a spare.
@@ -388,6 +406,7 @@ async function serveAdopted<T extends object>(
   serveShim: typeof import("../server/serve.ts").serveShim,
   ready: Prepared,
   via: "socket" | "door",
+  create?: Deno.FsFile,
 ): Promise<never> {
   // The next spare may load now (a marker naming us, written after we took the lock, goes too).
   releaseLoading(ready.marker, Deno.pid);
@@ -405,7 +424,7 @@ async function serveAdopted<T extends object>(
   };
   try {
     // Shared servers: with room, this server takes the next pods too (./shared.ts).
-    const sharing = sharingFromEnv(flags, ready.runStart);
+    const sharing = sharingFromEnv(flags, ready.runStart, create);
     await serveShim(shim, flags, {
       origin: "spare",
       handoff: via,

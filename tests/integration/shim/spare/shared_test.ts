@@ -190,11 +190,39 @@ for (const v of chosen) {
           }
           const dir = spareDir(c.address);
           const left = [...Deno.readDirSync(dir)].map((e) => e.name)
-            .filter((n) => n.startsWith("shared-") && !n.endsWith(".lock"));
+            .filter((n) => n.startsWith("shared-") && !/\.(lock|create)$/.test(n));
           assert.deepEqual(left, [], `the join point is gone: ${left}`);
           const left2 = [...sockets.values()].filter((s) => exists(s));
           assert.deepEqual(left2, [], "no pod socket left");
         });
+
+        await t.step(
+          `a burst of ${2 * LIMIT} pods fills servers instead of starting one each`,
+          async () => {
+            // No server takes pods when the burst begins: one start brings one up (the spare, or
+            // cold), the others wait for it and join (sdk/shim/spare/handoff.ts, joinOrCreate).
+            const burst = Array.from({ length: 2 * LIMIT }, (_, i) => uid(`b${i}`));
+            await Promise.all(burst.map((id) => run(id)));
+            const servers = await Promise.all(burst.map((id) => serverOf(c, ns, id)));
+            const distinct = new Set(servers);
+            const how = await Promise.all(
+              burst.map(async (id) =>
+                `${await servingOrigin(c, id)}/${await servingHandoff(c, id) || "-"}`
+              ),
+            );
+            // Two full servers: a start that finds no room waits for the one server another start
+            // brings up, and a pod joining is counted once.
+            assert.ok(
+              distinct.size === 2,
+              `${distinct.size} servers for ${burst.length} pods: ${servers} (${how})`,
+            );
+            for (const id of burst) await execWorks(c, ns, id);
+            for (const id of burst) await remove(c, ns, id);
+            for (const pid of distinct) {
+              await eventually(`server ${pid} exits`, () => alive(pid) ? undefined : true);
+            }
+          },
+        );
 
         await t.step("with the door off, a pod joins through the join socket", async () => {
           await c.stop();
