@@ -36,8 +36,12 @@ export interface PodsFigure extends ShimsFigure {
   callsMs: { runPod: number; create: number; start: number };
 }
 
-/** Runs `f(0..n-1)` with at most `inflight` running at once; settles every one. */
-async function pool(n: number, inflight: number, f: (i: number) => Promise<void>) {
+/**
+ * Runs `f(0..n-1)` with at most `inflight` running at once; settles every one.
+ *
+ * @returns the messages of the calls that threw
+ */
+export async function pool(n: number, inflight: number, f: (i: number) => Promise<void>) {
   let next = 0;
   const errors: string[] = [];
   const worker = async () => {

@@ -4,7 +4,9 @@
  * prints a side-by-side table; exits 1 when any figure is a failure. See docs/reliability.md.
  *
  * Flags: `--versions 2.1,1.6` `--execs N` `--in-flight N` `--containers N`
- * `--burst-containers N` `--burst-execs N` `--only skiff` `--json <file>`.
+ * `--burst-containers N` `--burst-execs N` `--only skiff` `--json <file>`; `--shared-pods N`
+ * (skiff's shim in shared servers of up to N pods, beside `--neighbours N` pods, default 2;
+ * no live-upgrade phase for it: a shared server refuses live upgrade).
  *
  * @module
  */
@@ -24,6 +26,8 @@ const { values } = parseArgs({
     "upgrade-execs": { type: "string", default: "2000" },
     "upgrade-every-ms": { type: "string", default: "2000" },
     only: { type: "string" },
+    "shared-pods": { type: "string" },
+    neighbours: { type: "string", default: "2" },
     json: { type: "string" },
   },
 });
@@ -48,6 +52,12 @@ const rows = await runSoak({
   upgradeExecs: count("upgrade-execs", values["upgrade-execs"]),
   upgradeEveryMs: count("upgrade-every-ms", values["upgrade-every-ms"]),
   ...(values.only === "skiff" ? { only: "skiff" as const } : {}),
+  ...(values["shared-pods"] !== undefined
+    ? {
+      sharedPods: count("shared-pods", values["shared-pods"]),
+      neighbours: count("neighbours", values.neighbours),
+    }
+    : {}),
   log: (line) => console.error(`[${((Date.now() - t0) / 1000).toFixed(0)}s] ${line}`),
 });
 console.log(soakTable(rows));

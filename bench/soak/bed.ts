@@ -50,6 +50,13 @@ export interface Bed {
   image: string;
   /** skiff's runc shim first, then the Go runc shim. */
   shims: ShimUnderTest[];
+  /** skiff's `SKIFF_SHARED_PODS` (`startBed`'s `sharedPods`); undefined: one pod per server. */
+  sharedPods?: number;
+  /**
+   * Containers of {@linkcode Bed.ns} that outlive a phase on purpose (shared mode's neighbour
+   * pods): the leak checks (./leaks.ts) do not count their bundles and mounts.
+   */
+  keep: Set<string>;
   /** A typed client bound to {@linkcode Bed.ns}; replaced by {@linkcode Bed.reconnect}. */
   client: ContainerdClient;
   /** A new client (after a containerd restart). */
@@ -69,17 +76,27 @@ export interface Bed {
  *
  * @param binDir directory with `containerd`, `ctr` and Debian's `containerd-shim-runc-v2`
  * @param opts `only`: run against skiff's shim alone; `env`: extra environment for containerd
- *   and its shims; `debug`: containerd (and so its shims) at debug level
+ *   and its shims; `debug`: containerd (and so its shims) at debug level; `sharedPods`: skiff's
+ *   runc installed with shared servers (`SKIFF_SHARED_PODS`, up to that many pods per process)
  * @returns the running bed; call `stop()` in a `finally`
  */
 export async function startBed(
   binDir: string,
-  opts: { only?: "skiff"; env?: Record<string, string>; debug?: boolean } = {},
+  opts: {
+    only?: "skiff";
+    env?: Record<string, string>;
+    debug?: boolean;
+    sharedPods?: number;
+  } = {},
 ): Promise<Bed> {
   const prefix = await Deno.makeTempDir({ prefix: "skiff-soak-" });
   let c: PrivateContainerd | undefined;
   try {
-    await installExampleShims({ prefix, shims: { [LAUNCHER]: "examples/runc/main.ts" } });
+    await installExampleShims({
+      prefix,
+      shims: { [LAUNCHER]: "examples/runc/main.ts" },
+      ...(opts.sharedPods !== undefined ? { sharedPods: opts.sharedPods } : {}),
+    });
     c = await startContainerd({
       binDir,
       runtimes: { skiff: { runtimeType: SKIFF_RUNTIME, binaryDir: `${prefix}/bin` } },
@@ -99,6 +116,8 @@ export async function startBed(
       ns,
       image,
       shims,
+      ...(opts.sharedPods !== undefined ? { sharedPods: opts.sharedPods } : {}),
+      keep: new Set(),
       client: containerdClient(pc.address, ns),
       reconnect() {
         bed.client = containerdClient(pc.address, ns);

@@ -1,7 +1,7 @@
 /**
  * What a namespace of a private containerd left behind: shim processes, mounts, bundle dirs,
- * shim sockets and ctr's FIFOs. After every task of the namespace was deleted, all lists
- * must be empty.
+ * shim sockets and ctr's FIFOs. After every task of the namespace was deleted (but those the
+ * bed keeps on purpose, `Bed.keep`), all lists must be empty.
  *
  * @example Usage
  * ```ts ignore
@@ -51,6 +51,8 @@ function list(dir: string): string[] {
  */
 export async function leaks(bed: Bed, ids: Iterable<string>): Promise<Leaks> {
   const wanted = new Set(ids);
+  // A container kept on purpose (shared mode's neighbours): its bundle and mounts are not leaks.
+  const kept = (rel: string) => bed.keep.has(rel.split("/")[0]!);
   const bundleRoot = `${bed.c.state}/io.containerd.runtime.v2.task/${bed.ns}`;
   const sockets: string[] = [];
   for (const id of wanted) {
@@ -69,8 +71,10 @@ export async function leaks(bed: Bed, ids: Iterable<string>): Promise<Leaks> {
   walk(bed.c.fifoDir);
   return {
     shims: shimsIn(bed.c, bed.ns).filter((s) => wanted.has(s.id)).map((s) => `${s.pid} ${s.id}`),
-    mounts: (await bed.c.mounts()).filter((m) => m.startsWith(`${bundleRoot}/`)),
-    bundles: list(bundleRoot),
+    mounts: (await bed.c.mounts()).filter((m) =>
+      m.startsWith(`${bundleRoot}/`) && !kept(m.slice(bundleRoot.length + 1))
+    ),
+    bundles: list(bundleRoot).filter((b) => !kept(b.slice(bundleRoot.length + 1))),
     sockets,
     fifos,
   };

@@ -48,18 +48,13 @@ function sleep(ms: number): Promise<void> {
 }
 
 /**
- * Runs the phase.
+ * The phase's figures when it does not apply (a shim without live upgrade, a shared server):
+ * nothing counted.
  *
- * @param bed the bed
- * @param shim the shim under test
- * @param opts how many execs, how many at once, how often to upgrade
+ * @returns `applicable: false` and zeros
  */
-export async function upgradePhase(
-  bed: Bed,
-  shim: ShimUnderTest,
-  opts: { execs: number; inFlight: number; everyMs: number },
-): Promise<UpgradePhaseResult> {
-  const none: UpgradePhaseResult = {
+export function upgradeNotApplicable(): UpgradePhaseResult {
+  return {
     applicable: false,
     upgrades: 0,
     upgradeFailures: 0,
@@ -73,6 +68,21 @@ export async function upgradePhase(
     heldMs: [],
     samples: [],
   };
+}
+
+/**
+ * Runs the phase.
+ *
+ * @param bed the bed
+ * @param shim the shim under test
+ * @param opts how many execs, how many at once, how often to upgrade
+ */
+export async function upgradePhase(
+  bed: Bed,
+  shim: ShimUnderTest,
+  opts: { execs: number; inFlight: number; everyMs: number },
+): Promise<UpgradePhaseResult> {
+  const none = upgradeNotApplicable();
   if (!shim.runtime.includes("skiff")) return none;
   const id = `upgrade-${shim.label}`;
   const r = await bed.runDetached(shim, id);

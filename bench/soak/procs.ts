@@ -61,7 +61,9 @@ export function zombiesUnder(pid: number): number[] {
 }
 
 /**
- * The shim process containerd started for container `id` in namespace `ns`.
+ * The shim process containerd started for container `id` in namespace `ns`: the one whose argv
+ * names it; else the live server the container's bundle names in `shim.pid` (a pod that joined
+ * a shared server, `SKIFF_SHARED_PODS`: the process's argv names its first pod).
  *
  * @param c the private containerd
  * @param ns namespace
@@ -69,10 +71,21 @@ export function zombiesUnder(pid: number): number[] {
  * @returns its pid, or undefined when none runs
  */
 export function shimOf(c: PrivateContainerd, ns: string, id: string): number | undefined {
-  return c.shims().find((s) => {
+  const shims = c.shims();
+  const byArgv = shims.find((s) => {
     const a = s.argv;
     return a[a.indexOf("-id") + 1] === id && a[a.indexOf("-namespace") + 1] === ns;
   })?.pid;
+  if (byArgv !== undefined) return byArgv;
+  try {
+    const pid = Number(
+      Deno.readTextFileSync(`${c.state}/io.containerd.runtime.v2.task/${ns}/${id}/shim.pid`)
+        .trim(),
+    );
+    return shims.some((s) => s.pid === pid) ? pid : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /**

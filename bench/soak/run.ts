@@ -1,7 +1,9 @@
 /**
  * The reliability soak: for each containerd version and each shim (skiff's runc shim, then
  * containerd's Go runc shim), phase (a) execs across pid wraps, (b) containers in a row,
- * (c) containerd restarted and killed mid-burst. See docs/reliability.md.
+ * (c) containerd restarted and killed mid-burst, (d) live upgrades under execs. With
+ * `sharedPods`, skiff's shim runs them in shared servers beside neighbour pods
+ * (./shared_pods.ts), without (d). See docs/reliability.md.
  *
  * @example Usage
  * ```ts ignore
@@ -17,7 +19,8 @@ import { startBed } from "./bed.ts";
 import { containerPhase, type ContainerPhaseResult } from "./phase_containers.ts";
 import { execPhase, type ExecPhaseResult } from "./phase_execs.ts";
 import { restartPhase, type RestartPhaseResult } from "./phase_restart.ts";
-import { upgradePhase, type UpgradePhaseResult } from "./phase_upgrade.ts";
+import { upgradeNotApplicable, upgradePhase, type UpgradePhaseResult } from "./phase_upgrade.ts";
+import { endNeighbours, type SharedFigures, startNeighbours } from "./shared_pods.ts";
 
 /**
  * Options of {@linkcode runSoak}.
@@ -46,6 +49,15 @@ export interface SoakOptions {
   /** How often phase (d) upgrades the shim, ms; default 2000. */
   upgradeEveryMs?: number;
   only?: "skiff";
+  /**
+   * Shared mode: skiff's runc installed with shared servers (`SKIFF_SHARED_PODS`, up to this
+   * many pods per process), and `neighbours` pods kept running through the phases so that the
+   * phases' pods join a server that serves others (./shared_pods.ts). Phase (d) does not run
+   * for skiff's shim then (see runSoak). Default: one pod per server.
+   */
+  sharedPods?: number;
+  /** Shared mode's neighbour pods. Default 2. */
+  neighbours?: number;
   /** Progress lines go here. Default: none. */
   log?: (line: string) => void;
 }
@@ -63,6 +75,8 @@ export interface SoakRow {
   /** Phase (c). */
   restart: RestartPhaseResult;
   upgrade: UpgradePhaseResult;
+  /** Shared mode's figures (skiff's shim installed with `sharedPods`); absent otherwise. */
+  shared?: SharedFigures;
 }
 
 /**
@@ -78,10 +92,22 @@ export async function runSoak(opts: SoakOptions = {}): Promise<SoakRow[]> {
   for (const prefix of want) {
     const v = containerdVersions().find((v) => v.version.startsWith(`${prefix}.`));
     if (!v) throw new Error(`no containerd ${prefix} found (run tests/setup/prepare.sh)`);
-    const bed = await startBed(v.binDir, opts.only ? { only: opts.only } : {});
+    const bed = await startBed(v.binDir, {
+      ...(opts.only ? { only: opts.only } : {}),
+      ...(opts.sharedPods !== undefined ? { sharedPods: opts.sharedPods } : {}),
+    });
     try {
       for (const shim of bed.shims) {
         const tag = `${v.version} ${shim.label}`;
+        const shared = bed.sharedPods !== undefined && shim.runtime.includes("skiff");
+        const neighbours = shared
+          ? await startNeighbours(bed, shim, opts.neighbours ?? 2)
+          : undefined;
+        if (neighbours) {
+          log(
+            `${tag}: shared servers of up to ${bed.sharedPods} pods, ${neighbours.ids.length} neighbours`,
+          );
+        }
         log(`${tag}: (a) ${opts.execs ?? 10_000} execs across pid wraps`);
         const execs = await execPhase(bed, shim, {
           execs: opts.execs ?? 10_000,
@@ -97,13 +123,33 @@ export async function runSoak(opts: SoakOptions = {}): Promise<SoakRow[]> {
           execs: opts.burstExecs ?? 1000,
           inFlight: opts.inFlight ?? 8,
         });
-        log(`${tag}: (d) live upgrades every ${opts.upgradeEveryMs ?? 2000} ms under execs`);
-        const upgrade = await upgradePhase(bed, shim, {
-          execs: opts.upgradeExecs ?? 2000,
-          inFlight: opts.inFlight ?? 8,
-          everyMs: opts.upgradeEveryMs ?? 2000,
-        });
-        const row = { version: v.version, shim: shim.label, execs, containers, restart, upgrade };
+        // A shared server refuses live upgrade by design (FailedPrecondition: an upgrade
+        // re-executes a server of one pod; new pods get the installed code, and a shared
+        // server's pods keep theirs until they end), so phase (d) has nothing to test there.
+        let upgrade: UpgradePhaseResult;
+        if (shared) {
+          log(`${tag}: (d) skipped: a shared server refuses live upgrade`);
+          upgrade = upgradeNotApplicable();
+        } else {
+          log(`${tag}: (d) live upgrades every ${opts.upgradeEveryMs ?? 2000} ms under execs`);
+          upgrade = await upgradePhase(bed, shim, {
+            execs: opts.upgradeExecs ?? 2000,
+            inFlight: opts.inFlight ?? 8,
+            everyMs: opts.upgradeEveryMs ?? 2000,
+          });
+        }
+        const row: SoakRow = {
+          version: v.version,
+          shim: shim.label,
+          execs,
+          containers,
+          restart,
+          upgrade,
+        };
+        if (neighbours) {
+          log(`${tag}: shared: the neighbours after the phases, then removed`);
+          row.shared = await endNeighbours(bed, neighbours);
+        }
         log(`${tag}: ${soakErrors(row)} errors`);
         for (
           const s of [
@@ -111,6 +157,7 @@ export async function runSoak(opts: SoakOptions = {}): Promise<SoakRow[]> {
             ...containers.samples,
             ...restart.samples,
             ...upgrade.samples,
+            ...(row.shared?.samples ?? []),
           ]
         ) {
           log(`  ${s}`);
@@ -136,7 +183,13 @@ export function soakErrors(r: SoakRow): number {
     (a.wraps > 0 ? 0 : 1) +
     b.wrong + b.eventsMissing + b.leaks +
     c.containersWrong + c.execsWrong + c.eventsMissing + c.zombies + c.leaks +
-    (c.restartsMidBurst === 2 ? 0 : 1) + upgradeErrors(r.upgrade);
+    (c.restartsMidBurst === 2 ? 0 : 1) + upgradeErrors(r.upgrade) + sharedErrors(r.shared);
+}
+
+/** Shared mode: neighbours lost or leaked, or no pod joined a shared server (nothing shared). */
+function sharedErrors(s: SharedFigures | undefined): number {
+  if (!s) return 0;
+  return s.neighboursLost + s.leaks + (s.joined > 0 ? 0 : 1) + (s.neighbourServers === 1 ? 0 : 1);
 }
 
 function upgradeErrors(d: UpgradePhaseResult): number {
@@ -212,6 +265,15 @@ export function soakTable(rows: SoakRow[]): string {
           ? `${percentile(r.upgrade.heldMs, 50)} / ${Math.max(...r.upgrade.heldMs)}`
           : "n/a",
     ],
+    [
+      "shared: neighbours / their servers / lost",
+      (r) =>
+        r.shared
+          ? `${r.shared.neighbours} / ${r.shared.neighbourServers} / ${r.shared.neighboursLost}`
+          : "n/a",
+    ],
+    ["shared: pods joined a shared server", (r) => r.shared ? r.shared.joined : "n/a"],
+    ["shared: neighbours' leftovers", (r) => r.shared ? r.shared.leaks : "n/a"],
     ["errors", (r) => soakErrors(r)],
   ];
   const head = `| | ${rows.map((r) => `${r.shim} (${r.version})`).join(" | ")} |`;
