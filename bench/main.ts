@@ -45,11 +45,11 @@ const sections: [string, () => Promise<string>][] = [
     async () => (await runScaleBench({ containerd: "2.1" })).markdown,
   ],
   [
-    // 8 pods per server: the bursts of 20 then fill two servers and start a third (20 = 8 + 8 + 4)
-    // and 110 pods fill 13 and part of a 14th, so the figures include servers filling up and the
-    // join point passing to the next server, not only joins into one server with room (with 20 or
-    // more, a burst would be a single server's). 8 is also the marginal part's pod count: its
-    // pods 2-8 all join the first pod's server.
+    // 8 pods per server: a burst of 20 needs at least 3 servers and 110 pods at least 14, so the
+    // figures include servers filling up and the join point passing to another server, not only
+    // joins into one server with room (with 20 or more, a burst could be a single server's; the
+    // "servers" rows show how many there were). 8 is also the marginal part's pod count: its
+    // pods 2-8 join the first pod's server.
     "node scale, shared servers (containerd 2.1)",
     async () => (await runScaleBench({ containerd: "2.1", shared: 8 })).markdown,
   ],
