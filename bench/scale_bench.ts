@@ -12,14 +12,23 @@
  * - `density`: the same with P pods (default 110, kubelet's default maximum);
  * - `floor`: 10 one-container shims started one by one (shim_bench's figure, spare included)
  *   next to as many idle Deno processes as skiff's shim processes counted, started with the
- *   launcher's exact flags and environment (bench/scale_floor.ts).
+ *   launcher's exact flags and environment (bench/scale_floor.ts);
+ * - `marginal`: K pods through CRI one at a time, PSS after the first and after the K-th: a pod's
+ *   cost in a server that already serves pods (bench/scale_marginal.ts; by default only with
+ *   `--shared`).
+ *
+ * Every part also reports the CPU per `start` (bench/scale_cpu.ts): the `start` processes',
+ * servers' and spares' user + system time over the timed starts, divided by the starts.
+ *
+ * `--shared N` installs skiff with shared servers (`sharedPods: N`, `SKIFF_SHARED_PODS=N`: up to N
+ * pods per server process); the Go side is unchanged (one shim per pod). The table says so.
  *
  * Between sides and parts every container and pod is removed and the shims' exit awaited.
  * Benchmarks are measurements: nothing here fails on a slow number.
  *
  * Run: `deno run -A bench/scale_bench.ts [--containerd 2.1|1.6|2.4] [--burst 20] [--pods 110]
- * [--inflight 10] [--only burst|cri-burst|density|floor]` (plus shim_bench's `--mode`,
- * `--v8-flags`, `--inline`). Needs root, runc and busybox-static (tests/setup/prepare.sh).
+ * [--inflight 10] [--shared N] [--marginal 8] [--only burst|cri-burst|density|floor|marginal]`
+ * (plus shim_bench's `--mode`, `--v8-flags`, `--inline`). Needs root, runc and busybox-static (tests/setup/prepare.sh).
  *
  * @module
  */
@@ -28,12 +37,14 @@ import { parseArgs } from "node:util";
 import type { ExampleInstallOptions } from "../sdk/install/examples.ts";
 import { benchInstallOptions } from "./install_options.ts";
 import { loadavg, type ScaleNode, type Side, SIDES, startNode } from "./scale_node.ts";
-import { CTR_NS, ctrContainers, type ShimsFigure, warmUp } from "./scale_ctr.ts";
-import { criPods, type PodsFigure, prepareCri, warmUpCri } from "./scale_cri.ts";
+import { CTR_NS, ctrContainers, warmUp } from "./scale_ctr.ts";
+import { criPods, prepareCri, warmUpCri } from "./scale_cri.ts";
 import { type FloorFigure, idleDenoFloor } from "./scale_floor.ts";
+import { type MarginalFigure, marginalPods } from "./scale_marginal.ts";
+import { type ScaleFigures, scaleMarkdown } from "./scale_report.ts";
 
 /** The parts, in the order they run. */
-export const PARTS = ["burst", "cri-burst", "density", "floor"] as const;
+export const PARTS = ["burst", "cri-burst", "density", "floor", "marginal"] as const;
 /** One part's name. */
 export type Part = typeof PARTS[number];
 
@@ -47,14 +58,21 @@ export interface ScaleBenchOptions {
   pods?: number;
   /** CRI pods in flight. Default 10. */
   inflight?: number;
-  /** Parts to run. Default all. */
+  /** Parts to run. Default all; `marginal` only with {@linkcode shared} or {@linkcode marginal}. */
   only?: Part[];
+  /**
+   * skiff with shared servers: up to this many pods per server process (2 or more; installs
+   * with `sharedPods`). Default: one pod per server, as installed by default.
+   */
+  shared?: number;
+  /** Pods of the marginal part. Default {@linkcode shared}, else 8. */
+  marginal?: number;
   /** How skiff is installed (bench/install_options.ts). */
   install?: Omit<ExampleInstallOptions, "prefix">;
 }
 
 /** One part's figures for both sides, and the machine's state around it. */
-interface PartResult<F> {
+export interface PartResult<F> {
   figures: Record<Side, F>;
   seconds: number;
   load: [string, string];
@@ -63,11 +81,7 @@ interface PartResult<F> {
 }
 
 /** Everything one run measured. */
-export interface ScaleBenchResult {
-  burst?: PartResult<ShimsFigure>;
-  criBurst?: PartResult<PodsFigure>;
-  density?: PartResult<PodsFigure>;
-  floor?: PartResult<ShimsFigure> & { floor: FloorFigure };
+export interface ScaleBenchResult extends ScaleFigures {
   /** Markdown tables with skiff/Go (and skiff/floor) ratios. */
   markdown: string;
 }
@@ -81,10 +95,8 @@ async function onNode<F>(
 ): Promise<PartResult<F>> {
   const t0 = performance.now();
   const load0 = loadavg();
-  const node = await startNode(o.containerd ?? "2.1", {
-    cri,
-    ...(o.install ? { install: o.install } : {}),
-  });
+  const install = { ...o.install, ...(o.shared ? { sharedPods: o.shared } : {}) };
+  const node = await startNode(o.containerd ?? "2.1", { cri, install });
   try {
     const figures = {} as Record<Side, F>;
     for (const side of SIDES) figures[side] = await body(node, side);
@@ -104,10 +116,13 @@ async function onNode<F>(
 
 /** Runs the parts asked for and returns their figures and tables. */
 export async function runScaleBench(o: ScaleBenchOptions = {}): Promise<ScaleBenchResult> {
-  const only = new Set<Part>(o.only ?? PARTS);
+  const only = new Set<Part>(
+    o.only ?? PARTS.filter((p) => o.shared || o.marginal || p !== "marginal"),
+  );
   const burst = o.burst ?? 20;
   const inflight = o.inflight ?? 10;
-  const out: Omit<ScaleBenchResult, "markdown"> = {};
+  const marginal = o.marginal ?? o.shared ?? 8;
+  const out: ScaleFigures = {};
   if (only.has("burst")) {
     let image = "";
     out.burst = await onNode(o, false, async (node, side) => {
@@ -140,114 +155,19 @@ export async function runScaleBench(o: ScaleBenchOptions = {}): Promise<ScaleBen
     });
     out.floor = { ...r, floor: floor! };
   }
-  return { ...out, markdown: scaleMarkdown(out, burst, inflight, o.pods ?? 110) };
-}
-
-const f1 = (n: number) => Number.isFinite(n) ? n.toFixed(1) : "–";
-const f2 = (n: number) => Number.isFinite(n) ? n.toFixed(2) : "–";
-const s2 = (ms: number) => Number.isFinite(ms) ? (ms / 1000).toFixed(2) : "–";
-const ratio = (a: number, b: number) =>
-  Number.isFinite(a) && Number.isFinite(b) && b > 0 ? `${(a / b).toFixed(2)}x` : "–";
-const pct = (xs: number[], p: number) =>
-  xs.length === 0 ? NaN : xs[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
-
-/** One table line: label, Go, skiff, skiff / Go. */
-function line(label: string, go: number, skiff: number, fmt: (n: number) => string = f1): string {
-  return `| ${label} | ${fmt(go)} | ${fmt(skiff)} | ${ratio(skiff, go)} |`;
-}
-
-/** The lines every part has: processes and PSS after settling, CPU. */
-function shimLines(what: string, g: ShimsFigure, s: ShimsFigure): string[] {
-  return [
-    `| ${what}: shim processes (skiff: waiting spares) | ${g.processes} | ${s.processes} (${s.spares}) | – |`,
-    line(`${what}: PSS of all shim processes after 8 s (MiB)`, g.pssMiB, s.pssMiB),
-    line(`${what}: CPU time of the shim processes themselves (s)`, g.cpuS.self, s.cpuS.self, f2),
-    line(`${what}: CPU time of their children, runc (s)`, g.cpuS.children, s.cpuS.children, f2),
-  ];
-}
-
-/** What happened beside the figures: load, duration, spare hand-offs, failures. */
-function note(label: string, r: PartResult<ShimsFigure>): string {
-  const s = r.figures.skiff;
-  const failed = SIDES.filter((x) => r.figures[x].failed > 0)
-    .map((x) => `${x}: ${r.figures[x].failed} failed (${r.figures[x].firstError})`);
-  return `${label}: containerd ${r.version}, Go shim ${r.goShim}; ${r.seconds.toFixed(0)} s; ` +
-    `load ${r.load[0]} → ${r.load[1]}; skiff starts handed to a spare: ${s.spare?.adopted ?? 0}, ` +
-    `cold: ${s.spare?.cold ?? 0}${failed.length ? `; ${failed.join("; ")}` : ""}`;
-}
-
-function scaleMarkdown(
-  out: Omit<ScaleBenchResult, "markdown">,
-  burst: number,
-  inflight: number,
-  pods: number,
-): string {
-  const rows: string[] = [];
-  const notes: string[] = [];
-  if (out.burst) {
-    const { go: g, skiff: s } = out.burst.figures;
-    const w = `burst of ${burst} \`ctr run -d\``;
-    rows.push(
-      line(`${w} (all in flight): first launch to last return (s)`, g.wallMs, s.wallMs, s2),
-      line(`${w}: one start, p50 (ms)`, pct(g.startMs, 50), pct(s.startMs, 50)),
-      line(`${w}: one start, max (ms)`, pct(g.startMs, 100), pct(s.startMs, 100)),
-      ...shimLines(w, g, s),
-    );
-    notes.push(note("burst", out.burst));
+  if (only.has("marginal")) {
+    let cri: Awaited<ReturnType<typeof prepareCri>> | undefined;
+    out.marginal = await onNode<MarginalFigure>(o, true, async (node, side) => {
+      cri ??= await prepareCri(node);
+      await warmUpCri(node, cri, side);
+      return await marginalPods(node, cri, side, marginal);
+    });
   }
-  for (
-    const [label, r, n] of [["CRI burst", out.criBurst, burst], [
-      "density",
-      out.density,
-      pods,
-    ]] as const
-  ) {
-    if (!r) continue;
-    const { go: g, skiff: s } = r.figures;
-    const w = `${label} of ${n} pods (${inflight} in flight)`;
-    rows.push(
-      line(`${w}: to the last StartContainer (s)`, g.wallMs, s.wallMs, s2),
-      line(`${w}: to all containers RUNNING (s)`, g.runningMs, s.runningMs, s2),
-      ...(["runPod", "create", "start"] as const).map((k) =>
-        line(
-          `${w}: ${
-            { runPod: "RunPodSandbox", create: "CreateContainer", start: "StartContainer" }[k]
-          } p50 (ms)`,
-          g.callsMs[k],
-          s.callsMs[k],
-        )
-      ),
-      ...shimLines(w, g, s),
-      line(`${w}: PSS per pod (MiB)`, g.serversPssMiB / n, s.serversPssMiB / n),
-    );
-    notes.push(note(label, r));
-  }
-  if (out.floor) {
-    const { go: g, skiff: s } = out.floor.figures;
-    const fl = out.floor.floor;
-    rows.push(
-      ...shimLines("10 one-container shims, one by one", g, s),
-      line(
-        "10 one-container shims: servers alone, spare left out (MiB)",
-        g.serversPssMiB,
-        s.serversPssMiB,
-      ),
-      `| floor: ${fl.processes} idle Deno processes with the launcher's flags, PSS (MiB) | – | ${
-        f1(fl.pssMiB)
-      } | floor / Go ${ratio(fl.pssMiB, g.pssMiB)} |`,
-      `| 10 one-container shims (spare included) / the floor | – | ${
-        ratio(s.pssMiB, fl.pssMiB)
-      } | – |`,
-    );
-    notes.push(note("floor", out.floor), `floor's exec line: \`${fl.exec}\``);
-  }
-  return [
-    "| figure | Go runc shim | skiff | skiff / Go |",
-    "| --- | ---: | ---: | ---: |",
-    ...rows,
-    "",
-    ...notes.map((n) => `- ${n}`),
-  ].join("\n");
+  const sizes = { burst, inflight, pods: o.pods ?? 110, marginal };
+  return {
+    ...out,
+    markdown: scaleMarkdown(out, { ...sizes, ...(o.shared ? { shared: o.shared } : {}) }),
+  };
 }
 
 if (import.meta.main) {
@@ -260,10 +180,15 @@ if (import.meta.main) {
       pods: { type: "string" },
       inflight: { type: "string" },
       only: { type: "string", multiple: true },
+      shared: { type: "string" },
+      marginal: { type: "string" },
     },
   });
   // Unknown options are an error; --mode, --v8-flags and --inline go to benchInstallOptions.
-  const known = ["containerd", "burst", "pods", "inflight", "only", "mode", "v8-flags", "inline"];
+  const known = [
+    ...["containerd", "burst", "pods", "inflight", "only", "shared", "marginal"],
+    ...["mode", "v8-flags", "inline"],
+  ];
   const unknown = Object.keys(values).filter((k) => !known.includes(k));
   if (unknown.length > 0) throw new TypeError(`unknown option(s): --${unknown.join(", --")}`);
   const num = (name: string, v: unknown) => {
@@ -283,11 +208,17 @@ if (import.meta.main) {
   const burst = num("burst", values.burst);
   const pods = num("pods", values.pods);
   const inflight = num("inflight", values.inflight);
+  const shared = num("shared", values.shared);
+  if (shared === 1) throw new TypeError(`--shared 1: expected 2 or more pods per server`);
+  const marginal = num("marginal", values.marginal);
+  if (marginal === 1) throw new TypeError(`--marginal 1: expected 2 or more pods`);
   const res = await runScaleBench({
     ...(typeof values.containerd === "string" ? { containerd: values.containerd } : {}),
     ...(burst ? { burst } : {}),
     ...(pods ? { pods } : {}),
     ...(inflight ? { inflight } : {}),
+    ...(shared ? { shared } : {}),
+    ...(marginal ? { marginal } : {}),
     ...(only ? { only: only as Part[] } : {}),
     install: benchInstallOptions(Deno.args),
   });

@@ -13,7 +13,7 @@ import { CRI_NAMESPACE, type CriClient, criClient } from "../sdk/testing/cri_cli
 import { criContainerConfig, criPodConfig } from "../sdk/testing/cri_container.ts";
 import { BUSYBOX_IMAGE_REF } from "../sdk/testing/image.ts";
 import { ContainerState } from "../proto/gen/runtime/v1/api_pb.ts";
-import { shimsCost, type ShimsFigure } from "./scale_ctr.ts";
+import { countersBefore, shimsCost, type ShimsFigure } from "./scale_ctr.ts";
 import {
   HANDLER,
   type ScaleNode,
@@ -26,7 +26,7 @@ import {
 import { sleep } from "../sdk/testing/processes.ts";
 
 /** Deadline of each CRI call: generous; only there so that a hang fails instead of wedging. */
-const CALL = { timeoutMs: 120_000 };
+export const CALL = { timeoutMs: 120_000 };
 
 /** A CRI figure: the `ctr` figure's fields, and the time until every container was RUNNING. */
 export interface PodsFigure extends ShimsFigure {
@@ -41,7 +41,11 @@ export interface PodsFigure extends ShimsFigure {
  *
  * @returns the messages of the calls that threw
  */
-export async function pool(n: number, inflight: number, f: (i: number) => Promise<void>) {
+export async function pool(
+  n: number,
+  inflight: number,
+  f: (i: number) => Promise<void>,
+): Promise<string[]> {
   let next = 0;
   const errors: string[] = [];
   const worker = async () => {
@@ -76,13 +80,13 @@ export async function prepareCri(node: ScaleNode): Promise<CriClient> {
 }
 
 /** The pods and containers one part started, for the clean-up. */
-interface Started {
+export interface Started {
   pods: string[];
   containers: string[];
 }
 
 /** Runs one pod as kubelet does; records its ids and each call's time. */
-async function runPod(
+export async function runPod(
   node: ScaleNode,
   cri: CriClient,
   side: Side,
@@ -113,7 +117,7 @@ async function runPod(
 }
 
 /** Polls ListContainers until every one of `ids` is RUNNING (at most `ms`). */
-async function allRunning(cri: CriClient, ids: string[], ms = 300_000): Promise<boolean> {
+export async function allRunning(cri: CriClient, ids: string[], ms = 300_000): Promise<boolean> {
   const want = new Set(ids);
   const until = Date.now() + ms;
   while (Date.now() < until) {
@@ -154,7 +158,7 @@ export async function criPods(
   const c = node.c;
   const started: Started = { pods: [], containers: [] };
   const calls = { runPod: [] as number[], create: [] as number[], start: [] as number[] };
-  const before = spareStats(c);
+  const before = countersBefore(c, side);
   try {
     const t0 = performance.now();
     const errors = await pool(
@@ -178,7 +182,7 @@ export async function criPods(
       startMs: [],
       failed: errors.length,
       ...(errors[0] ? { firstError: errors[0] } : {}),
-      ...shimsCost(c, side, before, after),
+      ...shimsCost(c, side, before, after, calls.start.length),
     };
   } finally {
     await removePods(node, cri, side, started);
@@ -186,7 +190,12 @@ export async function criPods(
 }
 
 /** Stops and removes the pods (their containers go with them), 10 at a time; waits for the shims. */
-async function removePods(node: ScaleNode, cri: CriClient, side: Side, started: Started) {
+export async function removePods(
+  node: ScaleNode,
+  cri: CriClient,
+  side: Side,
+  started: Started,
+): Promise<void> {
   const errors = await pool(started.pods.length, 10, async (i) => {
     const podSandboxId = started.pods[i]!;
     await cri.runtime.stopPodSandbox({ podSandboxId }, CALL);

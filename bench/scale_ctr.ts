@@ -9,6 +9,7 @@
  */
 
 import { ctrRun } from "../sdk/testing/ctr.ts";
+import { type CpuSnapshot, cpuSnapshot, type StartCpu, startCpuSince } from "./scale_cpu.ts";
 import type { PrivateContainerd } from "../sdk/testing/containerd.ts";
 import {
   cpuSeconds,
@@ -50,28 +51,51 @@ export interface ShimsFigure {
   cpuS: { self: number; children: number };
   /** skiff: starts handed to a warm spare / started cold, during the timed starts. */
   spare?: { adopted: number; cold: number };
+  /** Servers: shim processes less waiting spares (with shared servers, fewer than pods). */
+  servers: number;
+  /** CPU per start over the timed starts and the settling (bench/scale_cpu.ts). */
+  startCpu: StartCpu;
+}
+
+/** Counters read before the timed starts, for {@linkcode shimsCost}. */
+export interface Before {
+  stats: { adopted: number; cold: number };
+  cpu: CpuSnapshot;
+}
+
+/** The counters before the timed starts. */
+export function countersBefore(c: PrivateContainerd, side: Side): Before {
+  return { stats: spareStats(c), cpu: cpuSnapshot(c, side) };
 }
 
 /**
- * The side's shim processes after settling: how many (spares apart), their PSS and CPU, and
- * skiff's spare counters since `before`. Shared by the ctr and CRI parts.
+ * The side's shim processes after settling: how many (spares apart), their PSS and CPU, CPU per
+ * start since `before` over `starts` starts, and skiff's spare counters from `before` to `after`
+ * (read when the starts returned). Shared by the ctr and CRI parts.
  */
 export function shimsCost(
   c: PrivateContainerd,
   side: Side,
-  before: { adopted: number; cold: number },
+  before: Before,
   after: { adopted: number; cold: number },
-): Pick<ShimsFigure, "processes" | "spares" | "pssMiB" | "serversPssMiB" | "cpuS" | "spare"> {
+  starts: number,
+): Pick<
+  ShimsFigure,
+  "processes" | "spares" | "pssMiB" | "serversPssMiB" | "cpuS" | "spare" | "servers" | "startCpu"
+> {
   const procs = shimProcesses(c, side).map((p) => p.pid);
   const spares = new Set(side === "skiff" ? waitingSpares(c) : []);
+  const stats = before.stats;
   return {
+    servers: procs.filter((p) => !spares.has(p)).length,
+    startCpu: startCpuSince(before.cpu, c, side, starts),
     processes: procs.length,
     spares: procs.filter((p) => spares.has(p)).length,
     pssMiB: pssMiB(procs),
     serversPssMiB: pssMiB(procs.filter((p) => !spares.has(p))),
     cpuS: cpuSeconds(procs),
     ...(side === "skiff"
-      ? { spare: { adopted: after.adopted - before.adopted, cold: after.cold - before.cold } }
+      ? { spare: { adopted: after.adopted - stats.adopted, cold: after.cold - stats.cold } }
       : {}),
   };
 }
@@ -106,7 +130,7 @@ export async function ctrContainers(
   const c = node.c;
   const tag = parallel ? "burst" : "seq";
   const ids = Array.from({ length: n }, (_, i) => `${side}-${tag}-${i}`);
-  const before = spareStats(c);
+  const before = countersBefore(c, side);
   const startMs: number[] = [];
   const errors: string[] = [];
   const one = async (id: string) => {
@@ -135,7 +159,7 @@ export async function ctrContainers(
       startMs: startMs.sort((a, b) => a - b),
       failed: errors.length,
       ...(errors[0] ? { firstError: errors[0] } : {}),
-      ...shimsCost(c, side, before, after),
+      ...shimsCost(c, side, before, after, startMs.length),
     };
   } finally {
     await removeContainers(c, side, ids);
