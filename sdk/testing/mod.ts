@@ -94,7 +94,12 @@ export {
   guestUnavailable,
   runInGuest,
 } from "./guest.ts";
-export { type ConformanceOptions, NOT_COVERED, runConformance } from "./conformance/runner.ts";
+export {
+  type ConformanceOptions,
+  NOT_COVERED,
+  runConformance,
+  SHARED_NO_UPGRADE,
+} from "./conformance/runner.ts";
 export {
   compareReports,
   type ConformanceReport,
@@ -112,7 +117,12 @@ export {
   ScenarioSkip,
   type Trait,
 } from "./conformance/scenario.ts";
-export { ScenarioContext, type ScenarioContextInit, type Stdio } from "./conformance/kit.ts";
+export {
+  type Neighbour,
+  ScenarioContext,
+  type ScenarioContextInit,
+  type Stdio,
+} from "./conformance/kit.ts";
 export { EventRecorder, type TaskEvent } from "./conformance/events.ts";
 export {
   CNI_BIN_DIR,

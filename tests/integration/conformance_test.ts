@@ -4,15 +4,19 @@
 // defects touch, so no scenario can pass by accident. The Go shim runs the catalogue on 1.6
 // (where `info` and `sandbox-api` must be skipped, not passed), 2.1 and 2.4; skiff's runc
 // example on every version (1.6, 1.7, 2.1, 2.2, 2.3, 2.4) and a subset on 1.6 through the CLI;
-// skiff's runsc example on 2.1 and 2.4.
+// skiff's runsc example on 2.1 and 2.4. skiff's runc example with shared servers
+// (SKIFF_SHARED_PODS=4), each scenario beside a neighbour container in the same server process,
+// passes every scenario the per-pod example passes in the same run on 1.6, 2.1 and 2.4, but
+// `live-upgrade` (not applicable: a shared server refuses it by design); two extra scenarios
+// show that the neighbour checks fail a pod served elsewhere and a neighbour that ended.
 import assert from "node:assert/strict";
 import { integrationTest } from "../_integration.ts";
 import { containerdVersions } from "../../sdk/testing/containerd.ts";
 import { installExampleShims } from "../../sdk/install/examples.ts";
-import { runConformance } from "../../sdk/testing/conformance/runner.ts";
+import { runConformance, SHARED_NO_UPGRADE } from "../../sdk/testing/conformance/runner.ts";
 import { CATALOGUE } from "../../sdk/testing/conformance/catalogue.ts";
 import { shimBinaryName } from "../../sdk/testing/conformance/kit.ts";
-import { probeHost, unmet } from "../../sdk/testing/conformance/scenario.ts";
+import { probeHost, type Scenario, unmet } from "../../sdk/testing/conformance/scenario.ts";
 import {
   compareReports,
   type ConformanceReport,
@@ -156,6 +160,7 @@ Deno.test("conformance CLI: --help, and bad usage exits 2", async () => {
   const help = await run("--help");
   assert.equal(help.code, 0);
   assert.match(new TextDecoder().decode(help.stdout), /--runtime TYPE/);
+  assert.match(new TextDecoder().decode(help.stdout), /--neighbour /);
   assert.equal((await run()).code, 2);
   assert.equal((await run("--bogus")).code, 2);
   const na = ["--runtime", "io.containerd.x.v2"];
@@ -372,6 +377,115 @@ integrationTest(
       }
     } finally {
       await Deno.remove(prefix, { recursive: true });
+    }
+  },
+);
+
+/** Scenarios that start no task of their own containerd's: nothing of theirs joins a server. */
+const NO_TASK = ["info", "cri-pod"];
+
+integrationTest(
+  "conformance: skiff's runc example with shared servers passes, beside a neighbour in each server, every scenario the per-pod example passes (1.6, 2.1, 2.4)",
+  REQ,
+  async (t) => {
+    const perPod = await Deno.makeTempDir({ prefix: "skiff-conf-perpod-" });
+    const shared = await Deno.makeTempDir({ prefix: "skiff-conf-shared-" });
+    const runtime = "io.containerd.skiff-runc.v2";
+    const versions = [v16!.version, v21!.version, v24!.version];
+    try {
+      await installExampleShims({ prefix: perPod });
+      await installExampleShims({ prefix: shared, sharedPods: 4 });
+      const launcher = await Deno.readTextFile(`${shared}/bin/${shimBinaryName(runtime)}`);
+      assert.match(launcher, /SKIFF_SHARED_PODS:=4/, "the shared install's launcher");
+      const base = await runConformance({
+        runtime,
+        shimDir: `${perPod}/bin`,
+        containerd: versions,
+      });
+      const report = await runConformance({
+        runtime,
+        shimDir: `${shared}/bin`,
+        containerd: versions,
+        neighbour: true,
+      });
+      const md = `per pod:\n${describe(base)}\nshared:\n${describe(report)}`;
+      assert.deepEqual(report.containerd, versions);
+      for (const v of versions) {
+        // The baseline passes what the per-pod test above says, live upgrade included.
+        assert.deepEqual(byStatus(base, v, "skip"), skippedOn(v), md);
+        const passed = byStatus(base, v, "pass");
+        assert.ok(passed.includes("live-upgrade"), md);
+        // Shared: the same, but live upgrade, not applicable and saying why.
+        assert.deepEqual(byStatus(report, v, "fail"), [], md);
+        assert.deepEqual(byStatus(report, v, "pass"), passed.filter((id) => id !== "live-upgrade"));
+        assert.deepEqual(byStatus(report, v, "skip"), [...skippedOn(v), "live-upgrade"], md);
+        const upgrade = report.results.find((r) =>
+          r.containerd === v && r.scenario === "live-upgrade"
+        );
+        assert.equal(upgrade!.reason, `not applicable: ${SHARED_NO_UPGRADE}`);
+        // Every passing scenario ran beside its neighbour, in a server of its own namespace
+        // (sharing is per namespace); each that starts a task had it served there.
+        const servers = new Set<number>();
+        for (const r of report.results.filter((r) => r.containerd === v && r.status === "pass")) {
+          assert.ok(r.shared, `${r.scenario} on ${v} ran beside a neighbour`);
+          servers.add(r.shared.server);
+          if (NO_TASK.includes(r.scenario)) assert.equal(r.shared.joined, 0, r.scenario);
+          else assert.ok(r.shared.joined >= 1, `${r.scenario} on ${v}: a task joined the server`);
+        }
+        assert.equal(servers.size, byStatus(report, v, "pass").length, "a server per scenario");
+        // No per-pod run reports sharing.
+        assert.ok(base.results.every((r) => r.shared === undefined));
+      }
+
+      // The neighbour checks can fail: a pod beyond the limit is served by another process, and a
+      // neighbour that ends during the check (its server not killed) fails the scenario.
+      await t.step("a pod served elsewhere, a neighbour gone: both fail", async () => {
+        const overflow: Scenario = {
+          id: "overflow",
+          title: "four pods beside the neighbour",
+          standsFor: "a shared server takes at most SKIFF_SHARED_PODS pods",
+          async check(ctx) {
+            for (let i = 0; i < 4; i++) await ctx.run(["sleep", "600"]);
+          },
+        };
+        const gone: Scenario = {
+          id: "neighbour-gone",
+          title: "the neighbour killed",
+          standsFor: "a neighbour that ends fails the scenario",
+          async check(ctx) {
+            await ctx.run(["sleep", "600"]);
+            await ctx.client.tasks.kill({ containerId: ctx.neighbour!.id, signal: 9 });
+            await ctx.wait(ctx.neighbour!.id);
+          },
+        };
+        const report = await runConformance({
+          runtime,
+          shimDir: `${shared}/bin`,
+          containerd: [v24!.version],
+          neighbour: true,
+          catalogue: [overflow, gone],
+        });
+        const md = describe(report);
+        assert.deepEqual(
+          byStatus(report, v24!.version, "fail"),
+          ["overflow", "neighbour-gone"],
+          md,
+        );
+        const reason = (id: string) => report.results.find((r) => r.scenario === id)!.reason!;
+        assert.match(
+          reason("overflow"),
+          /^neighbour: conf-overflow-\d+ was served by pid \d+, not the neighbour's \d+$/,
+          md,
+        );
+        assert.match(
+          reason("neighbour-gone"),
+          /^neighbour: conf-neighbour-gone-neighbour is (STOPPED|gone)/,
+          md,
+        );
+      });
+    } finally {
+      await Deno.remove(perPod, { recursive: true });
+      await Deno.remove(shared, { recursive: true });
     }
   },
 );

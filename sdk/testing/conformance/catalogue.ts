@@ -341,11 +341,14 @@ export const CATALOGUE: readonly Scenario[] = [
     title: "SIGKILLed shim cleaned up",
     standsFor: "containerd notices a dead shim and cleans up through `<shim> delete`: the " +
       "task is gone or stopped, the init is dead, no bundle or shim is left",
+    endsServer: true,
     async check(ctx) {
       const id = await ctx.container({ args: SLEEP });
       const init = await ctx.startTask(id);
-      const servers = shimServers(ctx, [id]);
+      // A shared server's command line names its first pod (the neighbour), not this one.
+      const servers = ctx.neighbour ? [ctx.servers.get(id)] : shimServers(ctx, [id]);
       assert.equal(servers.length, 1, `one shim server for ${id}: ${servers}`);
+      assert.ok(servers[0], `${id}'s bundle names its shim server`);
       // A killed Go shim's socket stays behind (containerd's cleanup leaves it).
       ctx.defer(() => ctx.removeShimSocket(id));
       Deno.kill(servers[0]!, "SIGKILL");
@@ -366,6 +369,7 @@ export const CATALOGUE: readonly Scenario[] = [
         async () => await Deno.lstat(bundle).then(() => undefined, () => true),
       );
       assert.deepEqual(shimServers(ctx, [id]), [], "no shim server left");
+      assert.ok(!processAlive(servers[0]!), "the killed shim server is gone");
     },
   },
   {
@@ -380,8 +384,17 @@ export const CATALOGUE: readonly Scenario[] = [
       ctx.defer(() => ctx.removeShimSocket(group));
       const a = await ctx.run(SLEEP, { annotations });
       const b = await ctx.run(SLEEP, { annotations });
-      const servers = shimServers(ctx, [a, b]);
+      // A shared server's command line names its first pod (the neighbour): the group's pod
+      // is found by its socket (the first task's bundle's address), and ends with its last task.
+      const shared = ctx.neighbour !== undefined;
+      const socket = shared ? socketOf(ctx.bundleOf(a)) : undefined;
+      const servers = shared ? [...new Set([ctx.servers.get(a)])] : shimServers(ctx, [a, b]);
       assert.equal(servers.length, 1, `one shim server for the group, got pids ${servers}`);
+      if (shared) {
+        assert.ok(servers[0] && socket, `the group's server ${servers[0]} and socket ${socket}`);
+        assert.equal(socketOf(ctx.bundleOf(b)), socket, "both tasks on the group's socket");
+        assert.ok([undefined, servers[0]].includes(ctx.servers.get(b)), `${b}'s server`);
+      }
       for (const id of [a, b]) {
         await ctx.within(ctx.client.tasks.kill({ containerId: id, signal: 9 }), `kill ${id}`);
         assert.equal(await ctx.wait(id), 137, `exit status of ${id}`);
@@ -389,6 +402,14 @@ export const CATALOGUE: readonly Scenario[] = [
         if (id === a) {
           assert.ok(processAlive(servers[0]!), "the group's shim outlives the first task");
         }
+      }
+      if (shared) {
+        // The process serves the neighbour on; the group's pod (its socket) is gone.
+        await ctx.eventually(
+          "the group's pod to end (its socket removed)",
+          async () => await Deno.lstat(socket!).then(() => undefined, () => true),
+        );
+        return;
       }
       await ctx.eventually(
         "the group's shim to exit",
@@ -518,11 +539,12 @@ async function sandboxScenario(ctx: ScenarioContext): Promise<void> {
   const status = await ctx.within(ctl.status({ sandboxId, sandboxer: "shim" }), "Status");
   assert.equal(status.state, "SANDBOX_READY", "sandbox state after Start");
   // The endpoint as containerd keeps it (2.1's controller API leaves it out of its answers).
-  const bootstrap = JSON.parse(
-    await Deno.readTextFile(
-      `${ctx.containerd.state}/io.containerd.sandbox.controller.v1.shim/${ctx.namespace}/${sandboxId}/bootstrap.json`,
-    ),
-  );
+  const dir =
+    `${ctx.containerd.state}/io.containerd.sandbox.controller.v1.shim/${ctx.namespace}/${sandboxId}`;
+  const bootstrap = JSON.parse(await Deno.readTextFile(`${dir}/bootstrap.json`));
+  // The sandbox's shim server, as its `start` recorded it (shared with a neighbour, if any).
+  const server = Number(await Deno.readTextFile(`${dir}/shim.pid`).catch(() => ""));
+  if (server > 0) ctx.servers.set(sandboxId, server);
   const carrier = create(AnySchema, {
     typeUrl: "containerd.runc.v1.Options",
     value: toBinary(

@@ -10,7 +10,7 @@
  */
 
 import { parseArgs } from "node:util";
-import { runConformance } from "./runner.ts";
+import { runConformance, SHARED_NO_UPGRADE } from "./runner.ts";
 import { RUNTIME_TRAITS, type RuntimeTraits } from "./scenario.ts";
 import { compareReports, type ConformanceReport, hasFailures, markdownReport } from "./report.ts";
 
@@ -32,6 +32,10 @@ options:
   --no-runc-options     send no containerd.runc.v1.Options with tasks (for non-runc shims)
   --no-grouping         the shim does not honour io.containerd.runc.v2.group (skip grouping)
   --no-sandbox-api      the shim serves no Sandbox API (skip sandbox-api; the Go runc shim)
+  --neighbour           the shim's servers serve several pods (skiff's SKIFF_SHARED_PODS):
+                        run each scenario beside a neighbour container in the same server,
+                        and fail it unless its tasks joined that server and the neighbour ran
+                        on (live-upgrade: not applicable)
   --not-applicable TRAIT=REASON
                         the scenarios needing TRAIT do not apply to this runtime, reported as
                         "not applicable: REASON" (repeatable); TRAIT is one of
@@ -67,6 +71,7 @@ export async function main(args: string[]): Promise<number> {
         "no-runc-options": { type: "boolean" },
         "no-grouping": { type: "boolean" },
         "no-sandbox-api": { type: "boolean" },
+        neighbour: { type: "boolean" },
         "not-applicable": { type: "string", multiple: true },
         help: { type: "boolean", short: "h" },
       },
@@ -86,6 +91,7 @@ export async function main(args: string[]): Promise<number> {
   const traits: RuntimeTraits = {
     grouping: !v["no-grouping"],
     sandboxApi: !v["no-sandbox-api"],
+    ...(v.neighbour ? { liveUpgrade: { notApplicable: SHARED_NO_UPGRADE } } : {}),
   };
   for (const na of v["not-applicable"] ?? []) {
     const eq = na.indexOf("=");
@@ -106,6 +112,7 @@ export async function main(args: string[]): Promise<number> {
     ...(v["containerd-dir"] ? { containerdDirs: v["containerd-dir"] } : {}),
     ...(v.only ? { only: v.only } : {}),
     runcOptions: !v["no-runc-options"],
+    ...(v.neighbour ? { neighbour: true } : {}),
     traits,
     onResult: (r) =>
       console.error(

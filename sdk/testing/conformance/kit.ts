@@ -27,6 +27,29 @@ export interface Stdio extends FifoSet {
   terminal?: boolean;
 }
 
+/**
+ * A neighbour: a long-running container the runner starts in a scenario's namespace before the
+ * check, when a shim server may serve several pods (skiff's `SKIFF_SHARED_PODS`), so that the
+ * scenario's pods join its server and run beside another pod
+ * (`ConformanceOptions.neighbour`).
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import type { Neighbour } from "@skiff/shim/testing";
+ * const n: Neighbour = { id: "conf-pids-neighbour", init: 4242, server: 4200 };
+ * strictEqual(n.server !== n.init, true);
+ * ```
+ */
+export interface Neighbour {
+  /** Its container id (in the scenario's namespace). */
+  id: string;
+  /** Its init's pid. */
+  init: number;
+  /** The shim server process serving it (its bundle's `shim.pid`). */
+  server: number;
+}
+
 /** Everything a {@linkcode ScenarioContext} is built from. */
 export interface ScenarioContextInit {
   /** The private containerd of this version. */
@@ -47,6 +70,8 @@ export interface ScenarioContextInit {
   env?: Record<string, string>;
   /** Bound on each step. Default {@linkcode STEP_MS}. */
   stepMs?: number;
+  /** The neighbour, when it runs already. */
+  neighbour?: Neighbour;
 }
 
 /**
@@ -77,6 +102,17 @@ export class ScenarioContext {
   readonly env: Record<string, string>;
   /** Bound on each step. */
   readonly stepMs: number;
+  /**
+   * The neighbour the scenario's pods share a server with, when the runner keeps one
+   * (`ConformanceOptions.neighbour`); set by the runner before the check.
+   */
+  neighbour: Neighbour | undefined;
+  /**
+   * The shim server process of each task this context started (its bundle's `shim.pid` right
+   * after create), by container id; a task without one (routed to a sandbox) is not listed. A
+   * check may add others (the `sandbox-api` scenario adds its sandbox's).
+   */
+  readonly servers: Map<string, number> = new Map();
   readonly #rootfs: string;
   readonly #cleanups: (() => Promise<unknown>)[] = [];
   #n = 0;
@@ -96,6 +132,7 @@ export class ScenarioContext {
     this.env = init.env ?? {};
     this.stepMs = init.stepMs ?? STEP_MS;
     this.#rootfs = init.rootfs;
+    this.neighbour = init.neighbour;
     this.client = containerdClient(init.containerd.address, init.namespace);
   }
 
@@ -159,8 +196,31 @@ export class ScenarioContext {
       }),
       `create task ${id}`,
     );
+    const server = this.serverOf(id);
+    if (server !== undefined) this.servers.set(id, server);
     await this.within(this.client.tasks.start({ containerId: id }), `start task ${id}`);
     return t.pid;
+  }
+
+  /** The bundle containerd keeps for a task of this namespace. */
+  bundleOf(id: string): string {
+    return `${this.containerd.state}/io.containerd.runtime.v2.task/${this.namespace}/${id}`;
+  }
+
+  /**
+   * The shim server process serving a task, as its bundle's `shim.pid` names it (written by the
+   * shim's `start`; a shim serving a group writes it for the group's first task only).
+   *
+   * @param id the container
+   * @returns the pid, or undefined when the bundle names none
+   */
+  serverOf(id: string): number | undefined {
+    try {
+      const pid = Number(Deno.readTextFileSync(`${this.bundleOf(id)}/shim.pid`).trim());
+      return pid > 0 ? pid : undefined;
+    } catch {
+      return undefined;
+    }
   }
 
   /**

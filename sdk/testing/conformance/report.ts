@@ -25,6 +25,11 @@ export interface ScenarioResult {
   reason?: string;
   /** How long the check ran (informational). */
   ms?: number;
+  /**
+   * With a neighbour (`ConformanceOptions.neighbour`): the shared server's pid and how many of
+   * the scenario's tasks it served beside the neighbour.
+   */
+  shared?: { server: number; joined: number };
 }
 
 /**

@@ -18,7 +18,10 @@ import { startContainerd } from "../containerd.ts";
 import type { PrivateContainerd } from "../private_containerd.ts";
 import { createBusyboxBundle } from "../bundle.ts";
 import { CATALOGUE } from "./catalogue.ts";
-import { ScenarioContext, shimBinaryName } from "./kit.ts";
+import { type Neighbour, ScenarioContext, shimBinaryName } from "./kit.ts";
+import { spareDir } from "../../shim/spare/config.ts";
+import { processAlive } from "../../linux/proc_stat.ts";
+import { Status } from "../../../proto/gen/containerd/types/task/task_pb.ts";
 import {
   type HostFeatures,
   probeHost,
@@ -69,7 +72,29 @@ export interface ConformanceOptions {
   onResult?: (r: ScenarioResult) => void;
   /** The catalogue to run. Default {@linkcode CATALOGUE}. */
   catalogue?: readonly Scenario[];
+  /**
+   * For a shim whose server process serves several pods (skiff's shared servers,
+   * `SKIFF_SHARED_PODS`): before each scenario, start a neighbour container (`sleep`) in the
+   * scenario's namespace and wait until its server takes new pods, so that the scenario's pods
+   * join that server and run beside it. After a check that passed, the scenario fails unless
+   * every task it started was served by the neighbour's server and the neighbour still runs,
+   * served by the same process (or, for a scenario that {@linkcode Scenario.endsServer}, ended
+   * with it). Its result's {@linkcode ScenarioResult.shared} says how many of its tasks joined.
+   * Unless `traits` says otherwise, `liveUpgrade` is not applicable (a shared server refuses it).
+   * Default false.
+   *
+   * @example A shared-server run
+   * ```ts ignore
+   * await installShims({ prefix, shims, sharedPods: 4 }); // SKIFF_SHARED_PODS=4
+   * const report = await runConformance({ runtime, shimDir: `${prefix}/bin`, neighbour: true });
+   * ```
+   */
+  neighbour?: boolean;
 }
+
+/** Why `live-upgrade` does not apply when scenarios run beside a neighbour. */
+export const SHARED_NO_UPGRADE =
+  "a shared server (several pods in one process) refuses live upgrade by design";
 
 /** Scenarios the catalogue does not cover yet, listed in every report. */
 export const NOT_COVERED: readonly string[] = [
@@ -207,7 +232,12 @@ export async function runConformance(o: ConformanceOptions): Promise<Conformance
   }
   const scenarios = (o.catalogue ?? CATALOGUE).filter((s) => matches(o.only, s.id));
   const host = probeHost();
-  const traits: RuntimeTraits = { grouping: true, sandboxApi: true, ...o.traits };
+  const traits: RuntimeTraits = {
+    grouping: true,
+    sandboxApi: true,
+    ...(o.neighbour ? { liveUpgrade: { notApplicable: SHARED_NO_UPGRADE } } : {}),
+    ...o.traits,
+  };
   const rootfs = await createBusyboxBundle({ args: ["true"] });
   const results: ScenarioResult[] = [];
   const record = (r: ScenarioResult) => {
@@ -282,9 +312,17 @@ async function runVersion(
         ...(o.stepMs ? { stepMs: o.stepMs } : {}),
       });
       const started = Date.now();
+      let neighbour: Neighbour | undefined;
       try {
+        if (o.neighbour) neighbour = ctx.neighbour = await startNeighbour(ctx);
         await bounded(s.check(ctx), SCENARIO_MS);
-        record({ ...base, status: "pass", ms: Date.now() - started });
+        const shared = neighbour ? await checkNeighbour(ctx, neighbour, s) : undefined;
+        record({
+          ...base,
+          status: "pass",
+          ms: Date.now() - started,
+          ...(shared ? { shared } : {}),
+        });
       } catch (e) {
         const skip = e instanceof ScenarioSkip;
         record({
@@ -296,10 +334,104 @@ async function runVersion(
       } finally {
         await ctx.cleanup();
         if (c.pid === undefined) await c.start().catch(() => {});
+        // The next neighbour's server can take pods only once this one has let the lock go.
+        if (neighbour) await serverGone(neighbour.server, ctx.stepMs);
         await Deno.remove(tmp, { recursive: true }).catch(() => {});
       }
     }
   } finally {
     await c.stop();
   }
+}
+
+/**
+ * Starts the neighbour in the scenario's namespace and waits until its server takes new pods
+ * (holds the shared join lock in the spares' directory): the scenario's pods then join it.
+ */
+async function startNeighbour(ctx: ScenarioContext): Promise<Neighbour> {
+  const id = await ctx.container({ args: ["sleep", "600"] }, { id: `${ctx.namespace}-neighbour` });
+  const init = await ctx.startTask(id);
+  const server = ctx.servers.get(id);
+  if (server === undefined) throw new Error(`neighbour: ${id}'s bundle names no shim.pid`);
+  const dir = spareDir(ctx.containerd.address);
+  await ctx.eventually(
+    `the neighbour's server (pid ${server}) to take new pods (hold a shared-*.lock in ${dir})`,
+    () => Promise.resolve(holdsJoinLock(dir, server) ? true : undefined),
+  );
+  return { id, init, server };
+}
+
+/** Whether `pid` holds the flock of one of the join points' locks (`shared-*.lock`) in `dir`. */
+function holdsJoinLock(dir: string, pid: number): boolean {
+  const inodes = new Set<number>();
+  try {
+    for (const e of Deno.readDirSync(dir)) {
+      if (!/^shared-.*\.lock$/.test(e.name)) continue;
+      const ino = Deno.statSync(`${dir}/${e.name}`).ino;
+      if (ino !== null) inodes.add(ino);
+    }
+  } catch {
+    return false;
+  }
+  // "1: FLOCK  ADVISORY  WRITE 7711 fe:00:884818 0 EOF" (a waiter's line has "->" after "1:").
+  return Deno.readTextFileSync("/proc/locks").split("\n").some((line) => {
+    const f = line.trim().split(/\s+/);
+    return f[1] === "FLOCK" && Number(f[4]) === pid &&
+      inodes.has(Number(f[5]?.split(":")[2]));
+  });
+}
+
+/**
+ * After a check that passed: every task the scenario started was served by the neighbour's
+ * server, and the neighbour still runs there (or, for a scenario that ends its server, ended).
+ */
+async function checkNeighbour(
+  ctx: ScenarioContext,
+  n: Neighbour,
+  s: Scenario,
+): Promise<{ server: number; joined: number }> {
+  const joined = [...ctx.servers].filter(([id]) => id !== n.id);
+  for (const [id, pid] of joined) {
+    if (pid !== n.server) {
+      throw new Error(`neighbour: ${id} was served by pid ${pid}, not the neighbour's ${n.server}`);
+    }
+  }
+  const status = async () => {
+    try {
+      return (await ctx.client.tasks.get({ containerId: n.id })).process;
+    } catch {
+      return undefined; // gone
+    }
+  };
+  if (s.endsServer) {
+    await ctx.eventually("neighbour: its task to end with the server", async () => {
+      const p = await status();
+      return p === undefined || p.status === Status.STOPPED ? true : undefined;
+    });
+    await ctx.eventually(
+      "neighbour: its init to die with the server",
+      () => Promise.resolve(processAlive(n.init) ? undefined : true),
+    );
+  } else {
+    const p = await ctx.within(status(), "neighbour: Get");
+    if (p?.status !== Status.RUNNING || p.pid !== n.init) {
+      throw new Error(
+        `neighbour: ${n.id} is ${p ? `${Status[p.status]} pid ${p.pid}` : "gone"}, ` +
+          `not RUNNING pid ${n.init}`,
+      );
+    }
+    const server = ctx.serverOf(n.id);
+    if (server !== n.server || !processAlive(n.server)) {
+      throw new Error(
+        `neighbour: served by ${server} (alive: ${processAlive(n.server)}), not ${n.server}`,
+      );
+    }
+  }
+  return { server: n.server, joined: joined.length };
+}
+
+/** Waits (bounded, best effort) for a neighbour's server to exit with its last pod. */
+async function serverGone(pid: number, ms: number): Promise<void> {
+  const end = Date.now() + ms;
+  while (processAlive(pid) && Date.now() < end) await new Promise((r) => setTimeout(r, 100));
 }

@@ -113,6 +113,12 @@ export interface Scenario {
   standsFor: string;
   /** What the host, containerd or runtime must have; unmet means `skip` with the reason. */
   requires?: Requirements;
+  /**
+   * The check kills the shim server process its task runs in. With a neighbour (a shared
+   * server, `ConformanceOptions.neighbour`), the runner then checks that the neighbour ended
+   * with that process, instead of that it runs on.
+   */
+  endsServer?: boolean;
   /** Throws (an assertion, a gRPC error, a timeout) when the shim fails the scenario. */
   check(ctx: ScenarioContext): Promise<void>;
 }
