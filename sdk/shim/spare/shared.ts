@@ -4,12 +4,13 @@
  * new pods' `start`s the way a warm spare does, on a socket (Deno's `start`, `./handoff.ts`) and
  * on a door (the launcher's shell, `./door.ts`), and serves each pod beside the others.
  *
- * One server per launcher code and containerd takes new pods at a time: the one holding
- * `shared-<code>.lock` in the spares' directory. It closes its socket and door and lets the lock
- * go when it is full, or when it ends; a server with room takes the lock again when it is free
- * (looking every {@linkcode RETRY_MS}), so pods fill the servers that exist before a new one
- * starts. A `start` that finds no server taking pods goes to the spare or starts a server cold,
- * and that server, with room, takes the next pods.
+ * One server per launcher code, containerd and namespace takes new pods at a time: the one
+ * holding its `shared-<…>.lock` in the spares' directory (`sharedJoinPaths`). It closes its socket
+ * and door and lets the lock go when it is full, or when it ends; a server with room takes the
+ * lock again when it is free (looking every {@linkcode RETRY_MS}), so pods fill the servers that
+ * exist before a new one starts. A `start` that finds no server taking pods brings the next one
+ * up (the spare, or cold) while the burst's other starts wait for it (`joinOrCreate` in
+ * `./handoff.ts`); that server takes pods from before its first pod serves.
  *
  * @module
  */
