@@ -20,7 +20,6 @@ import {
   settle,
   shimProcesses,
   type Side,
-  waitForSpare,
   waitingSpares,
 } from "./scale_node.ts";
 
@@ -36,6 +35,8 @@ export interface MarginalPoint {
   servers: number;
   /** Summed PSS of every shim process, spares included, MiB. */
   pssMiB: number;
+  /** The same without the waiting spares: the servers alone, MiB. */
+  serversPssMiB: number;
 }
 
 /** What the part measured for one side. */
@@ -44,7 +45,10 @@ export interface MarginalFigure {
   first: MarginalPoint;
   /** After the last. */
   last: MarginalPoint;
-  /** `(last.pssMiB - first.pssMiB) / (last.pods - first.pods)`, MiB. */
+  /**
+   * `(last.serversPssMiB - first.serversPssMiB) / (last.pods - first.pods)`, MiB: the servers
+   * alone, since a shared server spawns the next spare as it fills (between the two points).
+   */
   perPodMiB: number;
   /** CPU per start of pods 2..k. */
   startCpu: StartCpu;
@@ -53,10 +57,9 @@ export interface MarginalFigure {
   firstError?: string;
 }
 
-/** Settles, waits for skiff's spare (both points count one), and reads the side's processes. */
+/** Settles and reads the side's processes (skiff's spares apart). */
 async function point(node: ScaleNode, side: Side, pods: number): Promise<MarginalPoint> {
   await settle();
-  if (side === "skiff") await waitForSpare(node.c);
   const procs = shimProcesses(node.c, side).map((p) => p.pid);
   const spares = new Set(side === "skiff" ? waitingSpares(node.c) : []);
   return {
@@ -65,6 +68,7 @@ async function point(node: ScaleNode, side: Side, pods: number): Promise<Margina
     spares: procs.filter((p) => spares.has(p)).length,
     servers: procs.filter((p) => !spares.has(p)).length,
     pssMiB: pssMiB(procs),
+    serversPssMiB: pssMiB(procs.filter((p) => !spares.has(p))),
   };
 }
 
@@ -91,7 +95,7 @@ export async function marginalPods(
       first,
       last,
       perPodMiB: last.pods > first.pods
-        ? (last.pssMiB - first.pssMiB) / (last.pods - first.pods)
+        ? (last.serversPssMiB - first.serversPssMiB) / (last.pods - first.pods)
         : NaN,
       startCpu: startCpuSince(before, node.c, side, calls.start.length - startsBefore),
       failed: errors.length,

@@ -109,7 +109,11 @@ function marginalRows(r: PartResult<MarginalFigure>, k: number): string[] {
     } / ${pt(s.last)} | – |`,
     line(`${w}: PSS after the first pod, spares included (MiB)`, g.first.pssMiB, s.first.pssMiB),
     line(`${w}: PSS after pod ${k}, spares included (MiB)`, g.last.pssMiB, s.last.pssMiB),
-    line(`${w}: PSS per added pod, (PSS_${k} - PSS_1) / ${k - 1} (MiB)`, g.perPodMiB, s.perPodMiB),
+    line(
+      `${w}: PSS per added pod, servers alone, (PSS_${k} - PSS_1) / ${k - 1} (MiB)`,
+      g.perPodMiB,
+      s.perPodMiB,
+    ),
     ...cpuLines(`${w}, pods 2-${k}`, g.startCpu, s.startCpu),
   ];
 }

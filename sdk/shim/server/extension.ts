@@ -46,6 +46,11 @@ export interface ServerSetup {
   socket: string;
   /** The bundle the server was started in (the server itself works from `/`). */
   bundle: string;
+  /**
+   * Set when the process is a shared server (`SKIFF_SHARED_PODS`): the most pods it serves. Its
+   * join point, not each pod, then decides when the next warm spare is worth loading.
+   */
+  sharedPods?: number;
 }
 
 /**

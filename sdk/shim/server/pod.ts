@@ -50,6 +50,8 @@ export interface PodProcess<T extends object> {
   ended(pod: ServedPod): void;
   /** Pods the process serves now. */
   pods(): number;
+  /** The most pods a shared server serves; unset for a server of one pod. */
+  sharedPods?: number;
 }
 
 /** How one pod came to this process. */
@@ -110,7 +112,15 @@ export async function servePod<T extends object>(
     protocol: "ttrpc",
   };
   const origin = start.origin;
-  const setup = { shim, flags, logger, origin, socket, bundle };
+  const setup = {
+    shim,
+    flags,
+    logger,
+    origin,
+    socket,
+    bundle,
+    ...(proc.sharedPods ? { sharedPods: proc.sharedPods } : {}),
+  };
   const hooks = await composeExtensions(proc.extensions, setup);
   const publisher = new EventPublisher({
     address: Deno.env.get("TTRPC_ADDRESS") ?? `${flags.address}.ttrpc`,

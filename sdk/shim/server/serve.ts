@@ -79,6 +79,7 @@ export async function serveShim<T extends object>(
     platform: linuxPlatform(reaper),
     extensions: options.extensions ?? [],
     pods: () => Math.max(1, pods.size),
+    ...(sharing ? { sharedPods: sharing.limit } : {}),
     ...(sharing
       ? {
         upgradeRefusal: () =>
@@ -119,6 +120,7 @@ export async function serveShim<T extends object>(
   if (sharing) {
     sharing.open({
       namespace: flags.namespace,
+      spawn: (cmd) => reaper.spawn(cmd),
       pods: () => pods.size + (firstServing ? 0 : 1),
       join: async (pod) => {
         const served = await servePod(proc, {

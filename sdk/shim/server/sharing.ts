@@ -37,6 +37,8 @@ export interface SharingHost {
   join(pod: JoiningPod): Promise<void>;
   /** Pods served now. */
   pods(): number;
+  /** Spawns a child through the process's reaper (the next warm spare). */
+  spawn(cmd: Deno.Command): Deno.ChildProcess;
 }
 
 /** The join point of a shared server (`sdk/shim/spare/shared.ts`). */

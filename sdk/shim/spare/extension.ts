@@ -26,7 +26,7 @@ const COUNT_WAIT_MS = 2_000;
 export function spareExtension(): ServerExtension {
   return {
     name: "spare",
-    setup({ flags, logger, origin, socket }) {
+    setup({ flags, logger, origin, socket, sharedPods }) {
       // A pod that joined a shared server took no spare and started no process.
       if (origin === "shared") return undefined;
       // Ours, not the environment containerd gave: the runtime's processes must not see it.
@@ -38,14 +38,17 @@ export function spareExtension(): ServerExtension {
           const dir = socket.slice(0, socket.lastIndexOf("/")) || "/";
           const spare = await loadSpareConfig(flags.address, dir);
           if (!spare) return;
-          // It loads at low priority while this server's container is created.
-          setTimeout(() => {
-            try {
-              spawnSpare(spare, flags.address, flags.publishBinary, daemon, spawn);
-            } catch (e) {
-              logger.debug("no next spare", { error: (e as Error).message });
-            }
-          }, 0);
+          // It loads at low priority while this server's container is created; a shared server
+          // with room takes the next pods itself (its join point spawns the spare as it fills).
+          if (!sharedPods) {
+            setTimeout(() => {
+              try {
+                spawnSpare(spare, flags.address, flags.publishBinary, daemon, spawn);
+              } catch (e) {
+                logger.debug("no next spare", { error: (e as Error).message });
+              }
+            }, 0);
+          }
           // Counted only for a containerd that exists: a server run by hand or by a test
           // harness leaves no counters behind.
           try {

@@ -20,10 +20,12 @@ import type { Sharing, SharingHost } from "../server/sharing.ts";
 import { containerdVersion } from "../contract/containerd_version.ts";
 import { effectiveIds, PeerCredentialResolver } from "../../ttrpc/_peer_cred.ts";
 import { LAUNCHER_ENV } from "../contract/launcher_env.ts";
-import { sharedJoinPaths, sharedPodsLimit, spareDir } from "./config.ts";
+import { loadSpareConfig, sharedJoinPaths, sharedPodsLimit, spareDir } from "./config.ts";
+import { spawnSpare } from "./spawn.ts";
 import {
   handOffToSpare,
   sharedCodeId,
+  SPARE_DAEMON_ENV,
   type SpareHandoff,
   type StartRunner,
   writeJsonLine,
@@ -117,6 +119,10 @@ class JoinPoint implements Sharing {
   #closing = false;
   #retry: ReturnType<typeof setTimeout> | undefined;
   #containerd: Promise<[number, number] | undefined> | undefined;
+  /** Whether the next spare was spawned for this filling. */
+  #spared = false;
+  /** containerd's process (`<pid>:<start time>`), for the next spare (./handoff.ts). */
+  #daemon = Deno.env.get(SPARE_DAEMON_ENV) ?? "";
 
   constructor(opts: SharedJoinOptions) {
     this.#o = opts;
@@ -139,6 +145,7 @@ class JoinPoint implements Sharing {
 
   changed(): void {
     if (!this.#host || this.#closing) return;
+    this.#spareAhead();
     if (this.#room() && !this.#open) this.#tryOpen();
     else if (!this.#room() && this.#open) this.#shut();
   }
@@ -149,6 +156,36 @@ class JoinPoint implements Sharing {
     this.#shut();
     while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight]);
     this.#closing = false;
+    // The server ends with its last pod: the next pod finds a spare, as in one-pod mode.
+    if (this.#host?.pods() === 0) await this.#spawnSpare();
+  }
+
+  /**
+   * The next warm spare, spawned as this server fills up (room for a quarter of its pods or one
+   * left), not as each pod starts: the pods until then join this server, and the spare's memory
+   * is paid only once the next server will be needed. Once per filling: again after the server
+   * had more room.
+   */
+  #spareAhead(): void {
+    const host = this.#host!;
+    const ahead = Math.max(1, Math.floor(this.limit / 4));
+    const filling = host.pods() + this.#joining >= this.limit - ahead;
+    if (!filling) {
+      this.#spared = false;
+      return;
+    }
+    if (this.#spared) return;
+    this.#spared = true;
+    void this.#spawnSpare();
+  }
+
+  /** The next warm spare, unless one waits or loads already (spawnSpare looks). */
+  async #spawnSpare(): Promise<void> {
+    try {
+      const spare = await loadSpareConfig(this.#o.address, this.#o.socketDir);
+      const spawn = this.#host!.spawn;
+      if (spare) spawnSpare(spare, this.#o.address, this.#o.publishBinary, this.#daemon, spawn);
+    } catch { /* no spare: the next server starts cold */ }
   }
 
   #room(): boolean {
