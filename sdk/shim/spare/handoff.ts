@@ -61,6 +61,38 @@ export interface SpareHandoff {
 }
 
 /**
+ * The server flags a handoff gives the process that takes it (a spare, or a shared server for a
+ * joining pod): what a server spawned by that `start` would have been run with.
+ *
+ * @param handoff the start's handoff
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { handoffServerFlags } from "./handoff.ts";
+ * const flags = handoffServerFlags({
+ *   codeId: "c",
+ *   flags: { namespace: "k8s.io", id: "pod", address: "/run/c.sock", publishBinary: "", debug: false, socket: "/run/s/x" },
+ *   bundle: "/run/b/pod",
+ *   env: {},
+ * });
+ * strictEqual(flags.action, "serve");
+ * ```
+ */
+export function handoffServerFlags(handoff: SpareHandoff): ShimFlags {
+  return {
+    ...handoff.flags,
+    publishBinary: handoff.flags.publishBinary ?? "",
+    debug: handoff.flags.debug === true,
+    bundle: "",
+    version: false,
+    info: false,
+    spare: false,
+    action: "serve",
+    upgradeCheck: "",
+  };
+}
+
+/**
  * Where a `start` runs and how it hands its container over. By default this process is `start`
  * (`ownStartContext` in sdk/shim/boot/start.ts); a warm spare answering a launcher's door runs the same `start`
  * for the launcher's process (its bundle, environment and parent) and takes the container itself.

@@ -23,6 +23,7 @@ import { LAUNCHER_ENV } from "../contract/launcher_env.ts";
 import { loadSpareConfig, sharedJoinPaths, sharedPodsLimit, spareDir } from "./config.ts";
 import { spawnSpare } from "./spawn.ts";
 import {
+  handoffServerFlags,
   handOffToSpare,
   sharedCodeId,
   SPARE_DAEMON_ENV,
@@ -406,7 +407,7 @@ class JoinPoint implements Sharing {
     try {
       Deno.chmodSync(path, 0o600);
       await this.#host!.join({
-        flags: serverFlags(handoff),
+        flags: handoffServerFlags(handoff),
         bundle: handoff.bundle,
         listener,
         handoff: via,
@@ -429,21 +430,6 @@ class JoinPoint implements Sharing {
       ? containerdVersion(this.#o.publishBinary, this.#o.socketDir).catch(() => undefined)
       : Promise.resolve(undefined);
   }
-}
-
-/** A joining pod's server flags, as a spare adopting its `start` would have them. */
-function serverFlags(handoff: SpareHandoff): ShimFlags {
-  return {
-    ...handoff.flags,
-    publishBinary: handoff.flags.publishBinary ?? "",
-    debug: handoff.flags.debug === true,
-    bundle: "",
-    version: false,
-    info: false,
-    spare: false,
-    action: "serve",
-    upgradeCheck: "",
-  };
 }
 
 /**

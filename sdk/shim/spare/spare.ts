@@ -21,6 +21,7 @@ import { takeSpareLock } from "./lock.ts";
 import { loadingMarker, releaseLoading } from "./loading.ts";
 import { watchLifetime } from "./lifetime.ts";
 import {
+  handoffServerFlags,
   joinOrCreate,
   SPARE_ADOPTION_MS,
   SPARE_DAEMON_ENV,
@@ -411,17 +412,7 @@ async function serveAdopted<T extends object>(
   // The next spare may load now (a marker naming us, written after we took the lock, goes too).
   releaseLoading(ready.marker, Deno.pid);
   lock.close();
-  const flags: ShimFlags = {
-    ...handoff.flags,
-    publishBinary: handoff.flags.publishBinary ?? "",
-    debug: handoff.flags.debug === true,
-    bundle: "",
-    version: false,
-    info: false,
-    spare: false,
-    action: "serve",
-    upgradeCheck: "",
-  };
+  const flags = handoffServerFlags(handoff);
   try {
     // Shared servers: with room, this server takes the next pods too (./shared.ts).
     const sharing = sharingFromEnv(flags, ready.runStart, create);
