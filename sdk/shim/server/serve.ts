@@ -79,9 +79,9 @@ export async function serveShim<T extends object>(
     platform: linuxPlatform(reaper),
     extensions: options.extensions ?? [],
     pods: () => Math.max(1, pods.size),
-    ...(sharing ? { sharedPods: sharing.limit } : {}),
     ...(sharing
       ? {
+        sharedPods: sharing.limit,
         upgradeRefusal: () =>
           `this server is shared by up to ${sharing.limit} pods (SKIFF_SHARED_PODS; ${pods.size} now): ` +
           "a live upgrade re-executes a server of one pod; new pods get the installed code, and " +

@@ -367,18 +367,13 @@ export async function joinOrCreate(
   request: Omit<SpareHandoff, "codeId">,
   env: { get(key: string): string | undefined } = Deno.env,
 ): Promise<JoinOrCreate> {
-  if (sharedPodsLimit(env) === undefined || request.shimCgroup) return { create: undefined };
-  const codeId = sharedCodeId(env);
-  if (!codeId) return { create: undefined };
-  const paths = sharedJoinPaths(spareDir(address, socketDir), codeId, request.flags.namespace);
+  const target = sharedTarget(address, socketDir, request, env);
+  if (!target) return { create: undefined };
   const until = Date.now() + CREATE_WAIT_MS;
   for (;;) {
-    const conn = await tryConnect(paths.socket);
-    if (conn) {
-      const joined = await exchange(conn, { codeId, ...request });
-      if (joined) return { joined };
-    }
-    const create = takeCreateLock(paths.create);
+    const joined = await tryJoin(target);
+    if (joined) return { joined };
+    const create = takeCreateLock(target.paths.create);
     if (create !== false) return { create };
     if (Date.now() > until) return { create: undefined };
     await new Promise((r) => setTimeout(r, 10));
@@ -419,16 +414,37 @@ export async function joinSharedServer(
   request: Omit<SpareHandoff, "codeId">,
   env: { get(key: string): string | undefined } = Deno.env,
 ): Promise<Adopted | undefined> {
+  const target = sharedTarget(address, socketDir, request, env);
+  return target && await tryJoin(target);
+}
+
+/** Where a pod would join a shared server, and the handoff it would send there. */
+interface SharedTarget {
+  paths: ReturnType<typeof sharedJoinPaths>;
+  handoff: SpareHandoff;
+}
+
+/** The shared servers' join point for this pod, or undefined when it may not join one. */
+function sharedTarget(
+  address: string,
+  socketDir: string,
+  request: Omit<SpareHandoff, "codeId">,
+  env: { get(key: string): string | undefined },
+): SharedTarget | undefined {
   if (sharedPodsLimit(env) === undefined || request.shimCgroup) return undefined;
   const codeId = sharedCodeId(env);
   if (!codeId) return undefined;
-  const { socket } = sharedJoinPaths(
-    spareDir(address, socketDir),
-    codeId,
-    request.flags.namespace,
-  );
-  const conn = await tryConnect(socket);
-  return conn && await exchange(conn, { codeId, ...request });
+  const dir = spareDir(address, socketDir);
+  return {
+    paths: sharedJoinPaths(dir, codeId, request.flags.namespace),
+    handoff: { codeId, ...request },
+  };
+}
+
+/** One attempt to hand the pod to the server taking pods at `target`. */
+async function tryJoin(target: SharedTarget): Promise<Adopted | undefined> {
+  const conn = await tryConnect(target.paths.socket);
+  return conn && await exchange(conn, target.handoff);
 }
 
 /**
