@@ -45,6 +45,10 @@ export interface StartCpu {
   runcS: number;
   /** Starts the window's CPU was divided by. */
   starts: number;
+  /** Of {@linkcode shimS}: the `start` processes' (containerd's waited-for children), per start, s. */
+  startsS: number;
+  /** Of {@linkcode shimS}: the processes waiting as spares at the end, per start, s. */
+  sparesS: number;
 }
 
 function ticksOf(pid: number): Ticks | undefined {
@@ -76,13 +80,23 @@ export function startCpuSince(
   starts: number,
 ): StartCpu {
   const now = cpuSnapshot(c, side);
-  let self = now.containerdChildren - before.containerdChildren;
+  const spares = new Set(side === "skiff" ? c.spares().map((s) => s.pid) : []);
+  const started = now.containerdChildren - before.containerdChildren;
+  let self = started;
+  let spare = 0;
   let children = 0;
   for (const [pid, t] of now.shims) {
     const b = before.shims.get(pid) ?? { self: 0, children: 0 };
     self += t.self - b.self;
+    if (spares.has(pid)) spare += t.self - b.self;
     children += t.children - b.children;
   }
   const per = (ticks: number) => starts > 0 ? ticks / TICKS / starts : NaN;
-  return { shimS: per(self), runcS: per(children), starts };
+  return {
+    shimS: per(self),
+    runcS: per(children),
+    starts,
+    startsS: per(started),
+    sparesS: per(spare),
+  };
 }

@@ -47,11 +47,18 @@ function line(label: string, go: number, skiff: number, fmt: (n: number) => stri
   return `| ${label} | ${fmt(go)} | ${fmt(skiff)} | ${ratio(skiff, go)} |`;
 }
 
+/** A side's CPU per start split by process kind. */
+const split = (c: StartCpu) =>
+  [c.startsS, c.shimS - c.startsS - c.sparesS, c.sparesS].map(ms0).join(" / ");
+
 /** CPU per start: `start` processes, servers and spares; runc apart. */
 function cpuLines(what: string, g: StartCpu, s: StartCpu): string[] {
   return [
     line(`${what}: CPU per start, \`start\`s + servers + spares (ms)`, g.shimS, s.shimS, ms0),
     line(`${what}: CPU per start, runc (ms)`, g.runcS, s.runcS, ms0),
+    `| ${what}: CPU per start: \`start\` processes / servers / waiting spares (ms) | ${
+      split(g)
+    } | ${split(s)} | – |`,
   ];
 }
 

@@ -46,7 +46,7 @@ import {
 } from "../shim/contract/socket_address.ts";
 import { UPGRADE_STATE_SUFFIX } from "../shim/contract/upgrade.ts";
 import { LAUNCHER_ENV as E } from "../shim/contract/launcher_env.ts";
-import { MAX_SHARED_PODS } from "../shim/spare/config.ts";
+import { CREATE_WAIT_MS, MAX_SHARED_PODS } from "../shim/spare/config.ts";
 
 /**
  * Options of {@linkcode installShims}.
@@ -252,6 +252,9 @@ export function deleteFastPath(): string[] {
   ];
 }
 
+/** The fd on which a launcher's shell hands the `create` lock to Deno's `start`. */
+const CREATE_FD = 9;
+
 /**
  * The launcher's `start` through a door, without starting deno: a shared server's that takes
  * pods (`SKIFF_SHARED_PODS`, sdk/shim/spare/shared.ts) first, then a waiting warm spare's. The
@@ -261,7 +264,9 @@ export function deleteFastPath(): string[] {
  * shell prints the answer itself. With no live spare at the door
  * (`flock` finds its lock free), or no word within a second while its token is still its own,
  * the shell runs Deno's `start` as before; containerd's stdin is untouched until the spare takes
- * the start. The spare's directory is the default socket directory's (a containerd 2.3+ that
+ * the start. With shared servers, while another start brings the next server up (holding
+ * `shared-<…>.create`), the shell waits on that lock and knocks once more, rather than boot a
+ * Deno `start` only to wait. The spare's directory is the default socket directory's (a containerd 2.3+ that
  * names another one in `start`'s stdin gets Deno's `start`, which reads it).
  *
  * @example Usage
@@ -275,6 +280,8 @@ export function startDoorPath(): string[] {
   const dir = `${DEFAULT_SOCKET_DIR}/skiff-`;
   if (!/^[A-Za-z0-9/._-]+$/.test(dir)) throw new Error(`socket dir "${dir}" needs quoting`);
   return [
+    // A server spawned by a `start` that held the `create` lock: the lock is start's, not ours.
+    `if [ -n "\${${E.createFd}-}" ]; then exec ${CREATE_FD}>&-; unset ${E.createFd}; fi`,
     `if [ "\${last-}" = start ] && [ "\${${E.spareDoor}-}" != 0 ]; then`,
     "  a= ns= prev=",
     '  for x in "$@"; do',
@@ -291,6 +298,8 @@ export function startDoorPath(): string[] {
     // sends the shell on to the next.
     `  m=; [ -n "\${${E.sharedPods}-}" ] && m=$(printf %s "$ns" | sha256sum 2>/dev/null) &&`,
     '    m=$(printf %.8s "$m")',
+    '  c="$d/shared-$k-$m.create"',
+    "  for p in 1 2 3; do",
     '  for s in "shared-$k-$m" "spare-$k"; do',
     '  if [ -n "$d" ] && [ -p "$d/$s.door" ] &&',
     '    ! flock -n "$d/$s.lock" true 2>/dev/null && : 2>/dev/null >"$d/start-$$"; then',
@@ -323,6 +332,16 @@ export function startDoorPath(): string[] {
     '    rm -f "$d/start-$$" "$d/taken-$$" "$d/answer-$$" "$d/error-$$"',
     "    case $r in 0) exit 0 ;; 1) exit 1 ;; esac",
     "  fi",
+    "  done",
+    // Shared servers: no server took the start. Either this start brings the next one up,
+    // holding `create` for Deno's `start` (which inherits the fd and so holds the lock until it
+    // exits, joinOrCreate in sdk/shim/spare/handoff.ts), or another start does: then wait on
+    // the lock until its server takes pods, and knock again. So the starts of a burst run one
+    // Deno process per server brought up, not one each.
+    `  [ -n "$m" ] && [ -d "$d" ] && { command exec ${CREATE_FD}>>"$c"; } 2>/dev/null || break`,
+    `  if flock -n -x ${CREATE_FD} 2>/dev/null; then ${E.createFd}=${CREATE_FD}; export ${E.createFd}; break; fi`,
+    `  exec ${CREATE_FD}>&-`,
+    `  [ $p != 3 ] && flock -s -w ${CREATE_WAIT_MS / 1000} "$c" true 2>/dev/null || break`,
     "  done",
     "fi",
   ];

@@ -43,7 +43,8 @@ export function parseSmapsRollup(text: string): ProcessMemory {
  * ```ts
  * import { strictEqual } from "node:assert/strict";
  * import { processMemory } from "./smaps.ts";
- * strictEqual(processMemory().rss >= processMemory().uss, true);
+ * const m = processMemory(); // one reading: two could see the heap move in between
+ * strictEqual(m.rss >= m.uss, true);
  * ```
  */
 export function processMemory(pid: number | "self" = "self"): ProcessMemory {

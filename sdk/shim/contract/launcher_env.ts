@@ -40,6 +40,11 @@ export const LAUNCHER_ENV = {
   spareDoor: "SKIFF_SPARE_DOOR",
   /** Most pods one server process serves (shared servers); unset, `0` or `1`: one pod each. */
   sharedPods: "SKIFF_SHARED_PODS",
+  /**
+   * The fd on which the launcher's shell holds the shared servers' `create` lock for Deno's
+   * `start` (held until that process exits); the server's launcher closes it and drops this.
+   */
+  createFd: "SKIFF_SHARED_CREATE_FD",
 } as const;
 
 /**

@@ -124,6 +124,12 @@ export function sharedJoinPaths(dir: string, codeId: string, namespace: string):
   };
 }
 
+/**
+ * How long a `start` (Deno's, or the launcher's shell) waits for a shared server another
+ * `start` is bringing up, before it brings one up itself.
+ */
+export const CREATE_WAIT_MS = 30_000;
+
 /** The launcher line that states its code identity (installShims writes it). */
 const CODE_LINE = new RegExp(`^${LAUNCHER_ENV.code}=([0-9a-f]{64})$`, "m");
 

@@ -12,6 +12,7 @@
 
 import { LAUNCHER_ENV } from "../contract/launcher_env.ts";
 import {
+  CREATE_WAIT_MS,
   launcherCodeId,
   loadSpareConfig,
   sharedJoinPaths,
@@ -340,9 +341,6 @@ export async function handOffToSpare(
 /** The `create` locks this process holds (a `start` keeps its own until it exits). */
 const createLocks: Deno.FsFile[] = [];
 
-/** How long a `start` waits for a shared server another `start` is bringing up. */
-const CREATE_WAIT_MS = 30_000;
-
 /**
  * What {@linkcode joinOrCreate} found: the shared server that took the pod, or that the caller
  * brings the next server up (holding `create`, when shared servers are on).
@@ -360,24 +358,62 @@ export type JoinOrCreate = { joined: Adopted } | { create: Deno.FsFile | undefin
  * @param socketDir the directory of shim sockets
  * @param request the handoff, without the code id
  * @param env the launcher's environment (a spare's door reads the launcher's)
+ * @param held the `create` lock, taken ahead by a spare a launcher's shell knocked on
+ *   ({@linkcode takeCreateAhead}): returned as `create` unless the pod joins a server (closed then)
  */
 export async function joinOrCreate(
   address: string,
   socketDir: string,
   request: Omit<SpareHandoff, "codeId">,
   env: { get(key: string): string | undefined } = Deno.env,
+  held?: Deno.FsFile,
 ): Promise<JoinOrCreate> {
   const target = sharedTarget(address, socketDir, request, env);
-  if (!target) return { create: undefined };
+  if (!target) {
+    held?.close();
+    return { create: undefined };
+  }
+  // The launcher's shell took `create` for this process (held on an inherited fd until it exits).
+  const inherited = env.get(LAUNCHER_ENV.createFd) !== undefined;
   const until = Date.now() + CREATE_WAIT_MS;
   for (;;) {
     const joined = await tryJoin(target);
-    if (joined) return { joined };
-    const create = takeCreateLock(target.paths.create);
+    if (joined) {
+      held?.close();
+      return { joined };
+    }
+    if (inherited) return { create: undefined };
+    const create = held ?? takeCreateLock(target.paths.create);
     if (create !== false) return { create };
     if (Date.now() > until) return { create: undefined };
     await new Promise((r) => setTimeout(r, 10));
   }
+}
+
+/**
+ * The `create` lock of a namespace's shared servers, taken by a spare as it accepts a launcher's
+ * knock, before it runs `start`: while it is held the burst's other launchers wait for the
+ * server this spare becomes (their shells block on the lock, `startDoorPath`) instead of each
+ * booting Deno's `start` to wait. Undefined when shared servers are off, or another start holds
+ * it (`joinOrCreate` then waits as usual).
+ *
+ * @param dir the spares' directory (the spare's own)
+ * @param namespace the pod's containerd namespace
+ * @param env the launcher's environment
+ */
+export function takeCreateAhead(
+  dir: string,
+  namespace: string,
+  env: { get(key: string): string | undefined },
+): Deno.FsFile | undefined {
+  try {
+    if (sharedPodsLimit(env) === undefined) return undefined;
+  } catch {
+    return undefined; // malformed: `start` says so (joinOrCreate throws)
+  }
+  const codeId = sharedCodeId(env);
+  if (!codeId) return undefined;
+  return takeCreateLock(sharedJoinPaths(dir, codeId, namespace).create) || undefined;
 }
 
 /** The `create` lock, taken; false while another holds it; undefined when there is none to take. */

@@ -55,6 +55,21 @@ const MAX_JOINING = 64;
  */
 export const RETRY_MS = 500;
 
+/**
+ * How often a server looks in its first {@linkcode YOUNG_MS}: it was brought up for a burst's
+ * starts, which wait for it to take pods (the server holding the lock fills up within moments),
+ * so it takes the lock as soon as the full one lets go, not up to {@linkcode RETRY_MS} later
+ * while the waiting starts find no server taking pods and bring another one up.
+ */
+const YOUNG_RETRY_MS = 20;
+const YOUNG_MS = 10_000;
+
+/**
+ * Most a server brought up under the `create` lock holds it while another server keeps the join
+ * lock (with room): the starts waiting on it then knock on that one's door.
+ */
+const CREATE_HOLD_MS = 2_000;
+
 /** What {@linkcode sharedJoinPoint} needs. */
 export interface SharedJoinOptions {
   /** Most pods one process serves (`SKIFF_SHARED_PODS`). */
@@ -118,6 +133,7 @@ class JoinPoint implements Sharing {
   #inFlight = new Set<Promise<void>>();
 
   #closing = false;
+  #openedAt = 0;
   #retry: ReturnType<typeof setTimeout> | undefined;
   #containerd: Promise<[number, number] | undefined> | undefined;
   /** Whether the next spare was spawned for this filling. */
@@ -134,8 +150,14 @@ class JoinPoint implements Sharing {
 
   open(host: SharingHost): void {
     this.#host = host;
+    this.#openedAt = Date.now();
     this.changed();
-    this.#letCreateGo();
+    // The starts waiting on `create` knock on our door once we take pods, so it is let go then
+    // (#tryOpen), or when another server keeps taking pods for longer (they go to that one).
+    if (!this.#open) {
+      const hold = setTimeout(() => this.#letCreateGo(), CREATE_HOLD_MS);
+      Deno.unrefTimer(hold);
+    }
   }
 
   #letCreateGo(): void {
@@ -207,11 +229,13 @@ class JoinPoint implements Sharing {
         mode: 0o600,
       });
     } catch {
+      this.#letCreateGo();
       return; // no directory for it: this server serves the pods it has
     }
     if (!lock.tryLockSync(true)) {
       lock.close();
-      this.#retry = setTimeout(() => this.changed(), RETRY_MS);
+      const young = Date.now() - this.#openedAt < YOUNG_MS;
+      this.#retry = setTimeout(() => this.changed(), young ? YOUNG_RETRY_MS : RETRY_MS);
       Deno.unrefTimer(this.#retry);
       return;
     }
@@ -225,6 +249,7 @@ class JoinPoint implements Sharing {
       Deno.chmodSync(this.#paths.socket, 0o600);
     } catch {
       lock.close();
+      this.#letCreateGo();
       return;
     }
     let door: Door | undefined;
@@ -237,6 +262,7 @@ class JoinPoint implements Sharing {
     this.#open = open;
     void this.#accept(open);
     if (door) void this.#knocks(open, door);
+    this.#letCreateGo();
   }
 
   /** Stops taking pods: the socket and door go first, then the lock. */

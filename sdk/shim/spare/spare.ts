@@ -28,6 +28,7 @@ import {
   SPARE_NICE_ENV,
   type SpareHandoff,
   type StartRunner,
+  takeCreateAhead,
   writeJsonLine,
 } from "./handoff.ts";
 import { MAX_VETTING, ourPeer, readHandoff } from "./vet.ts";
@@ -170,6 +171,8 @@ export async function runSpare<T extends object>(
         }
         // Reserved for this start until it is answered (the socket's starts go cold meanwhile).
         adopting = true;
+        // Shared servers: the burst's other shells wait for the server this start may bring up.
+        let ahead = takeCreateAhead(dir, start.flags.namespace, { get: (k) => start.env[k] });
         if (Number.isInteger(baseNice)) setPriority(baseNice, 0);
         let became:
           | { listener: Deno.UnixListener; handoff: SpareHandoff; create?: Deno.FsFile }
@@ -185,9 +188,11 @@ export async function runSpare<T extends object>(
             handOff: async (request, socketDir) => {
               // Shared servers: a pod the server another start brings up can take joins it,
               // and this spare waits on; else this spare brings that server up.
+              const held = ahead;
+              ahead = undefined;
               const shared = await joinOrCreate(flags.address, socketDir, request, {
                 get: (k) => start.env[k],
-              });
+              }, held);
               if ("joined" in shared) return shared.joined;
               left = true;
               stopWatch();
@@ -209,6 +214,7 @@ export async function runSpare<T extends object>(
           adopting = false;
           continue;
         } finally {
+          ahead?.close(); // no pod of its own to bring a server up for
           try {
             Deno.removeSync(`${dir}/taken-${pid}`);
           } catch { /* the shell's to tidy */ }
@@ -387,15 +393,23 @@ async function adopt<T extends object>(
   try {
     await writeJsonLine(conn, { pid: Deno.pid, codeId });
     listener = await becomeServer(handoff, peer);
-    await writeJsonLine(conn, { ok: true, pid: Deno.pid, containerd: await ready.containerd });
   } catch (e) {
     await writeJsonLine(conn, { ok: false, error: (e as Error).message }).catch(() => {});
     Deno.exit(1);
   }
+  // Serving begins before start hears back: a shared server's join point opens at once (in
+  // serveShim's first, synchronous steps), so that the starts waiting on the `create` lock this
+  // start holds until it exits find it open, instead of bringing up a server of their own.
+  const serving = serveAdopted(shim, handoff, listener, lock, serveShim, ready, "socket");
+  try {
+    await writeJsonLine(conn, { ok: true, pid: Deno.pid, containerd: await ready.containerd });
+  } catch {
+    Deno.exit(1); // start has gone: containerd never uses this pod (one joined meanwhile ends too)
+  }
   try {
     conn.close();
   } catch { /* start has gone */ }
-  return await serveAdopted(shim, handoff, listener, lock, serveShim, ready, "socket");
+  return await serving;
 }
 
 /** Serves the container the spare became the server of; never returns. */

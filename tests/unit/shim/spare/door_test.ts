@@ -31,7 +31,13 @@ interface Rig {
   holdLock(): Deno.FsFile;
 }
 
-async function withRig(fn: (r: Rig) => Promise<void>): Promise<void> {
+/** Shared servers for the rig's launcher (`SKIFF_SHARED_PODS`). */
+const SHARED = ["SKIFF_SHARED_PODS=4", "export SKIFF_SHARED_PODS"];
+
+async function withRig(
+  fn: (r: Rig) => Promise<void>,
+  shared?: typeof SHARED,
+): Promise<void> {
   const root = await Deno.makeTempDir({ prefix: "skiff-door-" });
   const address = `${root}/containerd.sock`;
   const dir = `${DEFAULT_SOCKET_DIR}/skiff-${sha256Hex(address).slice(0, 12)}`;
@@ -45,10 +51,17 @@ async function withRig(fn: (r: Rig) => Promise<void>): Promise<void> {
       "#!/bin/sh",
       `SKIFF_SHIM_CODE=${CODE}`,
       "export SKIFF_SHIM_CODE",
+      ...(shared ?? []),
       'for a in "$@"; do last=$a; done',
       ...startDoorPath(),
-      // Stands for Deno's start: it shows it ran, and what was left on stdin.
-      'echo "deno start: $(cat)"',
+      // Stands for Deno's start: it shows it ran, and what was left on stdin (with shared
+      // servers, also whether it holds the `create` lock, and on which fd).
+      ...(shared
+        ? [
+          'held=$(flock -n -s "$c" true 2>/dev/null || echo held)',
+          'echo "deno start: $(cat) ${held:-free} fd=${SKIFF_SHARED_CREATE_FD-}"',
+        ]
+        : ['echo "deno start: $(cat)"']),
       "",
     ].join("\n"),
     { mode: 0o755 },
@@ -197,5 +210,94 @@ Deno.test("door: a failure after the spare took the start exits 1 with its reaso
     } finally {
       lock.close();
     }
+  });
+});
+
+/** The shared servers' join point files of namespace "ns" (sdk/shim/spare/config.ts). */
+function sharedPaths(r: Rig) {
+  const base = `${r.dir}/shared-${KEY}-${sha256Hex("ns").slice(0, 8)}`;
+  return { door: `${base}.door`, lock: `${base}.lock`, create: `${base}.create` };
+}
+
+function lockFile(path: string): Deno.FsFile {
+  const f = Deno.openSync(path, { read: true, write: true, create: true });
+  f.lockSync(true);
+  return f;
+}
+
+/** Waits until a process runs `flock` with `args` (the shell blocked on a lock). */
+async function flockWaiting(args: string[]): Promise<void> {
+  const want = ["flock", ...args].join("\0");
+  for (;;) {
+    for (const e of Deno.readDirSync("/proc")) {
+      if (!/^\d+$/.test(e.name)) continue;
+      try {
+        if (Deno.readTextFileSync(`/proc/${e.name}/cmdline`).includes(want)) return;
+      } catch { /* gone */ }
+    }
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+Deno.test("door, shared servers: a start waits while another brings a server up, then knocks on its door", async () => {
+  await withRig(async (r) => {
+    const p = sharedPaths(r);
+    // Another start brings the next server up: it holds `create` until that server takes pods.
+    const create = lockFile(p.create);
+    const out = r.start("opts");
+    // The shell waits on the lock (a `flock` of its own), not in a Deno `start`.
+    await Promise.race([
+      flockWaiting(["-s", "-w", "30", p.create]),
+      out.then((o) => {
+        throw new Error(`the shell did not wait for the server: ${JSON.stringify(o)}`);
+      }),
+    ]);
+    // The server opens its join point (lock and door), then `create` is let go.
+    const lock = lockFile(p.lock);
+    const door = openDoor(p.door);
+    const served = (async () => {
+      for await (const pid of door.knocks()) {
+        assert.equal(takeKnock(r.dir, pid), true);
+        assert.equal(dec.decode(await launcherStdin(pid)), "opts");
+        answerLauncher(r.dir, pid, "unix:///run/containerd/s/joined");
+        return;
+      }
+    })();
+    create.close();
+    try {
+      assert.deepEqual(await out, {
+        code: 0,
+        stdout: "unix:///run/containerd/s/joined",
+        stderr: "",
+      });
+      await served;
+    } finally {
+      door.close();
+      lock.close();
+    }
+  }, SHARED);
+});
+
+Deno.test("door, shared servers: with no server taking pods, Deno's start runs holding create", async () => {
+  await withRig(async (r) => {
+    // Nothing at any door, nobody bringing a server up: this start does, and the starts that
+    // come meanwhile wait for it (the lock is held on fd 9 until Deno's start exits).
+    assert.deepEqual(await r.start("opts"), {
+      code: 0,
+      stdout: "deno start: opts held fd=9\n",
+      stderr: "",
+    });
+    // Held no longer: it went with the process.
+    const again = Deno.openSync(sharedPaths(r).create, { read: true, write: true });
+    try {
+      assert.equal(again.tryLockSync(true), true);
+    } finally {
+      again.close();
+    }
+  }, SHARED);
+  // Without shared servers the shell takes no lock.
+  await withRig(async (r) => {
+    assert.deepEqual(await r.start("opts"), { code: 0, stdout: "deno start: opts\n", stderr: "" });
+    assert.equal([...Deno.readDirSync(r.dir)].some((e) => e.name.endsWith(".create")), false);
   });
 });
