@@ -335,7 +335,7 @@ export function startDoorPath(): string[] {
     "  done",
     // Shared servers: no server took the start. Either this start brings the next one up,
     // holding `create` for Deno's `start` (which inherits the fd and so holds the lock until it
-    // exits, joinOrCreate in sdk/shim/spare/handoff.ts), or another start does: then wait on
+    // exits, joinOrCreate in sdk/shim/spare/join.ts), or another start does: then wait on
     // the lock until its server takes pods, and knock again. So the starts of a burst run one
     // Deno process per server brought up, not one each.
     `  [ -n "$m" ] && [ -d "$d" ] && { command exec ${CREATE_FD}>>"$c"; } 2>/dev/null || break`,

@@ -28,12 +28,8 @@ import {
 } from "../contract/socket_address.ts";
 import { setOomScoreAdj, shimOomScore } from "../../linux/oom_score.ts";
 import { niceOf } from "../../linux/proc_stat.ts";
-import {
-  containerdProcess,
-  handOffToSpare,
-  SPARE_DAEMON_ENV,
-  type StartContext,
-} from "../spare/handoff.ts";
+import { containerdProcess, SPARE_DAEMON_ENV, type StartContext } from "../spare/handoff.ts";
+import { handOffToSpare } from "../spare/join.ts";
 
 export type { StartContext } from "../spare/handoff.ts";
 import { containerdVersion } from "../contract/containerd_version.ts";

@@ -1,7 +1,7 @@
 /**
  * A shared server's join point (`SKIFF_SHARED_PODS`; the server side is
  * `sdk/shim/server/sharing.ts`): while the process serves fewer pods than the limit, it takes
- * new pods' `start`s the way a warm spare does, on a socket (Deno's `start`, `./handoff.ts`) and
+ * new pods' `start`s the way a warm spare does, on a socket (Deno's `start`, `./join.ts`) and
  * on a door (the launcher's shell, `./door.ts`), and serves each pod beside the others.
  *
  * One server per launcher code, containerd and namespace takes new pods at a time: the one
@@ -10,7 +10,7 @@
  * lock again when it is free (looking every {@linkcode RETRY_MS}), so pods fill the servers that
  * exist before a new one starts. A `start` that finds no server taking pods brings the next one
  * up (the spare, or cold) while the burst's other starts wait for it (`joinOrCreate` in
- * `./handoff.ts`); that server takes pods from before its first pod serves.
+ * `./join.ts`); that server takes pods from before its first pod serves.
  *
  * @module
  */
@@ -24,13 +24,12 @@ import { loadSpareConfig, sharedJoinPaths, sharedPodsLimit, spareDir } from "./c
 import { spawnSpare } from "./spawn.ts";
 import {
   handoffServerFlags,
-  handOffToSpare,
-  sharedCodeId,
   SPARE_DAEMON_ENV,
   type SpareHandoff,
   type StartRunner,
   writeJsonLine,
 } from "./handoff.ts";
+import { handOffToSpare, sharedCodeId } from "./join.ts";
 import { ourPeer, readHandoff } from "./vet.ts";
 import {
   answerLauncher,
@@ -89,7 +88,7 @@ export interface SharedJoinOptions {
   /** `start` for a launcher's process; without it there is no door (socket only). */
   runStart?: StartRunner;
   /**
-   * The `create` lock the server was brought up under (`joinOrCreate` in ./handoff.ts), let go
+   * The `create` lock the server was brought up under (`joinOrCreate` in ./join.ts), let go
    * once the join point has opened: the starts waiting on it join this server then.
    */
   createLock?: Deno.FsFile;

@@ -22,15 +22,14 @@ import { loadingMarker, releaseLoading } from "./loading.ts";
 import { watchLifetime } from "./lifetime.ts";
 import {
   handoffServerFlags,
-  joinOrCreate,
   SPARE_ADOPTION_MS,
   SPARE_DAEMON_ENV,
   SPARE_NICE_ENV,
   type SpareHandoff,
   type StartRunner,
-  takeCreateAhead,
   writeJsonLine,
 } from "./handoff.ts";
+import { joinOrCreate, takeCreateAhead } from "./join.ts";
 import { MAX_VETTING, ourPeer, readHandoff } from "./vet.ts";
 import { sharingFromEnv } from "./shared.ts";
 import { effectiveIds, PeerCredentialResolver } from "../../ttrpc/_peer_cred.ts";

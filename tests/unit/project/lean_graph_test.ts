@@ -62,6 +62,8 @@ const ALLOWED: Record<string, string[]> = {
     // The warm spare's start side: where a spare waits, and the handoff's client.
     "sdk/shim/spare/config.ts",
     "sdk/shim/spare/handoff.ts",
+    // Shared servers' start side: join the server taking pods, or bring the next one up.
+    "sdk/shim/spare/join.ts",
     // The spare's containerd, told apart from a reused pid by its start time; start's nice
     // value for the spare (both from /proc/<pid>/stat).
     "sdk/linux/proc_stat.ts",

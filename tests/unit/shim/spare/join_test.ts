@@ -1,7 +1,7 @@
 // joinOrCreate (sdk/shim/spare/handoff.ts) with no shared server taking pods: who holds the
 // shared servers' `create` lock, the one `start` that brings the next server up.
 import assert from "node:assert/strict";
-import { joinOrCreate, takeCreateAhead } from "../../../../sdk/shim/spare/handoff.ts";
+import { joinOrCreate, takeCreateAhead } from "../../../../sdk/shim/spare/join.ts";
 import { sharedJoinPaths, spareDir } from "../../../../sdk/shim/spare/config.ts";
 
 const CODE = "fedcba9876543210".repeat(4);
