@@ -20,6 +20,11 @@ const AF_UNIX = 1;
 const ECONNABORTED = 103;
 const SOCK_NONBLOCK = 0o4000;
 const SOCK_CLOEXEC = 0o2000000;
+const AT_EMPTY_PATH = 0x1000;
+const STATX_INO = 0x100;
+/** `struct statx` (the same on every architecture): 256 bytes, `stx_ino` the fifth u64. */
+const STATX_SIZE = 256;
+const STATX_INO_U64 = 4;
 
 /**
  * Sets or clears a descriptor's close-on-exec flag: cleared, it survives `execve(2)`.
@@ -98,6 +103,71 @@ export function descriptorsByLink(): Map<string, number> {
     try {
       out.set(Deno.readLinkSync(`/proc/self/fd/${e.name}`), Number(e.name));
     } catch { /* closed meanwhile (the directory's own descriptor) */ }
+  }
+  return out;
+}
+
+/**
+ * The descriptors of this process that are the pipes or sockets `links` name (`pipe:[123]`,
+ * `socket:[456]`, as `/proc/<pid>/fd` shows them), keyed by link; a link that none is, is left
+ * out. What {@linkcode descriptorsByLink} finds, for less: it reads the link of every descriptor,
+ * and a process holds more of them the more it serves (a shared server: each pod's sockets, pipes,
+ * FIFOs and event descriptors); this asks each descriptor's inode (`statx`, a plain system call)
+ * and reads the link only where the inode is one of the links' (which the link then confirms:
+ * inode numbers repeat across filesystems). Any other kind of link falls back to the full read.
+ *
+ * @param links the links looked for
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { descriptorsOf, linkOf } from "./descriptors.ts";
+ * const dir = Deno.makeTempDirSync();
+ * const listener = Deno.listen({ transport: "unix", path: `${dir}/s` });
+ * const conn = await Deno.connect({ transport: "unix", path: `${dir}/s` });
+ * const accepted = await listener.accept();
+ * const link = [...Deno.readDirSync("/proc/self/fd")].map((e) => linkOf(Deno.pid, Number(e.name)))
+ *   .find((l) => l?.startsWith("socket:"))!;
+ * const found = descriptorsOf([link, "pipe:[1]"]);
+ * strictEqual(linkOf(Deno.pid, found.get(link)!), link);
+ * strictEqual(found.has("pipe:[1]"), false);
+ * accepted.close();
+ * conn.close();
+ * listener.close();
+ * Deno.removeSync(dir, { recursive: true });
+ * ```
+ */
+export function descriptorsOf(links: readonly string[]): Map<string, number> {
+  const wanted = new Map<number, string>();
+  for (const link of links) {
+    const m = /^(?:pipe|socket):\[(\d+)\]$/.exec(link);
+    if (!m) return pick(descriptorsByLink(), links);
+    wanted.set(Number(m[1]), link);
+  }
+  let statx: ReturnType<typeof libc>["statx"];
+  try {
+    statx = libc().statx;
+  } catch {
+    return pick(descriptorsByLink(), links); // a libc without statx (glibc before 2.28)
+  }
+  const words = new BigUint64Array(STATX_SIZE / 8);
+  const buf = new Uint8Array(words.buffer);
+  const out = new Map<string, number>();
+  for (const e of Deno.readDirSync("/proc/self/fd")) {
+    const fd = Number(e.name);
+    if (statx(fd, EMPTY_PATH, AT_EMPTY_PATH, STATX_INO, buf) !== 0) continue; // closed meanwhile
+    const link = wanted.get(Number(words[STATX_INO_U64]));
+    if (link !== undefined && linkOf(Deno.pid, fd) === link) out.set(link, fd);
+  }
+  return out;
+}
+
+const EMPTY_PATH = new Uint8Array(1); // "": the descriptor itself (AT_EMPTY_PATH)
+
+function pick(all: Map<string, number>, links: readonly string[]): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const link of links) {
+    const fd = all.get(link);
+    if (fd !== undefined) out.set(link, fd);
   }
   return out;
 }

@@ -39,6 +39,7 @@ const SYMBOLS = {
   execve: { parameters: ["buffer", "buffer", "buffer"], result: "i32" },
   getsockname: { parameters: ["i32", "buffer", "buffer"], result: "i32" },
   getsockopt: { parameters: ["i32", "i32", "i32", "buffer", "buffer"], result: "i32" },
+  statx: { parameters: ["i32", "buffer", "i32", "u32", "buffer"], result: "i32" },
 } as const;
 
 /**
