@@ -40,6 +40,7 @@ const SYMBOLS = {
   getsockname: { parameters: ["i32", "buffer", "buffer"], result: "i32" },
   getsockopt: { parameters: ["i32", "i32", "i32", "buffer", "buffer"], result: "i32" },
   statx: { parameters: ["i32", "buffer", "i32", "u32", "buffer"], result: "i32" },
+  syscall: { parameters: ["i64", "i64", "i64"], result: "i64" },
 } as const;
 
 /**
