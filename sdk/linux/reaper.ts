@@ -20,6 +20,7 @@
  */
 
 import {
+  childExited,
   close,
   decodeWaitStatus,
   Errno,
@@ -30,7 +31,7 @@ import {
   waitpidNoHang,
 } from "./libc.ts";
 import { deviceNumber } from "./descriptors.ts";
-import { processStartTime, processState } from "./proc_stat.ts";
+import { processStartTime } from "./proc_stat.ts";
 
 /**
  * One reaped process.
@@ -282,7 +283,9 @@ export class Reaper {
     const now = Date.now();
     const children = listChildren();
     if (children.length > 0) this.#watch();
-    const zombies = children.filter((pid) => processState(pid) === "Z");
+    // Deno's own children are Deno's to reap; for the others, one waitid(WNOWAIT) each instead
+    // of reading /proc/<pid>/stat: a shared server sweeps past every pod's container processes.
+    const zombies = children.filter((pid) => !this.#denoChildren.has(pid) && childExited(pid));
     for (const pid of this.#zombieSince.keys()) {
       if (!zombies.includes(pid)) this.#zombieSince.delete(pid);
     }
