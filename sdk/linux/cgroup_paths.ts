@@ -94,9 +94,16 @@ export function cgroupMounts(): CgroupMount[] {
  * ```
  */
 export function cgroupVersion(): 1 | 2 {
-  const root = cgroupMounts().find((m) => m.mountPoint === "/sys/fs/cgroup");
-  return root?.fsType === "cgroup2" ? 2 : 1;
+  // Read once per process, as Go's cgroups.Mode(): /proc/self/mountinfo grows with every
+  // container's rootfs mount, and a shared server asks for each of its containers.
+  if (version === undefined) {
+    const root = cgroupMounts().find((m) => m.mountPoint === "/sys/fs/cgroup");
+    version = root?.fsType === "cgroup2" ? 2 : 1;
+  }
+  return version;
 }
+
+let version: 1 | 2 | undefined;
 
 /**
  * A process's cgroups as `/proc/<pid>/cgroup` lists them: one entry per hierarchy, with its

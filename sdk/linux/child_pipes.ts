@@ -6,7 +6,7 @@
  * @module
  */
 
-import { descriptorsByLink, dupCloseOnExec, linkOf } from "./descriptors.ts";
+import { descriptorsOf, dupCloseOnExec, linkOf } from "./descriptors.ts";
 import { FdStream } from "./fd_stream.ts";
 
 /**
@@ -66,7 +66,7 @@ export function takeChildPipes(
   if (wanted.length === 0) return {};
   const links = wanted.map(([name, fd]) => [name, linkOf(child.pid, fd)] as const);
   if (links.some(([, link]) => link === undefined || !link.startsWith("pipe:"))) return undefined;
-  const mine = descriptorsByLink();
+  const mine = descriptorsOf(links.map(([, link]) => link!));
   const found = links.map(([name, link]) => [name, mine.get(link!)] as const);
   if (found.some(([, fd]) => fd === undefined)) return undefined;
   const out: ChildPipes = {};

@@ -20,6 +20,15 @@ const AF_UNIX = 1;
 const ECONNABORTED = 103;
 const SOCK_NONBLOCK = 0o4000;
 const SOCK_CLOEXEC = 0o2000000;
+const AT_EMPTY_PATH = 0x1000;
+const STATX_INO = 0x100;
+/**
+ * `struct statx` (the same on every architecture): 256 bytes, `stx_ino` the fifth u64,
+ * `stx_dev_major` and `stx_dev_minor` the 35th and 36th u32.
+ */
+const STATX_SIZE = 256;
+const STATX_INO_U64 = 4;
+const STATX_DEV_U32 = 34;
 
 /**
  * Sets or clears a descriptor's close-on-exec flag: cleared, it survives `execve(2)`.
@@ -98,6 +107,119 @@ export function descriptorsByLink(): Map<string, number> {
     try {
       out.set(Deno.readLinkSync(`/proc/self/fd/${e.name}`), Number(e.name));
     } catch { /* closed meanwhile (the directory's own descriptor) */ }
+  }
+  return out;
+}
+
+/**
+ * The descriptors of this process that are the pipes or sockets `links` name (`pipe:[123]`,
+ * `socket:[456]`, as `/proc/<pid>/fd` shows them), keyed by link; a link that none is, is left
+ * out. What {@linkcode descriptorsByLink} finds, for less: it reads the link of every descriptor,
+ * and a process holds more of them the more it serves (a shared server: each pod's sockets, pipes,
+ * FIFOs and event descriptors); this asks each descriptor's inode (`statx`, a plain system call)
+ * and reads the link only where the inode is one of the links' (which the link then confirms:
+ * inode numbers repeat across filesystems). Any other kind of link falls back to the full read.
+ *
+ * @param links the links looked for
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { descriptorsOf, linkOf } from "./descriptors.ts";
+ * const dir = Deno.makeTempDirSync();
+ * const listener = Deno.listen({ transport: "unix", path: `${dir}/s` });
+ * const conn = await Deno.connect({ transport: "unix", path: `${dir}/s` });
+ * const accepted = await listener.accept();
+ * const link = [...Deno.readDirSync("/proc/self/fd")].map((e) => linkOf(Deno.pid, Number(e.name)))
+ *   .find((l) => l?.startsWith("socket:"))!;
+ * const found = descriptorsOf([link, "pipe:[1]"]);
+ * strictEqual(linkOf(Deno.pid, found.get(link)!), link);
+ * strictEqual(found.has("pipe:[1]"), false);
+ * accepted.close();
+ * conn.close();
+ * listener.close();
+ * Deno.removeSync(dir, { recursive: true });
+ * ```
+ */
+export function descriptorsOf(links: readonly string[]): Map<string, number> {
+  const wanted = new Map<number, string>();
+  for (const link of links) {
+    const m = /^(?:pipe|socket):\[(\d+)\]$/.exec(link);
+    if (!m) return pick(descriptorsByLink(), links);
+    wanted.set(Number(m[1]), link);
+  }
+  if (!haveStatx()) return pick(descriptorsByLink(), links);
+  const out = new Map<string, number>();
+  for (const e of Deno.readDirSync("/proc/self/fd")) {
+    const fd = Number(e.name);
+    const link = wanted.get(inodeNumber(fd) ?? -1);
+    if (link !== undefined && linkOf(Deno.pid, fd) === link) out.set(link, fd);
+  }
+  return out;
+}
+
+const EMPTY_PATH = new Uint8Array(1); // "": the descriptor itself (AT_EMPTY_PATH)
+const statxWords = new BigUint64Array(STATX_SIZE / 8);
+const statxBuf = new Uint8Array(statxWords.buffer);
+const statxU32 = new Uint32Array(statxWords.buffer);
+
+let statxBound: boolean | undefined;
+
+/** Whether libc has `statx` (glibc 2.28 and later). */
+function haveStatx(): boolean {
+  if (statxBound === undefined) {
+    try {
+      statxBound = typeof libc().statx === "function";
+    } catch {
+      statxBound = false;
+    }
+  }
+  return statxBound;
+}
+
+/** Fills the `statx` buffer for descriptor `fd`; false when it is not open (or no `statx`). */
+function statxFd(fd: number): boolean {
+  return haveStatx() && libc().statx(fd, EMPTY_PATH, AT_EMPTY_PATH, STATX_INO, statxBuf) === 0;
+}
+
+/**
+ * The number of the inode behind descriptor `fd` (`statx`), or undefined when `fd` is not open
+ * (or libc has no `statx`).
+ *
+ * @param fd the descriptor
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { inodeNumber } from "./descriptors.ts";
+ * strictEqual(typeof inodeNumber(0), "number"); // stdin
+ * strictEqual(inodeNumber(99999), undefined);
+ * ```
+ */
+export function inodeNumber(fd: number): number | undefined {
+  return statxFd(fd) ? Number(statxWords[STATX_INO_U64]) : undefined;
+}
+
+/**
+ * The device of the filesystem of the inode behind descriptor `fd` (major × 2^20 + minor), or
+ * undefined when `fd` is not open (or libc has no `statx`).
+ *
+ * @param fd the descriptor
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { deviceNumber } from "./descriptors.ts";
+ * strictEqual(typeof deviceNumber(0), "number"); // stdin
+ * strictEqual(deviceNumber(99999), undefined);
+ * ```
+ */
+export function deviceNumber(fd: number): number | undefined {
+  return statxFd(fd) ? statxU32[STATX_DEV_U32] * 0x100000 + statxU32[STATX_DEV_U32 + 1] : undefined;
+}
+
+function pick(all: Map<string, number>, links: readonly string[]): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const link of links) {
+    const fd = all.get(link);
+    if (fd !== undefined) out.set(link, fd);
   }
   return out;
 }

@@ -15,6 +15,7 @@ const SYMBOLS = {
   getpid: { parameters: [], result: "i32" },
   prctl: { parameters: ["i32", "u64", "u64", "u64", "u64"], result: "i32" },
   waitpid: { parameters: ["i32", "buffer", "i32"], result: "i32" },
+  waitid: { parameters: ["i32", "i32", "buffer", "i32"], result: "i32" },
   kill: { parameters: ["i32", "i32"], result: "i32" },
   open: { parameters: ["buffer", "i32", "u32"], result: "i32" },
   close: { parameters: ["i32"], result: "i32" },
@@ -39,6 +40,8 @@ const SYMBOLS = {
   execve: { parameters: ["buffer", "buffer", "buffer"], result: "i32" },
   getsockname: { parameters: ["i32", "buffer", "buffer"], result: "i32" },
   getsockopt: { parameters: ["i32", "i32", "i32", "buffer", "buffer"], result: "i32" },
+  statx: { parameters: ["i32", "buffer", "i32", "u32", "buffer"], result: "i32" },
+  syscall: { parameters: ["i64", "i64", "i64"], result: "i64" },
 } as const;
 
 /**
@@ -519,6 +522,34 @@ export function waitpidNoHang(pid: number): number | null {
     libc().waitpid(pid, new Uint8Array(status.buffer), WNOHANG),
   );
   return r === 0 ? null : status[0];
+}
+
+const waitInfo = new Int32Array(32); // siginfo_t: 128 bytes; si_pid is the fifth int
+
+/**
+ * Whether child `pid` has exited and waits to be reaped (a zombie), without reaping it:
+ * `waitid(P_PID, pid, WEXITED | WNOHANG | WNOWAIT)`. False for a child still running, and for a
+ * pid that is not (or no longer) an unreaped child of this process.
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { childExited } from "./libc.ts";
+ * const child = new Deno.Command("sleep", { args: ["5"] }).spawn();
+ * strictEqual(childExited(child.pid), false);
+ * child.kill();
+ * await child.status;
+ * strictEqual(childExited(child.pid), false); // reaped: no longer a child
+ * ```
+ */
+export function childExited(pid: number): boolean {
+  const P_PID = 1;
+  const WNOHANG = 1;
+  const WEXITED = 4;
+  const WNOWAIT = 0x01000000;
+  waitInfo.fill(0);
+  const r = libc().waitid(P_PID, pid, new Uint8Array(waitInfo.buffer), WEXITED | WNOHANG | WNOWAIT);
+  return r === 0 && waitInfo[4] === pid;
 }
 
 /**

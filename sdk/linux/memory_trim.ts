@@ -3,7 +3,8 @@
  * one that also shrinks the young generation, drops compilation caches and releases pooled
  * heap pages) followed by glibc's `malloc_trim(0)`. A server spends nearly all its life idle,
  * so this runs once in the warm spare before it waits and once shortly after a server starts
- * listening, when the loading and the first requests have left their garbage behind.
+ * listening, when the loading and the first requests have left their garbage behind (a shared
+ * server: after the last of the pods that start in quick succession, {@linkcode idleTrim}).
  *
  * It needs V8's `gc` function (`--expose-gc`, part of {@linkcode DEFAULT_SHIM_V8_FLAGS} of the
  * bundled launchers); without it nothing is collected (the trim still runs). With one malloc
@@ -93,14 +94,58 @@ export function trimMemoryLater(
   busy: () => boolean | undefined = cpusBusy,
   trim: () => void = trimMemory,
 ): void {
+  idleTrim(delayMs, busy, trim)();
+}
+
+/**
+ * A process's idle trim, asked for again and again: each ask restarts the wait of
+ * {@linkcode trimMemoryLater} (busy postponements included) when a trim is still to come, so
+ * that asks in quick succession trim once, after the last. A shared server asks as each pod
+ * serves: a trim collects the whole heap, every pod's (about 30 ms of CPU per joining pod in a
+ * server of 10 to 16), and a stream of joins needs one at its end, not one per pod.
+ *
+ * @param delayMs how long after the last ask to trim, and to wait again while the CPUs are busy
+ * @param busy whether the CPUs are busy now ({@linkcode cpusBusy})
+ * @param trim what to run (default {@linkcode trimMemory})
+ * @returns the ask
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { idleTrim } from "./memory_trim.ts";
+ * let trims = 0;
+ * const { promise, resolve } = Promise.withResolvers<void>();
+ * const ask = idleTrim(20, () => false, () => (trims++, resolve()));
+ * ask();
+ * ask(); // before the first trim ran: one trim, 20 ms after this ask
+ * const alive = setInterval(() => {}, 1_000); // its timers never keep a process alive
+ * await promise;
+ * await new Promise((r) => setTimeout(r, 50));
+ * strictEqual(trims, 1);
+ * clearInterval(alive);
+ * ```
+ */
+export function idleTrim(
+  delayMs: number = IDLE_TRIM_DELAY_MS,
+  busy: () => boolean | undefined = cpusBusy,
+  trim: () => void = trimMemory,
+): () => void {
+  let timer: ReturnType<typeof setTimeout> | undefined;
   let postponed = 0;
+  const wait = () => {
+    timer = setTimeout(look, delayMs);
+    Deno.unrefTimer(timer);
+  };
   const look = () => {
     if (postponed < BUSY_TRIM_POSTPONEMENTS && busy() === true) {
       postponed++;
-      Deno.unrefTimer(setTimeout(look, delayMs));
-      return;
+      return wait();
     }
+    timer = undefined;
     trim();
   };
-  Deno.unrefTimer(setTimeout(look, delayMs));
+  return () => {
+    clearTimeout(timer);
+    postponed = 0;
+    wait();
+  };
 }

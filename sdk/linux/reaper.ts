@@ -19,8 +19,19 @@
  * @module
  */
 
-import { decodeWaitStatus, Errno, ErrnoError, getpid, prctl, waitpidNoHang } from "./libc.ts";
-import { processStartTime, processState } from "./proc_stat.ts";
+import {
+  childExited,
+  close,
+  decodeWaitStatus,
+  Errno,
+  ErrnoError,
+  getpid,
+  libc,
+  prctl,
+  waitpidNoHang,
+} from "./libc.ts";
+import { deviceNumber } from "./descriptors.ts";
+import { processStartTime } from "./proc_stat.ts";
 
 /**
  * One reaped process.
@@ -272,7 +283,9 @@ export class Reaper {
     const now = Date.now();
     const children = listChildren();
     if (children.length > 0) this.#watch();
-    const zombies = children.filter((pid) => processState(pid) === "Z");
+    // Deno's own children are Deno's to reap; for the others, one waitid(WNOWAIT) each instead
+    // of reading /proc/<pid>/stat: a shared server sweeps past every pod's container processes.
+    const zombies = children.filter((pid) => !this.#denoChildren.has(pid) && childExited(pid));
     for (const pid of this.#zombieSince.keys()) {
       if (!zombies.includes(pid)) this.#zombieSince.delete(pid);
     }
@@ -349,6 +362,28 @@ function listChildren(): number[] {
   return pids;
 }
 
+/** `pidfd_open(2)`: the same number on every architecture (it came after Linux 5.1's). */
+const SYS_PIDFD_OPEN = 434;
+let pidfdDev: number | null | undefined;
+
+/**
+ * The device of the filesystem of a pidfd's inode, learnt once from one of our own; undefined
+ * when it cannot be (no `pidfd_open`, no `statx`): then every descriptor is looked at.
+ */
+function pidfdDevice(): number | undefined {
+  if (pidfdDev === undefined) {
+    pidfdDev = null;
+    try {
+      const fd = Number(libc().syscall(BigInt(SYS_PIDFD_OPEN), BigInt(getpid()), 0n));
+      if (fd >= 0) {
+        pidfdDev = deviceNumber(fd) ?? null;
+        close(fd);
+      }
+    } catch { /* no syscall(3) to call */ }
+  }
+  return pidfdDev ?? undefined;
+}
+
 /**
  * Pids for which this process holds a pidfd: Deno's own children awaiting their reap (Deno
  * reaps them; the reaper leaves them alone).
@@ -366,7 +401,12 @@ function listChildren(): number[] {
 export function pidsWithPidfd(): Set<number> {
   const pids = new Set<number>();
   const self = `/proc/${getpid()}`;
+  const device = pidfdDevice();
   for (const entry of Deno.readDirSync(`${self}/fd`)) {
+    // Only a descriptor on the filesystem of pidfds can be one: the others (pipes, sockets,
+    // files; since Linux 6.9 every other anonymous inode too) are passed over without reading
+    // their links, which a process serving many pods holds hundreds of.
+    if (device !== undefined && deviceNumber(Number(entry.name)) !== device) continue;
     try {
       if (Deno.readLinkSync(`${self}/fd/${entry.name}`) !== "anon_inode:[pidfd]") continue;
       const info = Deno.readTextFileSync(`${self}/fdinfo/${entry.name}`);

@@ -113,9 +113,11 @@ export class PeerCredentialResolver {
 
   /**
    * Credentials of the connection accepted last. Must be called after each accept and before
-   * the next. Returns the socket inode too so that {@linkcode release} can forget it.
+   * the next. Returns the socket inode too so that {@linkcode release} can forget it, and its
+   * descriptor (Deno's, valid while the connection is open), so that no caller has to look for
+   * it again.
    */
-  resolveLatest(): { inode: number; creds: PeerCredentials } {
+  resolveLatest(): { inode: number; fd: number; creds: PeerCredentials } {
     const lib = openLibc();
     let fresh = this.#scan(lib, false);
     if (fresh.length !== 1) fresh = this.#scan(lib, true);
@@ -132,7 +134,7 @@ export class PeerCredentialResolver {
     this.#known.set(fd, inode);
     // struct ucred { pid_t pid; uid_t uid; gid_t gid; } in native byte order.
     const [pid, uid, gid] = new Uint32Array(cred.buffer);
-    return { inode, creds: { pid, uid, gid } };
+    return { inode, fd, creds: { pid, uid, gid } };
   }
 
   /**

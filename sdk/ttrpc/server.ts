@@ -108,8 +108,9 @@ export interface TtrpcServerOptions {
    * what this returns, or as it is when it returns `undefined`. A shim that hands its
    * connections to new code in place uses it so that every read of a connection is one it asked
    * for (a `Deno.Conn` may have taken bytes off the socket for a read it has not delivered yet).
+   * `fd` is the connection's descriptor as the check found it (Deno's: valid during the call).
    */
-  takeConnection?: (conn: Deno.Conn, inode: number) => TtrpcByteStream | undefined;
+  takeConnection?: (conn: Deno.Conn, inode: number, fd: number) => TtrpcByteStream | undefined;
 }
 
 /**
@@ -586,9 +587,10 @@ export class TtrpcServer {
           continue;
         }
         let inode: number | undefined;
+        let fd = -1;
         if (this.#requireSameUser) {
           try {
-            inode = this.#checkPeer(peers);
+            ({ inode, fd } = this.#checkPeer(peers));
           } catch (err) {
             this.#onError(err);
             conn.close();
@@ -598,7 +600,7 @@ export class TtrpcServer {
         let stream: TtrpcByteStream = conn;
         if (inode !== undefined && this.#takeConnection) {
           try {
-            stream = this.#takeConnection(conn, inode) ?? conn;
+            stream = this.#takeConnection(conn, inode, fd) ?? conn;
           } catch (err) {
             this.#onError(err);
             conn.close();
@@ -825,21 +827,21 @@ export class TtrpcServer {
     return false;
   }
 
-  #checkPeer(peers: PeerCredentialResolver | undefined): number {
+  #checkPeer(peers: PeerCredentialResolver | undefined): { inode: number; fd: number } {
     if (peers === undefined) {
       throw statusError(
         "ttrpc peer check needs a unix listener with a filesystem path",
         Code.PermissionDenied,
       );
     }
-    const { inode, creds } = peers.resolveLatest();
+    const { inode, fd, creds } = peers.resolveLatest();
     try {
       this.#checkCreds(creds);
     } catch (err) {
       peers.release(inode);
       throw err;
     }
-    return inode;
+    return { inode, fd };
   }
 
   #checkCreds(creds: PeerCredentials): void {

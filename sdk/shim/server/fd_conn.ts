@@ -42,6 +42,8 @@ export function fdConn(fd: number): TtrpcByteStream {
  *
  * @param conn the connection Deno accepted
  * @param inode its socket's inode (the peer check found it)
+ * @param fd its descriptor, when the peer check found it too (else looked up by `inode`: a scan
+ *   of every descriptor, which grows with what the process serves)
  * @returns the stream to serve instead
  * @throws {Error} when no descriptor of this process is that socket
  * @example Usage
@@ -49,10 +51,10 @@ export function fdConn(fd: number): TtrpcByteStream {
  * const server = new TtrpcServer({ requireSameUser: true, takeConnection: takeAccepted });
  * ```
  */
-export function takeAccepted(conn: Deno.Conn, inode: number): TtrpcByteStream {
-  const fd = descriptorsByLink().get(`socket:[${inode}]`);
-  if (fd === undefined) throw new Error(`no descriptor for accepted socket inode ${inode}`);
-  const stream = fdConn(dupCloseOnExec(fd));
+export function takeAccepted(conn: Deno.Conn, inode: number, fd?: number): TtrpcByteStream {
+  const found = fd !== undefined && fd >= 0 ? fd : descriptorsByLink().get(`socket:[${inode}]`);
+  if (found === undefined) throw new Error(`no descriptor for accepted socket inode ${inode}`);
+  const stream = fdConn(dupCloseOnExec(found));
   return {
     read: stream.read,
     write: stream.write,

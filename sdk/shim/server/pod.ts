@@ -13,7 +13,6 @@ import type { ShimFlags } from "../contract/flags.ts";
 import { EventPublisher } from "./events.ts";
 import type { Shim } from "../shim.ts";
 import { formatTaskApiEndpoint, type TaskApiEndpoint } from "../endpoint.ts";
-import { trimMemoryLater } from "../../linux/memory_trim.ts";
 import type { ServerExtension } from "./extension.ts";
 import { composeExtensions } from "./compose.ts";
 import { serverLogger } from "./server_logger.ts";
@@ -50,6 +49,11 @@ export interface PodProcess<T extends object> {
   ended(pod: ServedPod): void;
   /** Pods the process serves now. */
   pods(): number;
+  /**
+   * Asks for the process's idle trim (`idleTrim` of sdk/linux/memory_trim.ts): once after the
+   * last of the pods that start in quick succession, not once per pod.
+   */
+  trimLater(): void;
   /** The most pods a shared server serves; unset for a server of one pod. */
   sharedPods?: number;
 }
@@ -192,7 +196,7 @@ export async function servePod<T extends object>(
   else if (start.listener) void server.serve(start.listener);
   else await server.listen(socket);
   if (!resumed) await start.onListening?.();
-  trimMemoryLater(); // idle memory back to the kernel once the first requests are done
+  proc.trimLater(); // idle memory back to the kernel once the first requests are done
   await hooks.onServing({
     spawn: (cmd) => reaper.spawn(cmd),
     containers: () => services.tasks.containers,

@@ -10,6 +10,7 @@ import { Reaper } from "../../linux/reaper.ts";
 import type { ShimFlags } from "../contract/flags.ts";
 import type { Shim } from "../shim.ts";
 import { linuxPlatform } from "./linux_platform.ts";
+import { idleTrim } from "../../linux/memory_trim.ts";
 import { shimSocketAddress, socketPath } from "../contract/socket_address.ts";
 import { groupKey } from "../contract/server_socket.ts";
 import type { ServerExtension } from "./extension.ts";
@@ -79,6 +80,7 @@ export async function serveShim<T extends object>(
     platform: linuxPlatform(reaper),
     extensions: options.extensions ?? [],
     pods: () => Math.max(1, pods.size),
+    trimLater: idleTrim(),
     ...(sharing
       ? {
         sharedPods: sharing.limit,

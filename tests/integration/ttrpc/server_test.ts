@@ -418,6 +418,27 @@ Deno.test("requireSameUser with takeConnection: connections served from duplicat
   assert.deepEqual(errors.map(String), []);
 });
 
+Deno.test("requireSameUser with takeConnection: the taker gets the accepted socket's descriptor", async () => {
+  const seen: string[] = [];
+  await using srv = await startTaskServer({ state: (r) => ({ id: r.id }) }, {
+    requireSameUser: true,
+    takeConnection: (conn, inode, fd) => {
+      seen.push(`${Deno.readLinkSync(`/proc/self/fd/${fd}`)} ${inode}`);
+      return takeAccepted(conn, inode, fd);
+    },
+  });
+  for (let i = 0; i < 2; i++) {
+    const t = createTtrpcTransport({ path: srv.path });
+    try {
+      assert.equal((await createClient(Task, t).state({ id: `d${i}` })).id, `d${i}`);
+    } finally {
+      t.close();
+    }
+  }
+  assert.equal(seen.length, 2);
+  for (const s of seen) assert.match(s, /^socket:\[(\d+)\] \1$/);
+});
+
 integrationTest(
   "requireSameUser refuses a peer running as another user",
   { root: true, binaries: ["setpriv"] },
