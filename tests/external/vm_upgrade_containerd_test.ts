@@ -93,12 +93,15 @@ for (const v of versions.length > 0 ? versions : [undefined]) {
         const image = await c.importBusyboxImage(NS);
         const ctr = (args: string[]) => c!.ctr(args, { namespace: NS, timeoutMs: CALL_MS });
         const id = "counter";
-        // Counts until the test creates /tmp/stop (no timing in the test), then exits 3.
+        // Counts until the test creates /tmp/stop (no timing in the test), then exits 3. It
+        // exits only once the exec that created the file is gone: the init's exit ends its pid
+        // namespace, whose kernel SIGKILLs a process still in it (the exec would report 137).
         const done = runAttached(
           c,
           image,
           id,
-          "i=0; while [ ! -e /tmp/stop ]; do echo $i; i=$((i+1)); usleep 20000; done; echo end; exit 3",
+          "i=0; while [ ! -e /tmp/stop ]; do echo $i; i=$((i+1)); usleep 20000; done; " +
+            "p=$(cat /tmp/stop); while kill -0 $p 2>/dev/null; do usleep 1000; done; echo end; exit 3",
         );
         await until("the counter to run", async () => {
           const ls = await ctr(["task", "ls"]);
@@ -144,7 +147,16 @@ for (const v of versions.length > 0 ? versions : [undefined]) {
         // Asked while the task runs: containerd logs these lines too when a shim exits after its
         // last task.
         assert.deepEqual(await shimLossLines(c, id), [], "containerd never lost the shim");
-        const stop = await ctr(["task", "exec", "--exec-id", "stop", id, "touch", "/tmp/stop"]);
+        const stop = await ctr([
+          "task",
+          "exec",
+          "--exec-id",
+          "stop",
+          id,
+          "sh",
+          "-c",
+          "echo $$ > /tmp/stop.next && mv /tmp/stop.next /tmp/stop",
+        ]);
         assert.equal(stop.code, 0, describe(stop));
         const counted = await done;
         assert.equal(counted.code, 3, describe(counted));
