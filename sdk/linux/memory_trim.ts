@@ -68,41 +68,14 @@ export function cpusBusy(loadavg?: string, cpus?: number): boolean | undefined {
 }
 
 /**
- * {@linkcode trimMemory} once, `delayMs` from now, without keeping the process alive. While more
- * tasks are runnable than there are CPUs (a burst of container starts), it waits `delayMs` more,
- * up to {@linkcode BUSY_TRIM_POSTPONEMENTS} times: a trim costs 15-45 ms of CPU, which a burst
- * would take from the starts still under way, and the memory can wait that long.
- *
- * @param delayMs how long to wait, and to wait again while the CPUs are busy
- * @param busy whether the CPUs are busy now ({@linkcode cpusBusy})
- * @param trim what to run (default {@linkcode trimMemory})
- * @example Usage
- * ```ts
- * import { strictEqual } from "node:assert/strict";
- * import { trimMemoryLater } from "./memory_trim.ts";
- * // Busy twice, then free: the trim runs at the third look.
- * let looks = 0;
- * const { promise, resolve } = Promise.withResolvers<number>();
- * trimMemoryLater(1, () => ++looks < 3, () => resolve(looks));
- * const alive = setInterval(() => {}, 1_000); // its timers never keep a process alive
- * strictEqual(await promise, 3);
- * clearInterval(alive);
- * ```
- */
-export function trimMemoryLater(
-  delayMs: number = IDLE_TRIM_DELAY_MS,
-  busy: () => boolean | undefined = cpusBusy,
-  trim: () => void = trimMemory,
-): void {
-  idleTrim(delayMs, busy, trim)();
-}
-
-/**
- * A process's idle trim, asked for again and again: each ask restarts the wait of
- * {@linkcode trimMemoryLater} (busy postponements included) when a trim is still to come, so
- * that asks in quick succession trim once, after the last. A shared server asks as each pod
- * serves: a trim collects the whole heap, every pod's (about 30 ms of CPU per joining pod in a
- * server of 10 to 16), and a stream of joins needs one at its end, not one per pod.
+ * A process's idle trim: each ask runs {@linkcode trimMemory} once, `delayMs` later, without
+ * keeping the process alive. While more tasks are runnable than there are CPUs (a burst of
+ * container starts), it waits `delayMs` more, up to {@linkcode BUSY_TRIM_POSTPONEMENTS} times: a
+ * trim costs 15-45 ms of CPU, which a burst would take from the starts still under way, and the
+ * memory can wait that long. An ask while a trim is still to come restarts the wait (busy
+ * postponements included), so that asks in quick succession trim once, after the last. A shared
+ * server asks as each pod serves: a trim collects the whole heap, every pod's (about 30 ms of CPU
+ * per joining pod in a server of 10 to 16), and a stream of joins needs one at its end.
  *
  * @param delayMs how long after the last ask to trim, and to wait again while the CPUs are busy
  * @param busy whether the CPUs are busy now ({@linkcode cpusBusy})
@@ -121,6 +94,11 @@ export function trimMemoryLater(
  * await promise;
  * await new Promise((r) => setTimeout(r, 50));
  * strictEqual(trims, 1);
+ * // Busy twice, then free: the trim runs at the third look.
+ * let looks = 0;
+ * const third = Promise.withResolvers<number>();
+ * idleTrim(1, () => ++looks < 3, () => third.resolve(looks))();
+ * strictEqual(await third.promise, 3);
  * clearInterval(alive);
  * ```
  */
