@@ -119,14 +119,13 @@ export function takeCreateAhead(
   namespace: string,
   env: { get(key: string): string | undefined },
 ): Deno.FsFile | undefined {
+  let paths: SharedTarget["paths"] | undefined;
   try {
-    if (sharedPodsLimit(env) === undefined) return undefined;
+    paths = sharedPaths(dir, namespace, env);
   } catch {
     return undefined; // malformed: `start` says so (joinOrCreate throws)
   }
-  const codeId = sharedCodeId(env);
-  if (!codeId) return undefined;
-  return takeCreateLock(sharedJoinPaths(dir, codeId, namespace).create) || undefined;
+  return paths && (takeCreateLock(paths.create) || undefined);
 }
 
 /** The `create` lock, taken; false while another holds it; undefined when there is none to take. */
@@ -180,14 +179,24 @@ function sharedTarget(
   request: Omit<SpareHandoff, "codeId">,
   env: { get(key: string): string | undefined },
 ): SharedTarget | undefined {
-  if (sharedPodsLimit(env) === undefined || request.shimCgroup) return undefined;
+  if (request.shimCgroup) return undefined;
+  const paths = sharedPaths(spareDir(address, socketDir), request.flags.namespace, env);
+  return paths && { paths, handoff: { codeId: paths.codeId, ...request } };
+}
+
+/**
+ * The join point's files of `namespace`'s shared servers in the spares' directory `dir`, and
+ * the code identity they are keyed on; undefined when shared servers are off or there is no
+ * launcher to key them on. Throws on a malformed `SKIFF_SHARED_PODS`.
+ */
+function sharedPaths(
+  dir: string,
+  namespace: string,
+  env: { get(key: string): string | undefined },
+): (ReturnType<typeof sharedJoinPaths> & { codeId: string }) | undefined {
+  if (sharedPodsLimit(env) === undefined) return undefined;
   const codeId = sharedCodeId(env);
-  if (!codeId) return undefined;
-  const dir = spareDir(address, socketDir);
-  return {
-    paths: sharedJoinPaths(dir, codeId, request.flags.namespace),
-    handoff: { codeId, ...request },
-  };
+  return codeId ? { ...sharedJoinPaths(dir, codeId, namespace), codeId } : undefined;
 }
 
 /** One attempt to hand the pod to the server taking pods at `target`. */
