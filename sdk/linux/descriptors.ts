@@ -22,13 +22,17 @@ const SOCK_NONBLOCK = 0o4000;
 const SOCK_CLOEXEC = 0o2000000;
 const AT_EMPTY_PATH = 0x1000;
 const STATX_INO = 0x100;
+const STATX_TYPE = 0x1;
 /**
  * `struct statx` (the same on every architecture): 256 bytes, `stx_ino` the fifth u64,
- * `stx_dev_major` and `stx_dev_minor` the 35th and 36th u32.
+ * `stx_dev_major` and `stx_dev_minor` the 35th and 36th u32, `stx_mode` the 15th u16.
  */
 const STATX_SIZE = 256;
 const STATX_INO_U64 = 4;
 const STATX_DEV_U32 = 34;
+const STATX_MODE_U16 = 14;
+const S_IFMT = 0o170000;
+const S_IFIFO = 0o010000;
 
 /**
  * Sets or clears a descriptor's close-on-exec flag: cleared, it survives `execve(2)`.
@@ -178,7 +182,33 @@ function haveStatx(): boolean {
 
 /** Fills the `statx` buffer for descriptor `fd`; false when it is not open (or no `statx`). */
 function statxFd(fd: number): boolean {
-  return haveStatx() && libc().statx(fd, EMPTY_PATH, AT_EMPTY_PATH, STATX_INO, statxBuf) === 0;
+  return haveStatx() &&
+    libc().statx(fd, EMPTY_PATH, AT_EMPTY_PATH, STATX_INO | STATX_TYPE, statxBuf) === 0;
+}
+
+/**
+ * Whether descriptor `fd` is a pipe or a FIFO (`statx`); false when it is not open (or libc has
+ * no `statx`).
+ *
+ * @param fd the descriptor
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { isPipe } from "./descriptors.ts";
+ * const dir = Deno.makeTempDirSync();
+ * const file = Deno.openSync(`${dir}/f`, { write: true, create: true });
+ * const child = new Deno.Command("cat", { stdin: "piped", stdout: "null" }).spawn();
+ * const fds = [...Deno.readDirSync("/proc/self/fd")].map((e) => Number(e.name));
+ * strictEqual(fds.some((fd) => isPipe(fd)), true); // the pipe to cat
+ * strictEqual(isPipe(99999), false);
+ * await child.stdin.close();
+ * await child.status;
+ * file.close();
+ * Deno.removeSync(dir, { recursive: true });
+ * ```
+ */
+export function isPipe(fd: number): boolean {
+  return statxFd(fd) && (new Uint16Array(statxWords.buffer)[STATX_MODE_U16] & S_IFMT) === S_IFIFO;
 }
 
 /**

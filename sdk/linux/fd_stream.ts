@@ -5,7 +5,7 @@
  * @module
  */
 
-import { close, Errno, ErrnoError, readFd, setNonBlocking, writeFd } from "./libc.ts";
+import { close, Errno, ErrnoError, readFd, setNonBlocking, unreadBytes, writeFd } from "./libc.ts";
 import { Canceller, POLLIN, POLLOUT, waitFd } from "./poll.ts";
 
 /**
@@ -65,6 +65,7 @@ export class FdStream {
   #pending = new Set<Promise<unknown>>();
   #writeChain: Promise<void> = Promise.resolve();
   #closed: Promise<void> | undefined;
+  #bytesRead = 0;
 
   /**
    * Takes ownership of `fd` and sets `O_NONBLOCK` on it.
@@ -116,10 +117,23 @@ export class FdStream {
         continue;
       }
       if (n === 0) return null;
-      if (n !== null) return n;
+      if (n !== null) {
+        this.#bytesRead += n;
+        return n;
+      }
       if (!await this.#wait(POLLIN)) return null;
     }
     return null;
+  }
+
+  /** Bytes {@linkcode FdStream.read} has taken from the descriptor, counted as they leave it. */
+  get bytesRead(): number {
+    return this.#bytesRead;
+  }
+
+  /** Bytes waiting in the descriptor that nobody has read yet (`FIONREAD`); 0 once closed. */
+  unread(): number {
+    return this.closed ? 0 : unreadBytes(this.fd);
   }
 
   /**

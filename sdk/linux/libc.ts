@@ -441,6 +441,30 @@ export function writeFd(fd: number, buf: Uint8Array<ArrayBuffer>, what: string):
 }
 
 /**
+ * Bytes waiting to be read in a pipe, FIFO, socket or terminal (`FIONREAD`); 0 when the kernel
+ * cannot say (the descriptor is closed or of another kind).
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { close, mkfifo, O, open, unreadBytes, writeFd } from "./libc.ts";
+ * const dir = Deno.makeTempDirSync();
+ * mkfifo(`${dir}/stdout`);
+ * const fd = open(`${dir}/stdout`, O.RDWR | O.NONBLOCK);
+ * writeFd(fd, new TextEncoder().encode("hello"), "stdout fifo");
+ * strictEqual(unreadBytes(fd), 5);
+ * close(fd);
+ * Deno.removeSync(dir, { recursive: true });
+ * ```
+ */
+export function unreadBytes(fd: number): number {
+  const FIONREAD = 0x541b;
+  const n = new Int32Array(1);
+  if (libc().ioctl(fd, BigInt(FIONREAD), new Uint8Array(n.buffer)) === -1) return 0;
+  return n[0];
+}
+
+/**
  * `eventfd(2)` with `EFD_CLOEXEC | EFD_NONBLOCK`.
  *
  * @example Usage

@@ -6,13 +6,14 @@
  * @module
  */
 
-import { O } from "./libc.ts";
+import { close as closeFd, O, open, unreadBytes } from "./libc.ts";
 import { FdStream } from "./fd_stream.ts";
 import { BinaryLogger } from "./binary_logger.ts";
 import { fifoPath } from "./stdio_uri.ts";
 import { Pty } from "./pty.ts";
 import { type ChildPipes, takeChildPipes } from "./child_pipes.ts";
-import { setCloseOnExec } from "./descriptors.ts";
+import { type CopyProgress, OutputLanding } from "./output_landing.ts";
+import { isPipe, setCloseOnExec } from "./descriptors.ts";
 import type { Reaper } from "./reaper.ts";
 import type { ProcessIoCarry } from "./process_io_carry.ts";
 import {
@@ -99,6 +100,9 @@ export class ProcessIo {
   #logger: BinaryLogger | undefined;
   #copies: Promise<void>[] = [];
   #outputCopies: Promise<void>[] = [];
+  #landing = new OutputLanding();
+  /** Read-only descriptors of the FIFO targets, to count what their clients have not read. */
+  #fifoWatches: number[] = [];
   #readers: ReadableStreamDefaultReader<Uint8Array>[] = [];
   /** Output copies still writing into each sink; a sink is closed when its count reaches 0. */
   #writers = new Map<Sink, number>();
@@ -134,6 +138,27 @@ export class ProcessIo {
     this.#stdout = parts.stdout;
     this.#stderr = parts.stderr;
     this.#logger = parts.logger;
+    if (!this.#logger) this.#watchFifos();
+  }
+
+  /**
+   * A FIFO's client must have read what the process wrote before its exit goes out. The FIFO is
+   * looked at through a read-only descriptor of our own, never read: the write end closes when
+   * the output ends (the client's EOF), and the bytes it left can still be counted. (A logger's
+   * pipes are not watched: a second reader would keep a dead logger's pipe from failing.)
+   */
+  #watchFifos(): void {
+    for (const sink of new Set([this.#stdout, this.#stderr])) {
+      if (!(sink instanceof FdStream) || !isPipe(sink.fd)) continue;
+      let fd: number;
+      try {
+        fd = open(`/proc/self/fd/${sink.fd}`, O.RDONLY | O.NONBLOCK);
+      } catch {
+        continue; // not counted: the exit waits only for the copies
+      }
+      this.#fifoWatches.push(fd);
+      this.#landing.watch({ unread: () => this.#fifoWatches.includes(fd) ? unreadBytes(fd) : 0 });
+    }
   }
 
   /**
@@ -207,10 +232,10 @@ export class ProcessIo {
       this.#copies.push(this.#copyStdin(this.#stdin, child.stdin.getWriter()));
     }
     if (this.stdio.stdout === "piped" && this.#stdout) {
-      this.#track(this.#copyOut(child.stdout, this.#stdout), true);
+      this.#track(this.#copyOut(child.stdout, this.#stdout, this.#landing.track()), true);
     }
     if (this.stdio.stderr === "piped" && this.#stderr) {
-      this.#track(this.#copyOut(child.stderr, this.#stderr), true);
+      this.#track(this.#copyOut(child.stderr, this.#stderr, this.#landing.track()), true);
     }
   }
 
@@ -349,7 +374,7 @@ export class ProcessIo {
       if (!pipe) continue;
       const sink = name === "stdout" ? this.#stdout : this.#stderr;
       this.#track(
-        this.#copyOut(pipe.readable(), sink).finally(() => pipe.close()),
+        this.#copyOut(pipe.readable(), sink, this.#landing.track(pipe)).finally(() => pipe.close()),
         true,
       );
     }
@@ -415,8 +440,8 @@ export class ProcessIo {
         await pty.close();
       })());
     }
-    if (this.#stdout) this.#track(this.#copyOut(pty.readable, this.#stdout), true);
-    else this.#track(this.#copyOut(pty.readable, undefined), true);
+    const progress = this.#landing.track();
+    this.#track(this.#copyOut(pty.readable, this.#stdout, progress), true);
   }
 
   /**
@@ -450,7 +475,8 @@ export class ProcessIo {
   #sinkStream(sink: Sink): WritableStream<Uint8Array> {
     this.#writers.set(sink, (this.#writers.get(sink) ?? 0) + 1);
     const done = Promise.withResolvers<void>();
-    this.#track(done.promise, true);
+    const progress = this.#landing.track();
+    this.#track(done.promise.finally(() => progress.end()), true);
     this.#unclosedSinks.add(done.resolve);
     let broken = false;
     const end = async (eof: boolean) => {
@@ -460,10 +486,13 @@ export class ProcessIo {
     };
     return new WritableStream<Uint8Array>({
       write: async (chunk) => {
-        if (broken || this.#closed) return;
+        if (broken || this.#closed) return progress.settle(chunk.byteLength);
         // As a pipe's copy: after a sink error keep accepting, so the sender never blocks.
         this.#inHand++;
-        await sink.write(chunk).catch(() => broken = true).finally(() => this.#inHand--);
+        await sink.write(chunk).catch(() => broken = true).finally(() => {
+          this.#inHand--;
+          progress.settle(chunk.byteLength);
+        });
       },
       close: () => end(true),
       abort: () => end(true),
@@ -494,6 +523,43 @@ export class ProcessIo {
     }
   }
 
+  /**
+   * Waits, once the process has exited, until what it wrote before its exit has reached the
+   * targets' readers: every byte its pipes held or a copy had in hand when this was called (or,
+   * for a terminal or streams, the end of the output) is in the targets, and the FIFOs among them
+   * have been read empty. Keeps waiting as long as bytes move, however slowly the clients read;
+   * gives up when none moved for a while, or after `maxMs`.
+   *
+   * @param maxMs the overall bound (default 10 s, as the runc shim waits on delete)
+   * @returns `true` once landed, `false` when it gave up
+   * @example Usage
+   * ```ts
+   * import { strictEqual } from "node:assert/strict";
+   * import { ProcessIo } from "@skiff/shim/linux";
+   * const dir = Deno.makeTempDirSync();
+   * const io = await ProcessIo.open(
+   *   { stdin: "", stdout: `file://${dir}/log`, stderr: "", terminal: false },
+   *   { containerId: "web", namespace: "default" },
+   * );
+   * // The shell leaves a child holding its stdout: the output never ends, yet what the shell
+   * // wrote lands, and that is all this waits for.
+   * const child = new Deno.Command("sh", {
+   *   args: ["-c", "echo hello; sleep 30 & echo $! > " + dir + "/bg"],
+   *   ...io.stdio,
+   * }).spawn();
+   * io.attach(child);
+   * await child.status;
+   * strictEqual(await io.landed(), true);
+   * strictEqual(Deno.readTextFileSync(`${dir}/log`), "hello\n");
+   * Deno.kill(Number(Deno.readTextFileSync(`${dir}/bg`)), "SIGKILL");
+   * await io.close();
+   * Deno.removeSync(dir, { recursive: true });
+   * ```
+   */
+  landed(maxMs?: number): Promise<boolean> {
+    return this.#landing.landed(maxMs);
+  }
+
   /** Stops all copying and closes every FIFO, file, logger and pty; idempotent. */
   close(): Promise<void> {
     this.#closed ??= (async () => {
@@ -503,10 +569,14 @@ export class ProcessIo {
       await this.#pty?.close();
       // A runtime that took the streams and failed before it used them never closes them.
       for (const end of this.#unclosedSinks) end();
-      await Promise.allSettled(this.#copies);
+      // The targets close before the copies are awaited: a copy can be waiting to write into a
+      // FIFO that its client stopped reading (or died holding full), and only closing the
+      // target ends that wait. A target's close cancels the wait; nothing writes after it.
       const sinks = new Set([this.#stdout, this.#stderr]);
       if (this.#logger) await this.#logger.close();
       else await Promise.allSettled([...sinks].map((s) => s?.close()));
+      await Promise.allSettled(this.#copies);
+      for (const fd of this.#fifoWatches.splice(0)) closeFd(fd);
     })();
     return this.#closed;
   }
@@ -542,7 +612,11 @@ export class ProcessIo {
    * Copies `source` into `sink`; after a sink error keeps draining so the process never blocks.
    * At end of stream the sink is released, and closed once no other copy writes into it.
    */
-  async #copyOut(source: ReadableStream<Uint8Array>, sink: Sink | undefined): Promise<void> {
+  async #copyOut(
+    source: ReadableStream<Uint8Array>,
+    sink: Sink | undefined,
+    progress: CopyProgress,
+  ): Promise<void> {
     const reader = source.getReader();
     this.#readers.push(reader);
     if (sink) this.#writers.set(sink, (this.#writers.get(sink) ?? 0) + 1);
@@ -555,7 +629,10 @@ export class ProcessIo {
           eof = true;
           break;
         }
-        if (broken) continue;
+        if (broken) {
+          progress.settle(value.byteLength);
+          continue;
+        }
         this.#inHand++;
         try {
           await sink!.write(value);
@@ -563,12 +640,14 @@ export class ProcessIo {
           broken = true; // reader gone (e.g. the logger died): discard from now on
         } finally {
           this.#inHand--;
+          progress.settle(value.byteLength);
         }
       }
     } catch {
       // cancelled by close()
     } finally {
       reader.releaseLock();
+      progress.end();
     }
     if (eof && sink && !this.#closed) await this.#release(sink);
   }

@@ -4,11 +4,10 @@
  * @module
  */
 
-import { check, libc } from "./libc.ts";
+import { check, libc, unreadBytes } from "./libc.ts";
 import { FdStream } from "./fd_stream.ts";
 
 const TIOCSWINSZ = 0x5414;
-const FIONREAD = 0x541b;
 
 /**
  * The master side of a container's terminal. Reads end when the container side closes (the
@@ -96,9 +95,7 @@ export class Pty {
    * ```
    */
   unread(): number {
-    const n = new Int32Array(1);
-    if (libc().ioctl(this.fd, BigInt(FIONREAD), new Uint8Array(n.buffer)) === -1) return 0;
-    return n[0];
+    return unreadBytes(this.fd);
   }
 
   /** Stops pending reads and writes and closes the master; idempotent. */

@@ -163,6 +163,42 @@ async function ctrWithInput(
   }
 }
 
+/** How fast {@link ctrReadSlowly} takes ctr's output: bytes per millisecond (~100 KB/s). */
+const SLOW_READ_BYTES_PER_MS = 100;
+
+/**
+ * Runs ctr and reads its stdout slowly, as a loaded node's client would: ctr cannot read the
+ * container's FIFO faster than its own stdout drains. The container exits with a large tail of
+ * its output still between it and ctr (its pipe, the shim, the FIFO, ctr's stdout pipe).
+ */
+async function ctrReadSlowly(c: PrivateContainerd, ns: string, args: string[]): Promise<CtrResult> {
+  const child = new Deno.Command(`${c.binDir}/ctr`, {
+    args: ["-a", c.address, "-n", ns, ...args],
+    env: c.ctrEnv,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    child.kill("SIGKILL");
+  }, EVENTUALLY_MS);
+  try {
+    const stderr = new Response(child.stderr).text();
+    const dec = new TextDecoder();
+    let stdout = "";
+    for await (const chunk of child.stdout) {
+      stdout += dec.decode(chunk, { stream: true });
+      await sleep(chunk.byteLength / SLOW_READ_BYTES_PER_MS);
+    }
+    const status = await child.status;
+    return { code: status.code, stdout, stderr: await stderr, timedOut };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** Removes the (empty) cgroup dirs `/<name>` left in every cgroup v1 hierarchy. */
 async function removeCgroupDirs(name: string): Promise<void> {
   let hierarchies: Deno.DirEntry[];
@@ -392,6 +428,30 @@ for (const v of versions) {
           assert.equal(out[199999], "200000");
           assert.equal(r.stderr.split("\n").length, 5001);
         });
+
+        await t.step(
+          "ctr run --rm read slowly: the output's tail arrives before the exit",
+          async () => {
+            // containerd 1.6's ctr closes its FIFOs as soon as it has the exit (its task Delete
+            // closes before it waits for its copies): the shim may publish the exit only once the
+            // output the process left behind has reached the FIFO, however slowly ctr reads it.
+            const id = track(uid("slow"));
+            const r = await ctrReadSlowly(c, ns, [
+              ...ctrRunArgs(c, {
+                id,
+                image,
+                namespace: ns,
+                runtime: "skiff",
+                runtimeConfigPath: runtimeConfig,
+                args: ["seq", "1", "60000"],
+              }),
+            ]);
+            assert.equal(r.code, 0, describe(r).slice(0, 300));
+            const out = r.stdout.split("\n");
+            assert.equal(out.length, 60001, `last line ${out.at(-2)}`);
+            assert.equal(out[59999], "60000");
+          },
+        );
 
         await t.step("memory limit exceeded: /tasks/oom, then exit status 137", async () => {
           // containerd's contract: at least one /tasks/oom, every one of them after start and

@@ -43,8 +43,9 @@ const REAPED_FALLBACK_MS = 2_000;
 const OUTPUT_BEFORE_EXIT_MS = 2_000;
 
 /**
- * The same for a reaped exit (runc, crun). The output's copy is local and normally ends within
- * a turn or two of the exit; shorter, since an exec's child left holding its pipes is common.
+ * A reaped exit (runc, crun) needs no fixed bound: its pipes tell how much of the process's
+ * output is still on its way, and the wait lasts while that moves (`ProcessIo.landed`). A
+ * handle without `landed` waits this long for its output's end.
  */
 const OUTPUT_BEFORE_REAPED_EXIT_MS = 500;
 
@@ -375,7 +376,7 @@ export class ExitRouter {
     c: RoutedContainer,
     p: ShimProcess,
     exit: ProcessExitInfo,
-    outputWaitMs = OUTPUT_BEFORE_REAPED_EXIT_MS,
+    outputWaitMs?: number,
   ): Promise<void> {
     this.#settling++;
     try {
@@ -395,12 +396,13 @@ export class ExitRouter {
    *
    * @param c the container
    * @param exit how its init ended
-   * @param outputWaitMs longest its output may still take to land (see {@link outputLanded})
+   * @param outputWaitMs longest its output may still take to land after a runtime-reported
+   *   exit; none for a reaped one (see {@link outputLanded})
    */
   async #initExited(
     c: RoutedContainer,
     exit: ProcessExitInfo,
-    outputWaitMs: number = OUTPUT_BEFORE_REAPED_EXIT_MS,
+    outputWaitMs?: number,
   ): Promise<void> {
     // Reported once; a second report (a late one) changes nothing.
     if (this.#initExits.has(c)) return;
@@ -416,7 +418,7 @@ export class ExitRouter {
   async #initExitSettle(
     c: RoutedContainer,
     exit: ProcessExitInfo,
-    outputWaitMs: number,
+    outputWaitMs: number | undefined,
   ): Promise<void> {
     const p = c.init;
     await p.startSettled();
@@ -456,13 +458,18 @@ export class ExitRouter {
 }
 
 /**
- * Waits (at most `ms`) for `p`'s output copies to end before its exit is seen: containerd's
- * client closes its FIFOs as soon as it has the exit, by Wait or by the event (ctr's task Delete
- * cancels its copies; in containerd 2.x that closes the FIFOs' read ends), so output still on
- * its way is lost. A terminal's last line, read from the pty after the exit, raced it.
+ * Waits for `p`'s output to land before its exit is seen: containerd's client may close its
+ * FIFOs as soon as it has the exit (containerd 1.6's task Delete closes them before it waits for
+ * its copies; 2.x waits for their end), so output still on its way is lost. A terminal's last
+ * line, read from the pty after the exit, raced it too.
+ *
+ * @param ms for a runtime-reported exit, how long its output's copies may take to end; none for a
+ *   reaped exit, whose pipes say what is still on its way
  */
-async function outputLanded(p: ShimProcess, ms: number): Promise<void> {
-  await p.io?.drain(ms).catch(() => {});
+async function outputLanded(p: ShimProcess, ms: number | undefined): Promise<void> {
+  if (!p.io) return;
+  if (ms === undefined && p.io.landed) await p.io.landed().catch(() => {});
+  else await p.io.drain(ms ?? OUTPUT_BEFORE_REAPED_EXIT_MS).catch(() => {});
 }
 
 /**

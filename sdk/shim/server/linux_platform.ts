@@ -91,6 +91,7 @@ function pipesHandle(io: ProcessIo): ProcessIoHandle {
   return {
     closeStdin: () => io.closeStdin(),
     drain: async (ms) => void await io.drain(ms),
+    landed: async () => void await io.landed(),
     close: () => io.close(),
     carry: () => io.carry(),
     inHand: () => io.inHand,
@@ -141,6 +142,7 @@ async function openTerminal(
     handle: {
       closeStdin: () => io.closeStdin(),
       drain: async (ms) => void await io.drain(ms),
+      landed: async () => void await io.landed(),
       async close() {
         clearTimeout(timer);
         abort.abort();

@@ -38,6 +38,11 @@ export interface ProcessIoHandle {
   closeStdin(): Promise<void>;
   /** Waits (bounded) for output to be copied. */
   drain(timeoutMs?: number): Promise<void>;
+  /**
+   * Once the process exited, waits until what it wrote has been copied (`ProcessIo.landed`);
+   * without it, a reaped exit waits a short, fixed time for the output's end.
+   */
+  landed?(): Promise<void>;
   /** Releases everything. */
   close(): Promise<void>;
   /** Resizes the terminal, when there is one. */

@@ -1,6 +1,14 @@
 import assert from "node:assert/strict";
 import { integrationTest } from "../../_integration.ts";
-import { mkfifo, preloadLibc } from "../../../sdk/linux/libc.ts";
+import {
+  close,
+  mkfifo,
+  O,
+  open,
+  preloadLibc,
+  readFd,
+  unreadBytes,
+} from "../../../sdk/linux/libc.ts";
 import { ProcessIo } from "../../../sdk/linux/process_io.ts";
 import { parseOutputTarget } from "../../../sdk/linux/stdio_uri.ts";
 import { ConsoleSocket } from "../../../sdk/linux/console.ts";
@@ -141,6 +149,83 @@ integrationTest(
       await io.close();
       stdout.close();
       stderr.close();
+      await Deno.remove(f.dir, { recursive: true });
+    }
+  },
+);
+
+/**
+ * Output a process left in its pipe and in the FIFO when it exited: more than the FIFO holds,
+ * less than the pipe, the copy's chunk in hand and the FIFO hold together, so the process exits
+ * while nobody reads.
+ */
+const EXIT_TAIL = 120_000;
+
+integrationTest(
+  "ProcessIo.landed() waits while a slow client takes what the process wrote before it exited",
+  { binaries: ["head"] },
+  async () => {
+    const f = await fifos();
+    const io = await ProcessIo.open({ ...f, stderr: "", terminal: false }, ctx);
+    // The client's end, read by hand: 4 KiB every 60 ms, so the tail takes about a second to
+    // land (containerd 1.6's ctr closes its FIFOs as soon as it has the exit).
+    const client = open(f.stdout, O.RDONLY | O.NONBLOCK);
+    let got = 0;
+    let reading = true;
+    const reader = (async () => {
+      const buf = new Uint8Array(4096);
+      while (reading) {
+        got += readFd(client, buf, "stdout fifo") ?? 0;
+        await new Promise((r) => setTimeout(r, 60));
+      }
+    })();
+    try {
+      const child = new Deno.Command("head", {
+        args: ["-c", String(EXIT_TAIL), "/dev/zero"],
+        ...io.stdio,
+      })
+        .spawn();
+      io.attach(child);
+      assert.equal((await deadline(child.status, 20_000, "head exit")).code, 0);
+      assert.equal(await io.landed(), true);
+      // Everything the process wrote is with the client: its FIFO was read empty (containerd
+      // 1.6 closes its FIFOs at the exit, losing what they hold).
+      assert.equal(got + unreadBytes(client), EXIT_TAIL);
+      assert.equal(unreadBytes(client), 0);
+    } finally {
+      reading = false;
+      await reader;
+      await io.close();
+      close(client);
+      await Deno.remove(f.dir, { recursive: true });
+    }
+  },
+);
+
+integrationTest(
+  "ProcessIo.landed() gives up, and close() finishes, when the client never reads what its FIFO cannot hold",
+  { binaries: ["head"] },
+  async () => {
+    const f = await fifos();
+    const io = await ProcessIo.open({ ...f, stderr: "", terminal: false }, ctx);
+    const client = open(f.stdout, O.RDONLY | O.NONBLOCK);
+    try {
+      const child = new Deno.Command("head", {
+        args: ["-c", String(EXIT_TAIL), "/dev/zero"],
+        ...io.stdio,
+      })
+        .spawn();
+      io.attach(child);
+      assert.equal((await deadline(child.status, 20_000, "head exit")).code, 0);
+      // Bounded: a client that stopped reading must not hold the exit.
+      assert.equal(await deadline(io.landed(), 20_000, "landed() to give up"), false);
+      assert.ok(unreadBytes(client) < EXIT_TAIL, `${unreadBytes(client)} bytes in the FIFO`);
+      // The copy still waits to write into the full FIFO: close() ends that wait (Delete after
+      // a client died holding its FIFOs full once hung here).
+      await deadline(io.close(), 20_000, "close() with a copy waiting on a full FIFO");
+    } finally {
+      await io.close();
+      close(client);
       await Deno.remove(f.dir, { recursive: true });
     }
   },

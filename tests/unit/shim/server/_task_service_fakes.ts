@@ -90,6 +90,8 @@ export class FakePlatform implements ShimPlatform {
   execGate: Promise<void> | undefined;
   /** What each process's output drain waits for (its copies' end); done at once by default. */
   outputDone: Promise<void> = Promise.resolve();
+  /** When set, the io handle has `landed` (as ProcessIo's), resolving with this. */
+  outputLanded: Promise<void> | undefined;
   /** Runs inside the runtime's create/exec, once the new process has its pid. */
   duringStart: ((pid: number) => void) | undefined;
   /** Clock ticks since boot; every new process starts one tick later than the last. */
@@ -124,6 +126,7 @@ export class FakePlatform implements ShimPlatform {
   }
   openIo() {
     const outputDone = () => this.outputDone;
+    const landed = this.outputLanded;
     return Promise.resolve({
       io: {
         terminal: false,
@@ -139,6 +142,7 @@ export class FakePlatform implements ShimPlatform {
           await Promise.race([outputDone(), new Promise((r) => timer = setTimeout(r, ms))]);
           clearTimeout(timer);
         },
+        ...(landed ? { landed: () => landed } : {}),
         close: () => Promise.resolve(),
       },
     });

@@ -50,6 +50,28 @@ Deno.test("TaskService holds a reaped exit until the process's output has landed
   });
 });
 
+Deno.test("TaskService holds a reaped exit for as long as its io says the output is still landing", async () => {
+  await withBundle(async (bundle) => {
+    const { svc, platform, events } = setup();
+    // A slow client is still taking the exited process's output (ProcessIo.landed).
+    const landed = Promise.withResolvers<void>();
+    platform.outputLanded = landed.promise;
+    platform.outputDone = new Promise(() => {}); // a child left behind holds the pipes
+    const { pid } = await svc.create(create(CreateTaskRequestSchema, { id: "c1", bundle }));
+    await svc.start({ id: "c1", execId: "" } as never);
+    let waited = false;
+    const w = svc.wait({ id: "c1", execId: "" } as never).then((r) => (waited = true, r));
+    platform.exit(pid!, 3);
+    // Longer than the fixed wait this replaced (500 ms): only landing lets the exit go.
+    await new Promise((r) => setTimeout(r, 700));
+    assert.equal(waited, false, "Wait answered while the output was still landing");
+    assert.deepEqual(events, ["/tasks/create", "/tasks/start"]);
+    landed.resolve();
+    assert.equal((await w).exitStatus, 3);
+    assert.deepEqual(events, ["/tasks/create", "/tasks/start", "/tasks/exit"]);
+  });
+});
+
 Deno.test("TaskService publishes /tasks/start before /tasks/exit when the process dies at once", async () => {
   await withBundle(async (bundle) => {
     const { svc, platform, events } = setup();
