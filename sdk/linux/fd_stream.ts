@@ -66,6 +66,7 @@ export class FdStream {
   #writeChain: Promise<void> = Promise.resolve();
   #closed: Promise<void> | undefined;
   #bytesRead = 0;
+  #bytesWritten = 0;
 
   /**
    * Takes ownership of `fd` and sets `O_NONBLOCK` on it.
@@ -131,6 +132,11 @@ export class FdStream {
     return this.#bytesRead;
   }
 
+  /** Bytes {@linkcode FdStream.write} has put into the descriptor. */
+  get bytesWritten(): number {
+    return this.#bytesWritten;
+  }
+
   /** Bytes waiting in the descriptor that nobody has read yet (`FIONREAD`); 0 once closed. */
   unread(): number {
     return this.closed ? 0 : unreadBytes(this.fd);
@@ -154,6 +160,7 @@ export class FdStream {
       if (this.closed) throw new Error(`write ${this.what}: stream is closed`);
       const n = writeFd(this.fd, rest, this.what);
       if (n !== null) {
+        this.#bytesWritten += n;
         rest = rest.subarray(n);
         continue;
       }

@@ -27,6 +27,30 @@ export interface UnreadSource {
 const PIPE_QUIET_MS = 2_000;
 const END_QUIET_MS = 500;
 
+/**
+ * How long a FIFO holding output waits for its client's first read before the client counts as
+ * gone. A client seen reading gets {@linkcode PIPE_QUIET_MS}.
+ */
+const FIRST_READ_MS = 500;
+
+/**
+ * A FIFO holding bytes that no read has taken for this long before the exit (since its first
+ * write, or the last read seen) has no client: `ctr run -d` opens its FIFOs and leaves. Its exit
+ * does not wait for a read at all.
+ */
+const UNREAD_FOR_MS = 500;
+
+/** A target whose reader must take everything (a FIFO), as {@linkcode OutputLanding.watch} sees it. */
+export interface WatchedTarget {
+  /** Bytes it holds that its reader has not taken; 0 once it is closed. */
+  unread(): number;
+  /**
+   * When (`performance.now()`) its reader was last seen taking bytes, or its first byte was
+   * written if none was seen; undefined before any write.
+   */
+  readonly activeAt: number | undefined;
+}
+
 /** Longest {@linkcode OutputLanding.landed} waits in all, as the runc shim's Delete waits. */
 const LANDING_MAX_MS = 10_000;
 
@@ -77,10 +101,12 @@ export class CopyProgress {
  * A copy has landed when its source ended, or, for a pipe, when every byte that was in the pipe
  * or in hand when {@linkcode OutputLanding.landed} began has been written: those are all the
  * process wrote before it exited; bytes written later come from something else holding the pipe.
- * Then every watched target (a FIFO) must have been read empty: containerd 1.6 loses what its
- * FIFOs still hold when it closes them. The wait is as long as the client takes to read (a slow
- * client, a loaded node), and gives up only when no byte moved for a while or after
- * {@linkcode LANDING_MAX_MS}.
+ * Then every watched target (a FIFO) must have been read empty: containerd's `ctr` (1.6, and 2.1
+ * as measured) loses what its FIFOs still hold when it closes them at the exit. The wait is as long
+ * as the client takes to read (a slow client, a loaded node), and gives up only when no byte moved
+ * for a while or after {@linkcode LANDING_MAX_MS}. A FIFO whose reader took nothing for
+ * {@linkcode UNREAD_FOR_MS} before the exit is not waited for: nobody reads it (`ctr run -d`
+ * opens its FIFOs and leaves), and the exit goes out as promptly as the Go shim's.
  *
  * @example Usage
  * ```ts
@@ -97,7 +123,7 @@ export class CopyProgress {
  */
 export class OutputLanding {
   #copies = new Set<CopyProgress>();
-  #targets = new Set<Pick<UnreadSource, "unread">>();
+  #targets = new Set<WatchedTarget>();
   #moved = Promise.withResolvers<void>();
 
   /**
@@ -116,9 +142,9 @@ export class OutputLanding {
    * Watches a target whose reader must have taken everything before the output counts as
    * landed (a FIFO: its client may close it at the exit, losing what it holds).
    *
-   * @param target the target; `unread()` is 0 once it is closed
+   * @param target the target
    */
-  watch(target: Pick<UnreadSource, "unread">): void {
+  watch(target: WatchedTarget): void {
     this.#targets.add(target);
   }
 
@@ -129,11 +155,12 @@ export class OutputLanding {
   }
 
   /**
-   * Waits until every copy has landed what its source held now. Call it once the process has
+   * Waits until every copy has landed what its source held now, and every watched target's
+   * reader has taken it (or is gone: it took nothing for a while). Call it once the process has
    * exited.
    *
    * @param maxMs the overall bound
-   * @returns `true` once landed, `false` when it gave up
+   * @returns `true` once landed, `false` when it gave up (bytes stopped moving, or `maxMs`)
    */
   async landed(maxMs: number = LANDING_MAX_MS): Promise<boolean> {
     const goals = [...this.#copies].map((copy) => ({
@@ -144,15 +171,21 @@ export class OutputLanding {
     const deadline = performance.now() + maxMs;
     let lastMove = performance.now();
     let held = Infinity; // what the targets held at the last look
+    let read = false; // a target's client was seen reading
     for (;;) {
       const pending = goals.filter(({ copy, goal }) => !copy.ended && copy.settled < goal);
       // The targets count once the copies have put the process's bytes into them.
-      const holding = pending.length > 0 ? 0 : this.#held();
+      const holding = pending.length > 0 ? 0 : this.#held(read);
       if (pending.length === 0 && holding === 0) return true;
-      if (holding < held) lastMove = performance.now(); // the client took some
+      if (holding < held && held !== Infinity) {
+        lastMove = performance.now(); // the client took some
+        read = true;
+      }
       held = holding;
-      const quiet = holding > 0 || pending.some(({ goal }) => goal !== Infinity)
+      const quiet = pending.some(({ goal }) => goal !== Infinity)
         ? PIPE_QUIET_MS
+        : holding > 0
+        ? (read ? PIPE_QUIET_MS : FIRST_READ_MS)
         : END_QUIET_MS;
       const left = Math.min(deadline, lastMove + quiet) - performance.now();
       if (left <= 0) return false;
@@ -167,10 +200,18 @@ export class OutputLanding {
     }
   }
 
-  /** Bytes the watched targets hold that their readers have not taken. */
-  #held(): number {
+  /**
+   * Bytes the watched targets hold that their readers have not taken; a target whose reader
+   * was idle for {@linkcode UNREAD_FOR_MS} counts for none, unless `reading` (seen since).
+   */
+  #held(reading: boolean): number {
     let n = 0;
-    for (const t of this.#targets) n += t.unread();
+    const now = performance.now();
+    for (const t of this.#targets) {
+      const unread = t.unread();
+      const gone = !reading && t.activeAt !== undefined && now - t.activeAt >= UNREAD_FOR_MS;
+      if (!gone) n += unread;
+    }
     return n;
   }
 }

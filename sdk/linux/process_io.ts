@@ -25,6 +25,13 @@ import {
 } from "./stdio_targets.ts";
 
 /**
+ * How soon a FIFO's reader is looked at again after a write left it bytes to take: how finely
+ * `OutputLanding` can tell when the reader last read (a reader gone for a while is not waited
+ * for; see `UNREAD_FOR_MS` there).
+ */
+const READER_LOOK_MS = 200;
+
+/**
  * `Deno.CommandOptions` stdio for the runtime command that starts the process: the shape of the
  * seam's `RuntimePipes.stdio` (sdk/shim/runtime.ts), which {@linkcode ProcessIo} fills. (It was
  * also named `RuntimeStdio`, beside the seam's different `RuntimeStdio`.)
@@ -103,6 +110,9 @@ export class ProcessIo {
   #landing = new OutputLanding();
   /** Read-only descriptors of the FIFO targets, to count what their clients have not read. */
   #fifoWatches: number[] = [];
+  /** Per FIFO target: notes its reader's activity after each write. */
+  #afterWrite = new Map<Sink, () => void>();
+  #stopLooks: (() => void)[] = [];
   #readers: ReadableStreamDefaultReader<Uint8Array>[] = [];
   /** Output copies still writing into each sink; a sink is closed when its count reaches 0. */
   #writers = new Map<Sink, number>();
@@ -157,7 +167,32 @@ export class ProcessIo {
         continue; // not counted: the exit waits only for the copies
       }
       this.#fifoWatches.push(fd);
-      this.#landing.watch({ unread: () => this.#fifoWatches.includes(fd) ? unreadBytes(fd) : 0 });
+      const unread = () => this.#fifoWatches.includes(fd) ? unreadBytes(fd) : 0;
+      // The reader's activity: bytes it took since the last look, looked at after each write,
+      // and again a little later while it was seen taking some and has more to take (a
+      // reader that takes nothing is not looked at again until the next write).
+      let taken = 0;
+      let activeAt: number | undefined;
+      let later: ReturnType<typeof setTimeout> | undefined;
+      const look = () => {
+        later = undefined;
+        const nowTaken = sink.bytesWritten - unread();
+        const took = nowTaken > taken;
+        if (activeAt === undefined || took) activeAt = performance.now();
+        taken = nowTaken;
+        if (took && unread() > 0 && !this.#closed) {
+          later = setTimeout(look, READER_LOOK_MS);
+          Deno.unrefTimer(later);
+        }
+      };
+      this.#afterWrite.set(sink, () => later === undefined && look());
+      this.#stopLooks.push(() => clearTimeout(later));
+      this.#landing.watch({
+        unread,
+        get activeAt() {
+          return activeAt;
+        },
+      });
     }
   }
 
@@ -489,7 +524,10 @@ export class ProcessIo {
         if (broken || this.#closed) return progress.settle(chunk.byteLength);
         // As a pipe's copy: after a sink error keep accepting, so the sender never blocks.
         this.#inHand++;
-        await sink.write(chunk).catch(() => broken = true).finally(() => {
+        await sink.write(chunk).then(
+          () => this.#afterWrite.get(sink)?.(),
+          () => broken = true,
+        ).finally(() => {
           this.#inHand--;
           progress.settle(chunk.byteLength);
         });
@@ -576,6 +614,7 @@ export class ProcessIo {
       if (this.#logger) await this.#logger.close();
       else await Promise.allSettled([...sinks].map((s) => s?.close()));
       await Promise.allSettled(this.#copies);
+      for (const stop of this.#stopLooks) stop();
       for (const fd of this.#fifoWatches.splice(0)) closeFd(fd);
     })();
     return this.#closed;
@@ -636,6 +675,7 @@ export class ProcessIo {
         this.#inHand++;
         try {
           await sink!.write(value);
+          this.#afterWrite.get(sink!)?.();
         } catch {
           broken = true; // reader gone (e.g. the logger died): discard from now on
         } finally {

@@ -163,8 +163,10 @@ async function ctrWithInput(
   }
 }
 
-/** How fast {@link ctrReadSlowly} takes ctr's output: bytes per millisecond (~100 KB/s). */
-const SLOW_READ_BYTES_PER_MS = 100;
+/** How fast {@link ctrReadSlowly} takes ctr's output: bytes per millisecond (~200 KB/s). */
+const SLOW_READ_BYTES_PER_MS = 200;
+/** In steps this small, so ctr's copy (32 KiB at a time) is never held long. */
+const SLOW_READ_STEP = 4096;
 
 /**
  * Runs ctr and reads its stdout slowly, as a loaded node's client would: ctr cannot read the
@@ -188,9 +190,12 @@ async function ctrReadSlowly(c: PrivateContainerd, ns: string, args: string[]): 
     const stderr = new Response(child.stderr).text();
     const dec = new TextDecoder();
     let stdout = "";
-    for await (const chunk of child.stdout) {
-      stdout += dec.decode(chunk, { stream: true });
-      await sleep(chunk.byteLength / SLOW_READ_BYTES_PER_MS);
+    const reader = child.stdout.getReader({ mode: "byob" });
+    for (;;) {
+      const { done, value } = await reader.read(new Uint8Array(SLOW_READ_STEP));
+      if (done) break;
+      stdout += dec.decode(value, { stream: true });
+      await sleep(value.byteLength / SLOW_READ_BYTES_PER_MS);
     }
     const status = await child.status;
     return { code: status.code, stdout, stderr: await stderr, timedOut };

@@ -67,3 +67,35 @@ Deno.test("OutputLanding.landed() gives up at its bound when nothing moves", asy
   landing.track(pipe(10));
   assert.equal(await landing.landed(50), false);
 });
+
+Deno.test("OutputLanding.landed() waits until a watched FIFO's client has read it empty", async () => {
+  const landing = new OutputLanding();
+  const copy = landing.track({ bytesRead: 0, unread: () => 0 });
+  // The client takes 10 bytes each time the FIFO is looked at: it reads, slowly.
+  let fifo = 100;
+  landing.watch({
+    unread: () => fifo = Math.max(0, fifo - 10),
+    activeAt: performance.now(),
+  });
+  copy.end();
+  assert.equal(await landing.landed(), true);
+  assert.equal(fifo, 0);
+});
+
+Deno.test("OutputLanding.landed() stops waiting for a FIFO whose client stopped reading", async () => {
+  const landing = new OutputLanding();
+  const copy = landing.track({ bytesRead: 0, unread: () => 0 });
+  // Written to just now; nothing read since, nor while landed() waits: the client is gone, and
+  // what it left unread can reach nobody.
+  landing.watch({ unread: () => 100, activeAt: performance.now() });
+  copy.end();
+  assert.equal(await landing.landed(), true);
+});
+
+Deno.test("OutputLanding.landed() does not wait for a FIFO not read since long before (ctr run -d left it)", async () => {
+  const landing = new OutputLanding();
+  const copy = landing.track({ bytesRead: 0, unread: () => 0 });
+  landing.watch({ unread: () => 100, activeAt: performance.now() - 5_000 });
+  copy.end();
+  assert.equal(await settledSoon(landing.landed()), true);
+});
