@@ -254,6 +254,8 @@ export function deleteFastPath(): string[] {
 
 /** The fd on which a launcher's shell hands the `create` lock to Deno's `start`. */
 const CREATE_FD = 9;
+/** Seconds a launcher's shell waits for a shared server to take its knock before it goes on. */
+const SHARED_DOOR_WAIT_S = 5;
 
 /**
  * The launcher's `start` through a door, without starting deno: a shared server's that takes
@@ -262,8 +264,8 @@ const CREATE_FD = 9;
  * spare, which runs `start` in its place, leaves the answer beside the token and signals how it
  * went (`sdk/shim/spare/door.ts`: `SIGUSR1` answered, `SIGHUP` failed, `SIGUSR2` not taken); the
  * shell prints the answer itself. With no live spare at the door
- * (`flock` finds its lock free), or no word within a second while its token is still its own,
- * the shell runs Deno's `start` as before; containerd's stdin is untouched until the spare takes
+ * (`flock` finds its lock free), or no word within a second (a shared server: five) while its
+ * token is still its own, the shell runs Deno's `start` as before; containerd's stdin is untouched until the spare takes
  * the start. With shared servers, while another start brings the next server up (holding
  * `shared-<…>.create`), the shell waits on that lock and knocks once more, rather than boot a
  * Deno `start` only to wait. The spare's directory is the default socket directory's (a containerd 2.3+ that
@@ -318,7 +320,11 @@ export function startDoorPath(): string[] {
     '      [ -n "$r" ] || wait $w',
     "      kill $w 2>/dev/null",
     "      n=$((n + 1))",
-    '      if [ -z "$r" ] && [ $n = 1 ] && rm "$d/start-$$" 2>/dev/null; then r=cold; fi',
+    // A shared server that has not taken the token within a second is busy, not gone (its lock
+    // is held: it serves pods at normal priority); bringing another server up would load the
+    // node more. It gets ${SHARED_DOOR_WAIT_S} s, a spare (at low priority) one.
+    `      if [ -z "$r" ] && { [ $n -ge ${SHARED_DOOR_WAIT_S} ] || case $s in shared-*) false ;; esac; } &&`,
+    '        rm "$d/start-$$" 2>/dev/null; then r=cold; fi',
     '      if [ -z "$r" ] && [ $n -ge 60 ]; then',
     '        echo "skiff: the server at $d/$s.door took this start and did not answer within 60 s" >&2; r=1',
     "      fi",

@@ -135,6 +135,8 @@ class JoinPoint implements Sharing {
   #openedAt = 0;
   #retry: ReturnType<typeof setTimeout> | undefined;
   #containerd: Promise<[number, number] | undefined> | undefined;
+  /** Lets `create` go if the join point has not opened by then ({@linkcode CREATE_HOLD_MS}). */
+  #createHold: ReturnType<typeof setTimeout> | undefined;
   /** Whether the next spare was spawned for this filling. */
   #spared = false;
   /** containerd's process (`<pid>:<start time>`), for the next spare (./handoff.ts). */
@@ -154,12 +156,13 @@ class JoinPoint implements Sharing {
     // The starts waiting on `create` knock on our door once we take pods, so it is let go then
     // (#tryOpen), or when another server keeps taking pods for longer (they go to that one).
     if (!this.#open) {
-      const hold = setTimeout(() => this.#letCreateGo(), CREATE_HOLD_MS);
-      Deno.unrefTimer(hold);
+      this.#createHold = setTimeout(() => this.#letCreateGo(), CREATE_HOLD_MS);
+      Deno.unrefTimer(this.#createHold);
     }
   }
 
   #letCreateGo(): void {
+    clearTimeout(this.#createHold);
     try {
       this.#o.createLock?.close();
     } catch { /* closed already */ }

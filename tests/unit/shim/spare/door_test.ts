@@ -171,8 +171,8 @@ Deno.test("door: a refusal or no live spare runs Deno's start with stdin untouch
         stderr: "",
       });
       await spare;
-      // A door nobody reads (a spare that hangs): after its second, the shell takes its token
-      // back and goes the Deno way.
+      // A spare's door nobody reads (a spare that hangs): after its second, the shell takes its
+      // token back and goes the Deno way.
       const silent = openDoor(`${r.dir}/spare-${KEY}.door`);
       try {
         assert.deepEqual(await r.start("late"), {
@@ -268,6 +268,36 @@ Deno.test("door, shared servers: a start waits while another brings a server up,
       assert.deepEqual(await out, {
         code: 0,
         stdout: "unix:///run/containerd/s/joined",
+        stderr: "",
+      });
+      await served;
+    } finally {
+      door.close();
+      lock.close();
+    }
+  }, SHARED);
+});
+
+Deno.test("door, shared servers: a busy server that takes the knock after a second still gets the start", async () => {
+  await withRig(async (r) => {
+    const p = sharedPaths(r);
+    const lock = lockFile(p.lock);
+    const door = openDoor(p.door);
+    const served = (async () => {
+      for await (const pid of door.knocks()) {
+        // Busy (a loaded node): the knock is taken only after the shell's first second. A
+        // spare's door gives up then; a shared server's, alive and at normal priority, does not.
+        await new Promise((done) => setTimeout(done, 1_500));
+        assert.equal(takeKnock(r.dir, pid), true, "the shell took its token back");
+        assert.equal(dec.decode(await launcherStdin(pid)), "opts");
+        answerLauncher(r.dir, pid, "unix:///run/containerd/s/late");
+        return;
+      }
+    })();
+    try {
+      assert.deepEqual(await r.start("opts"), {
+        code: 0,
+        stdout: "unix:///run/containerd/s/late",
         stderr: "",
       });
       await served;
