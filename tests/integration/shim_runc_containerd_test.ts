@@ -115,15 +115,14 @@ async function underScript(argv: string[], env: Record<string, string>): Promise
 }
 
 /**
- * Runs ctr with its stdin on a pipe: waits until the container printed "ready", then writes
- * `input` and closes the pipe. (ctr sends CloseIO on stdin EOF only once the task exists; an
- * EOF that comes earlier is lost, a race in ctr itself.)
+ * Runs ctr with piped stdio; `talk` reads its stdout (and may write its stdin) and returns the
+ * output. ctr is killed after {@link EVENTUALLY_MS}.
  */
-async function ctrWithInput(
+async function ctrTalk(
   c: PrivateContainerd,
   ns: string,
   args: string[],
-  input: string,
+  talk: (child: Deno.ChildProcess) => Promise<string>,
 ): Promise<CtrResult> {
   const child = new Deno.Command(`${c.binDir}/ctr`, {
     args: ["-a", c.address, "-n", ns, ...args],
@@ -139,6 +138,26 @@ async function ctrWithInput(
   }, EVENTUALLY_MS);
   try {
     const stderr = new Response(child.stderr).text();
+    const stdout = await talk(child);
+    const status = await child.status;
+    return { code: status.code, stdout, stderr: await stderr, timedOut };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Runs ctr with its stdin on a pipe: waits until the container printed "ready", then writes
+ * `input` and closes the pipe. (ctr sends CloseIO on stdin EOF only once the task exists; an
+ * EOF that comes earlier is lost, a race in ctr itself.)
+ */
+function ctrWithInput(
+  c: PrivateContainerd,
+  ns: string,
+  args: string[],
+  input: string,
+): Promise<CtrResult> {
+  return ctrTalk(c, ns, args, async (child) => {
     const dec = new TextDecoder();
     const reader = child.stdout.getReader();
     let stdout = "";
@@ -156,11 +175,8 @@ async function ctrWithInput(
       done = r.done;
       if (r.value) stdout += dec.decode(r.value, { stream: true });
     }
-    const status = await child.status;
-    return { code: status.code, stdout, stderr: await stderr, timedOut };
-  } finally {
-    clearTimeout(timer);
-  }
+    return stdout;
+  });
 }
 
 /** How fast {@link ctrReadSlowly} takes ctr's output: bytes per millisecond (~200 KB/s). */
@@ -173,21 +189,9 @@ const SLOW_READ_STEP = 4096;
  * container's FIFO faster than its own stdout drains. The container exits with a large tail of
  * its output still between it and ctr (its pipe, the shim, the FIFO, ctr's stdout pipe).
  */
-async function ctrReadSlowly(c: PrivateContainerd, ns: string, args: string[]): Promise<CtrResult> {
-  const child = new Deno.Command(`${c.binDir}/ctr`, {
-    args: ["-a", c.address, "-n", ns, ...args],
-    env: c.ctrEnv,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  let timedOut = false;
-  const timer = setTimeout(() => {
-    timedOut = true;
-    child.kill("SIGKILL");
-  }, EVENTUALLY_MS);
-  try {
-    const stderr = new Response(child.stderr).text();
+function ctrReadSlowly(c: PrivateContainerd, ns: string, args: string[]): Promise<CtrResult> {
+  return ctrTalk(c, ns, args, async (child) => {
+    await child.stdin.close();
     const dec = new TextDecoder();
     let stdout = "";
     const reader = child.stdout.getReader({ mode: "byob" });
@@ -197,11 +201,8 @@ async function ctrReadSlowly(c: PrivateContainerd, ns: string, args: string[]): 
       stdout += dec.decode(value, { stream: true });
       await sleep(value.byteLength / SLOW_READ_BYTES_PER_MS);
     }
-    const status = await child.status;
-    return { code: status.code, stdout, stderr: await stderr, timedOut };
-  } finally {
-    clearTimeout(timer);
-  }
+    return stdout;
+  });
 }
 
 /** Removes the (empty) cgroup dirs `/<name>` left in every cgroup v1 hierarchy. */

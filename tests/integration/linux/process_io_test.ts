@@ -161,32 +161,53 @@ integrationTest(
  */
 const EXIT_TAIL = 120_000;
 
+/**
+ * A process (`head`) that writes {@link EXIT_TAIL} bytes into a stdout FIFO and exits while they
+ * are still on their way; `read(client)` runs meanwhile on the client's end (a read-only,
+ * non-blocking descriptor). Returns once the process has exited; `done` awaits the reading and
+ * tidies up.
+ */
+async function exitWithTail(
+  read?: (client: number) => Promise<void>,
+): Promise<{ io: ProcessIo; client: number; done(): Promise<void> }> {
+  const f = await fifos();
+  const io = await ProcessIo.open({ ...f, stderr: "", terminal: false }, ctx);
+  const client = open(f.stdout, O.RDONLY | O.NONBLOCK);
+  const reading = read?.(client);
+  const done = async () => {
+    await reading;
+    await io.close();
+    close(client);
+    await Deno.remove(f.dir, { recursive: true });
+  };
+  try {
+    const args = ["-c", String(EXIT_TAIL), "/dev/zero"];
+    const child = new Deno.Command("head", { args, ...io.stdio }).spawn();
+    io.attach(child);
+    assert.equal((await deadline(child.status, 20_000, "head exit")).code, 0);
+  } catch (e) {
+    await done();
+    throw e;
+  }
+  return { io, client, done };
+}
+
 integrationTest(
   "ProcessIo.landed() waits while a slow client takes what the process wrote before it exited",
   { binaries: ["head"] },
   async () => {
-    const f = await fifos();
-    const io = await ProcessIo.open({ ...f, stderr: "", terminal: false }, ctx);
-    // The client's end, read by hand: 4 KiB every 60 ms, so the tail takes about a second to
-    // land (containerd 1.6's ctr closes its FIFOs as soon as it has the exit).
-    const client = open(f.stdout, O.RDONLY | O.NONBLOCK);
+    // The client reads by hand: 4 KiB every 60 ms, so the tail takes about a second to land
+    // (containerd 1.6's ctr closes its FIFOs as soon as it has the exit).
     let got = 0;
     let reading = true;
-    const reader = (async () => {
+    const { io, client, done } = await exitWithTail(async (client) => {
       const buf = new Uint8Array(4096);
       while (reading) {
         got += readFd(client, buf, "stdout fifo") ?? 0;
         await new Promise((r) => setTimeout(r, 60));
       }
-    })();
+    });
     try {
-      const child = new Deno.Command("head", {
-        args: ["-c", String(EXIT_TAIL), "/dev/zero"],
-        ...io.stdio,
-      })
-        .spawn();
-      io.attach(child);
-      assert.equal((await deadline(child.status, 20_000, "head exit")).code, 0);
       assert.equal(await io.landed(), true);
       // Everything the process wrote is with the client: its FIFO was read empty (containerd
       // 1.6 closes its FIFOs at the exit, losing what they hold).
@@ -194,10 +215,7 @@ integrationTest(
       assert.equal(unreadBytes(client), 0);
     } finally {
       reading = false;
-      await reader;
-      await io.close();
-      close(client);
-      await Deno.remove(f.dir, { recursive: true });
+      await done();
     }
   },
 );
@@ -206,17 +224,8 @@ integrationTest(
   "ProcessIo.landed() gives up, and close() finishes, when the client never reads what its FIFO cannot hold",
   { binaries: ["head"] },
   async () => {
-    const f = await fifos();
-    const io = await ProcessIo.open({ ...f, stderr: "", terminal: false }, ctx);
-    const client = open(f.stdout, O.RDONLY | O.NONBLOCK);
+    const { io, client, done } = await exitWithTail();
     try {
-      const child = new Deno.Command("head", {
-        args: ["-c", String(EXIT_TAIL), "/dev/zero"],
-        ...io.stdio,
-      })
-        .spawn();
-      io.attach(child);
-      assert.equal((await deadline(child.status, 20_000, "head exit")).code, 0);
       // Bounded: a client that stopped reading must not hold the exit.
       assert.equal(await deadline(io.landed(), 20_000, "landed() to give up"), false);
       assert.ok(unreadBytes(client) < EXIT_TAIL, `${unreadBytes(client)} bytes in the FIFO`);
@@ -224,9 +233,7 @@ integrationTest(
       // a client died holding its FIFOs full once hung here).
       await deadline(io.close(), 20_000, "close() with a copy waiting on a full FIFO");
     } finally {
-      await io.close();
-      close(client);
-      await Deno.remove(f.dir, { recursive: true });
+      await done();
     }
   },
 );
