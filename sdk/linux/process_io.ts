@@ -580,12 +580,12 @@ export class ProcessIo {
    *   { containerId: "web", namespace: "default" },
    * );
    * // The shell leaves a child holding its stdout: the output never ends, yet what the shell
-   * // wrote lands, and that is all this waits for.
-   * const child = new Deno.Command("sh", {
-   *   args: ["-c", "echo hello; sleep 30 & echo $! > " + dir + "/bg"],
-   *   ...io.stdio,
-   * }).spawn();
+   * // wrote lands, and that is all this waits for. (It starts once attached, as a runtime's
+   * // process does: the pipes are taken from a command that is still running.)
+   * const script = `until [ -e ${dir}/go ]; do sleep 0.01; done; echo hello; sleep 30 & echo $! > ${dir}/bg`;
+   * const child = new Deno.Command("sh", { args: ["-c", script], ...io.stdio }).spawn();
    * io.attach(child);
+   * Deno.writeTextFileSync(`${dir}/go`, "");
    * await child.status;
    * strictEqual(await io.landed(), true);
    * strictEqual(Deno.readTextFileSync(`${dir}/log`), "hello\n");
