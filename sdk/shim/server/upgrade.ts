@@ -18,8 +18,10 @@ import {
   acceptPending,
   descriptorsByLink,
   execInPlace,
+  linkOf,
   listeningSockets,
   setCloseOnExec,
+  unixSocketName,
 } from "../../linux/descriptors.ts";
 import type { Reaper } from "../../linux/reaper.ts";
 import type { ShimFlags } from "../contract/flags.ts";
@@ -309,7 +311,8 @@ function reexecute(
   try {
     containers = d.tasks.carry();
     const fds = descriptorsByLink();
-    const connections = d.server.carry().map((c) => {
+    const served = d.server.carry();
+    const connections = served.map((c) => {
       const fd = fds.get(`socket:[${c.inode}]`);
       if (fd === undefined) throw new Error(`no descriptor for connection socket ${c.inode}`);
       return {
@@ -322,6 +325,10 @@ function reexecute(
     const listeners = listeningSockets([d.socket, `${d.socket}.next`]);
     if (listeners.length !== 1) {
       throw new Error(`found ${listeners.length} listening sockets for ${d.socket}, expected 1`);
+    }
+    const known = new Set(served.map((c) => c.inode));
+    for (const fd of unseenConnections(fds, known, listeners, d.socket)) {
+      connections.push({ fd, lastStreamId: 0, replay: [], partial: "" });
     }
     const rollback = rollbackCommand(serverArgs(d));
     const runtime = d.shim.carryUpgrade?.();
@@ -354,6 +361,56 @@ function reexecute(
   const err = execInPlace(launcher, [launcher, ...serverArgs(d)], env);
   undo(kept, statePath);
   return err.message;
+}
+
+/**
+ * Connections on `socket` that this process accepted and its server has not seen yet: Deno
+ * accepts as soon as a connection arrives, and hands it to the accept loop on a later turn, so
+ * one can arrive in the very turn the process image is replaced (containerd's connect for a
+ * Create, seen as "ttrpc: closed"). Nothing of them has been read: the next code serves them from
+ * their first byte.
+ *
+ * @param fds this process's descriptors by link (`descriptorsByLink`)
+ * @param known the socket inodes of the connections the server carries
+ * @param listeners the listening sockets' descriptors
+ * @param socket the path the server listens on
+ * @returns their descriptors
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { acceptPending, descriptorsByLink, listeningSockets } from "../../linux/descriptors.ts";
+ * import { close } from "../../linux/libc.ts";
+ * import { unseenConnections } from "./upgrade.ts";
+ * const dir = Deno.makeTempDirSync();
+ * const listener = Deno.listen({ transport: "unix", path: `${dir}/s` });
+ * const client = await Deno.connect({ transport: "unix", path: `${dir}/s` });
+ * const listeners = listeningSockets([`${dir}/s`]);
+ * const fd = acceptPending(listeners[0])!; // accepted, and no server has seen it
+ * const unseen = unseenConnections(descriptorsByLink(), new Set(), listeners, `${dir}/s`);
+ * strictEqual(unseen.length, 1);
+ * strictEqual(unseen[0], fd);
+ * close(fd);
+ * client.close();
+ * listener.close();
+ * Deno.removeSync(dir, { recursive: true });
+ * ```
+ */
+export function unseenConnections(
+  fds: ReadonlyMap<string, number>,
+  known: ReadonlySet<number>,
+  listeners: readonly number[],
+  socket: string,
+): number[] {
+  const out: number[] = [];
+  // By link: a listening socket may have more than one descriptor.
+  const listening = new Set(listeners.map((fd) => linkOf(Deno.pid, fd)));
+  for (const [link, fd] of fds) {
+    const m = /^socket:\[(\d+)\]$/.exec(link);
+    if (!m || known.has(Number(m[1])) || listening.has(link)) continue;
+    // An accepted socket is named after its listener; a client's connection has no name.
+    if (unixSocketName(fd) === socket) out.push(fd);
+  }
+  return out;
 }
 
 /** The server's arguments, as containerd's `start` gave them (the socket made explicit). */
