@@ -176,11 +176,12 @@ export class ProcessIo {
       let later: ReturnType<typeof setTimeout> | undefined;
       const look = () => {
         later = undefined;
-        const nowTaken = sink.bytesWritten - unread();
+        const left = unread();
+        const nowTaken = sink.bytesWritten - left;
         const took = nowTaken > taken;
         if (activeAt === undefined || took) activeAt = performance.now();
         taken = nowTaken;
-        if (took && unread() > 0 && !this.#closed) {
+        if (took && left > 0 && !this.#closed) {
           later = setTimeout(look, READER_LOOK_MS);
           Deno.unrefTimer(later);
         }
