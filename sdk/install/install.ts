@@ -256,6 +256,8 @@ export function deleteFastPath(): string[] {
 const CREATE_FD = 9;
 /** Seconds a launcher's shell waits for a shared server to take its knock before it goes on. */
 const SHARED_DOOR_WAIT_S = 5;
+/** Seconds between a waiting shell's looks at its knock (each forks a `sleep`). */
+const DOOR_TICK_S = 0.2;
 
 /**
  * The launcher's `start` through a door, without starting deno: a shared server's that takes
@@ -264,9 +266,11 @@ const SHARED_DOOR_WAIT_S = 5;
  * spare, which runs `start` in its place, leaves the answer beside the token and signals how it
  * went (`sdk/shim/spare/door.ts`: `SIGUSR1` answered, `SIGHUP` failed, `SIGUSR2` not taken); the
  * shell prints the answer itself. With no live spare at the door
- * (`flock` finds its lock free), or no word within a second (a shared server: five) while its
- * token is still its own, the shell runs Deno's `start` as before; containerd's stdin is untouched until the spare takes
- * the start. With shared servers, while another start brings the next server up (holding
+ * (`flock` finds its lock free), no word within a second (a shared server: five), or its knock
+ * lost (the door removed or replaced since, the lock let go) while its token is still its own,
+ * the shell runs Deno's `start` as before; containerd's stdin is untouched until the spare takes
+ * the start. A taker that is gone before it said how it went (the token names it) fails the start
+ * at once. With shared servers, while another start brings the next server up (holding
  * `shared-<…>.create`), the shell waits on that lock and knocks once more, rather than boot a
  * Deno `start` only to wait. The spare's directory is the default socket directory's (a containerd 2.3+ that
  * names another one in `start`'s stdin gets Deno's `start`, which reads it).
@@ -309,26 +313,53 @@ export function startDoorPath(): string[] {
     "    trap 'r=0' USR1",
     "    trap 'r=cold' USR2",
     "    trap 'r=1' HUP",
-    // Read-write: the open never waits, whether or not the server still reads. On fd 3: the
-    // server writes the answer into this shell's fd 1 as soon as it reads the pid, and the
-    // shell's own redirection of a builtin's fd 1 could still be in place then.
-    `    { printf '%s\n' $$ >&3; } 2>/dev/null 3<>"$d/$s.door"`,
+    // Read-write: the open never waits, whether or not the server still reads. Held while the
+    // shell waits: the door is then known to be the FIFO its knock went into. A door removed
+    // since the look above is made a regular file by this open: removed again, and on.
+    `    { command exec 3<>"$d/$s.door"; } 2>/dev/null || { rm -f "$d/start-$$"; continue; }`,
+    "    if [ ! -p /proc/$$/fd/3 ]; then",
+    '      [ -f "$d/$s.door" ] && [ "$d/$s.door" -ef /proc/$$/fd/3 ] && rm -f "$d/$s.door"',
+    '      exec 3>&-; rm -f "$d/start-$$"; continue',
+    "    fi",
+    // On fd 3, then the pid: the server writes the answer into this shell's fd 1 as soon as it
+    // reads the pid, and the shell's own redirection of a builtin's fd 1 could be in place then.
+    "    { printf '%s\\n' $$ >&3; } 2>/dev/null",
     "    n=0",
     '    while [ -z "$r" ]; do',
     // Not holding containerd's pipes: containerd reads this start's output to its end.
-    "      sleep 1 </dev/null >/dev/null 2>&1 & w=$!",
+    `      sleep ${DOOR_TICK_S} </dev/null >/dev/null 2>&1 3>&- & w=$!`,
     '      [ -n "$r" ] || wait $w',
     "      kill $w 2>/dev/null",
     "      n=$((n + 1))",
-    // A shared server that has not taken the token within a second is busy, not gone (its lock
-    // is held: it serves pods at normal priority); bringing another server up would load the
-    // node more. It gets ${SHARED_DOOR_WAIT_S} s, a spare (at low priority) one.
-    `      if [ -z "$r" ] && { [ $n -ge ${SHARED_DOOR_WAIT_S} ] || case $s in shared-*) false ;; esac; } &&`,
-    '        rm "$d/start-$$" 2>/dev/null; then r=cold; fi',
-    '      if [ -z "$r" ] && [ $n -ge 60 ]; then',
+    '      [ -n "$r" ] && break',
+    '      if [ -e "$d/start-$$" ]; then',
+    // Not taken yet. The knock is lost once the door is not the FIFO it went into (a shared
+    // server that filled up removed it), or no server holds the lock (it died): go on at once.
+    // A live server that has not taken it is busy, not gone (it serves pods at normal priority,
+    // and bringing another server up would load the node more): a shared server gets
+    // ${SHARED_DOOR_WAIT_S} s, a spare (at low priority) one.
+    `        l=${Math.round(1 / DOOR_TICK_S)}; case $s in shared-*) l=${
+      Math.round(SHARED_DOOR_WAIT_S / DOOR_TICK_S)
+    } ;; esac`,
+    '        if [ $n -ge $l ] || [ ! "$d/$s.door" -ef /proc/$$/fd/3 ] ||',
+    `          { [ $((n % ${
+      Math.round(1 / DOOR_TICK_S)
+    })) = 0 ] && flock -n "$d/$s.lock" true 2>/dev/null; }; then`,
+    '          rm "$d/start-$$" 2>/dev/null && r=cold',
+    "        fi",
+    // Taken: the taker wrote its pid into the token. One that is gone before saying how it
+    // went (./door.ts: it left its word first) failed this start; what it read is not there
+    // for Deno's start.
+    '      elif read -r t <"$d/taken-$$" 2>/dev/null && [ -n "$t" ] && ! kill -0 "$t" 2>/dev/null; then',
+    '        if [ -e "$d/answer-$$" ]; then r=0; elif [ -e "$d/error-$$" ]; then r=1; else',
+    '          echo "skiff: the server $t at $d/$s.door took this start and exited without answering" >&2; r=1',
+    "        fi",
+    "      fi",
+    `      if [ -z "$r" ] && [ $n -ge ${Math.round(60 / DOOR_TICK_S)} ]; then`,
     '        echo "skiff: the server at $d/$s.door took this start and did not answer within 60 s" >&2; r=1',
     "      fi",
     "    done",
+    "    exec 3>&-",
     "    trap - USR1 USR2 HUP",
     // The server's answer (or why it failed), printed on this shell's own stdout (stderr).
     "    case $r in",

@@ -13,12 +13,15 @@
  *    FIFO `spare-<code>.door`, opened read-write so that it never blocks (a dead spare's FIFO
  *    then just loses the line);
  * 2. the spare takes the start by renaming the token to `taken-<pid>` (atomic: a shell that
- *    gave up first has removed it, and then the spare leaves it alone);
+ *    gave up first has removed it, and then the spare leaves it alone), and writes its own pid
+ *    into it: a shell whose taker is gone before it said how it went fails at once, instead of
+ *    waiting out its bound;
  * 3. the spare runs `start` for it, leaves `answer-<pid>` (or `error-<pid>`) and signals the
  *    shell: `SIGUSR1` answered (the shell prints the answer and exits 0), `SIGHUP` failed (it
  *    prints the reason on stderr and exits 1), `SIGUSR2` not taken (the shell starts Deno's
- *    `start` as before). A shell that hears nothing within a second
- *    and can still remove its token goes the Deno way too.
+ *    `start` as before). A shell that hears nothing within a second (a shared server: five),
+ *    or finds its knock lost (the door removed or replaced, no server holding the lock), and
+ *    can still remove its token goes the Deno way too.
  *
  * @module
  */
@@ -105,19 +108,24 @@ export function openDoor(path: string): Door {
 }
 
 /**
- * Takes the `start` of the shell `pid`: renames its token. False when the shell gave up first
- * (or never made one).
+ * Takes the `start` of the shell `pid`: renames its token, and names this process in it (the
+ * shell watches that it lives until it answers). False when the shell gave up first (or never
+ * made one).
  *
  * @param dir the spare's directory
  * @param pid the shell's pid
  */
 export function takeKnock(dir: string, pid: number): boolean {
+  const taken = `${dir}/taken-${pid}`;
   try {
-    Deno.renameSync(`${dir}/start-${pid}`, `${dir}/taken-${pid}`);
-    return true;
+    Deno.renameSync(`${dir}/start-${pid}`, taken);
   } catch {
     return false;
   }
+  try {
+    Deno.writeTextFileSync(taken, `${Deno.pid}\n`);
+  } catch { /* the shell then waits for the answer, within its bound */ }
+  return true;
 }
 
 /** A launcher's `start`, as the spare reads it from `/proc`. */

@@ -36,6 +36,25 @@ export interface LifetimeWatch {
 }
 
 /**
+ * Whether containerd's process `daemon` (`<pid>:<start time>`, as `containerdProcess` in
+ * ./handoff.ts gives it) is gone: no such pid, or a later process with it. False when unknown.
+ *
+ * @param daemon containerd's process, or ""
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { daemonGone } from "./lifetime.ts";
+ * strictEqual(daemonGone(""), false);
+ * strictEqual(daemonGone(`${Deno.pid}:0`), true); // this process, started at another time
+ * ```
+ */
+export function daemonGone(daemon: string): boolean {
+  const [pid, start] = daemon.split(":");
+  return Number(pid) > 1 && start !== undefined && start !== "" &&
+    String(processStartTime(Number(pid)) ?? "") !== start;
+}
+
+/**
  * Checks every second; returns the function that stops the watch (on adoption).
  *
  * @example Usage
@@ -46,10 +65,6 @@ export interface LifetimeWatch {
 export function watchLifetime(w: LifetimeWatch): () => void {
   const deadline = Date.now() + w.idleMs;
   const daemonSocket = w.address.replace(/^unix:\/\//, "");
-  const [daemonPid, daemonStart] = w.daemon.split(":");
-  const daemonGone = () =>
-    Number(daemonPid) > 1 && daemonStart !== undefined && daemonStart !== "" &&
-    String(processStartTime(Number(daemonPid)) ?? "") !== daemonStart;
   const text = w.launcherText;
   const watch = setInterval(() => {
     let reinstalled = false;
@@ -62,7 +77,7 @@ export function watchLifetime(w: LifetimeWatch): () => void {
     }
     if (
       Date.now() >= deadline || reinstalled || (daemonSocket && !exists(daemonSocket)) ||
-      daemonGone()
+      daemonGone(w.daemon)
     ) {
       clearInterval(watch);
       w.onExpired();

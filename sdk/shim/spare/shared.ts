@@ -430,6 +430,9 @@ class JoinPoint implements Sharing {
     via: "socket" | "door",
     counted: () => void,
   ): Promise<void> {
+    // The containerd of this pod's start: the next spare names it (one from before containerd
+    // restarted spawns none).
+    if (handoff.daemon) this.#daemon = handoff.daemon;
     const path = handoff.flags.socket;
     const listener = Deno.listen({ transport: "unix", path });
     try {

@@ -128,13 +128,18 @@ export async function runSpare<T extends object>(
   // The containerd that ran the spawning `start` ("<pid>:<start time>"): gone means leave.
   const daemon = Deno.env.get(SPARE_DAEMON_ENV) ?? "";
   Deno.env.delete(SPARE_DAEMON_ENV);
+  // A launcher's start in hand is answered first: its shell waits for our word (./door.ts).
+  let expired = false;
+  /** A launcher's start taken at the door and not answered yet. */
+  let doorStart = false;
+  const expire = () => (leave(), Deno.exit(0));
   const stopWatch = watchLifetime({
     launcher,
     launcherText: taken.launcherText,
     address: flags.address,
     daemon,
     idleMs: 1000 * spareIdleSeconds(),
-    onExpired: () => (leave(), Deno.exit(0)),
+    onExpired: () => doorStart ? (expired = true) : expire(),
   });
   // The priority a server gets back from its lowered loading one, once a start connects.
   const baseNice = Number(Deno.env.get(SPARE_NICE_ENV) ?? NaN);
@@ -170,6 +175,7 @@ export async function runSpare<T extends object>(
         }
         // Reserved for this start until it is answered (the socket's starts go cold meanwhile).
         adopting = true;
+        doorStart = true;
         // Shared servers: the burst's other shells wait for the server this start may bring up.
         let ahead = takeCreateAhead(dir, start.flags.namespace, { get: (k) => start.env[k] });
         if (Number.isInteger(baseNice)) setPriority(baseNice, 0);
@@ -210,9 +216,8 @@ export async function runSpare<T extends object>(
         } catch (e) {
           failLauncher(dir, pid, (e as Error).message);
           if (left) Deno.exit(1); // no longer a spare, and no server: the next spare takes over
-          adopting = false;
-          continue;
         } finally {
+          doorStart = false;
           ahead?.close(); // no pod of its own to bring a server up for
           try {
             Deno.removeSync(`${dir}/taken-${pid}`);
@@ -236,8 +241,9 @@ export async function runSpare<T extends object>(
             b.create,
           );
         }
-        // A start of a group whose server serves: answered, and still a spare.
+        // Answered (a start that joined a shared server, or failed), and still a spare.
         adopting = false;
+        if (expired) expire();
         if (vetting === 0) setPriority(spareNice, 19);
       }
     })();

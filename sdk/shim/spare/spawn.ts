@@ -9,6 +9,7 @@ import type { SpareConfig } from "./config.ts";
 import { SPARE_DAEMON_ENV, SPARE_NICE_ENV } from "./handoff.ts";
 import { mayRaisePriority, niceOf, setAutogroupNice } from "../../linux/nice.ts";
 import { claimLoading, loadingMarker, releaseLoading } from "./loading.ts";
+import { daemonGone } from "./lifetime.ts";
 
 /** coreutils' `nice`, which starts a spare at the lowest priority. */
 const NICE = "/usr/bin/nice";
@@ -49,6 +50,10 @@ export function spawnSpare(
   } catch {
     return;
   }
+  // Nor for a containerd process that is gone (a server from before containerd restarted): the
+  // spare would leave within its first second, maybe with a start in hand. The next start
+  // spawns one that names the containerd of now.
+  if (daemonGone(daemon)) return;
   Deno.mkdirSync(cfg.dir, { recursive: true, mode: 0o700 });
   const lock = Deno.openSync(cfg.lock, { read: true, write: true, create: true, mode: 0o600 });
   try {

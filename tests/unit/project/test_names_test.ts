@@ -37,9 +37,6 @@ const WITHOUT: Record<string, string> = {
     "tests/integration/shim/spare/shared_test.ts (one pod's end of several)",
   "sdk/shim/spare/extension.ts":
     "the spare's server extension: tests/integration/spare_containerd_test.ts",
-  "sdk/shim/spare/lifetime.ts":
-    "a spare's idle, reinstall and containerd-gone expiry (1 s polls): " +
-    "tests/integration/spare_containerd_test.ts",
   "sdk/shim/spare/spare.ts": "the spare process: tests/integration/spare_containerd_test.ts and " +
     "tests/guest/spare_cgroup_checks.ts",
   "sdk/shim/spare/spawn.ts": "spawns the next spare: tests/integration/spare_containerd_test.ts",

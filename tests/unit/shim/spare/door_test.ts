@@ -214,6 +214,49 @@ Deno.test("door: a failure after the spare took the start exits 1 with its reaso
 });
 
 /** The shared servers' join point files of namespace "ns" (sdk/shim/spare/config.ts). */
+/** The pid of a process that has ended (a taker gone). */
+async function deadPid(): Promise<number> {
+  const child = new Deno.Command("true").spawn();
+  await child.status;
+  return child.pid;
+}
+
+Deno.test("door: a taker gone before it said how it went fails the start at once, naming it", async () => {
+  await withRig(async (r) => {
+    const lock = r.holdLock();
+    try {
+      const gone = await deadPid();
+      const spare = spareAtDoor(r, async (pid) => {
+        assert.equal(takeKnock(r.dir, pid), true);
+        assert.equal(Deno.readTextFileSync(`${r.dir}/taken-${pid}`), `${Deno.pid}\n`, "named");
+        await launcherStdin(pid);
+        // It dies here: the token names a process that is gone, and no word was left.
+        Deno.writeTextFileSync(`${r.dir}/taken-${pid}`, `${gone}\n`);
+      });
+      const out = await r.start("o");
+      await spare;
+      assert.equal(out.code, 1, out.stderr);
+      assert.equal(out.stdout, "", "Deno's start does not run on a stdin already read");
+      assert.match(out.stderr, new RegExp(`server ${gone} .* exited without answering`));
+
+      // One that left its answer and died before the signal: the answer stands.
+      const spare2 = spareAtDoor(r, async (pid) => {
+        assert.equal(takeKnock(r.dir, pid), true);
+        await launcherStdin(pid);
+        Deno.writeTextFileSync(`${r.dir}/answer-${pid}`, "unix:///run/x");
+        Deno.writeTextFileSync(`${r.dir}/taken-${pid}`, `${gone}\n`);
+      });
+      assert.deepEqual(await r.start("o"), { code: 0, stdout: "unix:///run/x", stderr: "" });
+      await spare2;
+      assert.deepEqual([...Deno.readDirSync(r.dir)].map((e) => e.name).sort(), [
+        `spare-${KEY}.lock`,
+      ], "the tokens and answers are tidied");
+    } finally {
+      lock.close();
+    }
+  });
+});
+
 function sharedPaths(r: Rig) {
   const base = `${r.dir}/shared-${KEY}-${sha256Hex("ns").slice(0, 8)}`;
   return { door: `${base}.door`, lock: `${base}.lock`, create: `${base}.create` };
@@ -330,4 +373,41 @@ Deno.test("door, shared servers: with no server taking pods, Deno's start runs h
     assert.deepEqual(await r.start("opts"), { code: 0, stdout: "deno start: opts\n", stderr: "" });
     assert.equal([...Deno.readDirSync(r.dir)].some((e) => e.name.endsWith(".create")), false);
   });
+});
+
+Deno.test("door, shared servers: a server that fills up with a knock unread in its door sends the shell on to the spare", async () => {
+  await withRig(async (r) => {
+    const p = sharedPaths(r);
+    const sharedLock = lockFile(p.lock);
+    const door = openDoor(p.door);
+    // The shared server reads the knock but fills up before taking it: it shuts its join point
+    // (the door removed first, then the lock let go, as JoinPoint#shut does).
+    const shut = (async () => {
+      for await (const _ of door.knocks()) {
+        door.close();
+        sharedLock.close();
+        return;
+      }
+    })();
+    const spareLock = r.holdLock();
+    try {
+      const spare = spareAtDoor(r, async (pid) => {
+        assert.equal(takeKnock(r.dir, pid), true, "its token, taken back from the shared door");
+        assert.equal(dec.decode(await launcherStdin(pid)), "opts");
+        answerLauncher(r.dir, pid, "unix:///run/containerd/s/spare");
+      });
+      assert.deepEqual(await r.start("opts"), {
+        code: 0,
+        stdout: "unix:///run/containerd/s/spare",
+        stderr: "",
+      });
+      await Promise.all([shut, spare]);
+    } finally {
+      door.close();
+      spareLock.close();
+      try {
+        sharedLock.close();
+      } catch { /* closed */ }
+    }
+  }, SHARED);
 });

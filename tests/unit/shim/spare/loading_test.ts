@@ -7,6 +7,7 @@ import { strictEqual } from "node:assert/strict";
 import { spawnSpare } from "../../../../sdk/shim/spare/spawn.ts";
 import { loadingMarker, releaseLoading } from "../../../../sdk/shim/spare/loading.ts";
 import type { SpareConfig } from "../../../../sdk/shim/spare/config.ts";
+import { containerdProcess } from "../../../../sdk/shim/spare/handoff.ts";
 
 function place(): { cfg: SpareConfig; address: string; dir: string } {
   const dir = Deno.makeTempDirSync({ prefix: "skiff-loading-" });
@@ -89,6 +90,32 @@ Deno.test("spare loading: an unnamed marker is its spawner's for a while, then s
     spawnSpare(cfg, address, "/usr/bin/containerd", "", spawn);
     strictEqual(spawns, 1, "an old unnamed marker is stale");
   } finally {
+    Deno.removeSync(dir, { recursive: true });
+  }
+});
+
+Deno.test("spare spawning: none for a containerd process that is gone, one for a live one", async () => {
+  const { cfg, address, dir } = place();
+  const spawned: Deno.ChildProcess[] = [];
+  const spawn = () => {
+    const child = new Deno.Command("sleep", { args: ["30"] }).spawn();
+    spawned.push(child);
+    return child;
+  };
+  try {
+    // This process's pid with another start time: a containerd restarted since the server began.
+    spawnSpare(cfg, address, "/usr/bin/containerd", `${Deno.pid}:1`, spawn);
+    strictEqual(spawned.length, 0, "a spare of a gone containerd would leave within a second");
+    spawnSpare(cfg, address, "/usr/bin/containerd", containerdProcess(Deno.pid), spawn);
+    strictEqual(spawned.length, 1, "a live containerd's spare is spawned");
+  } finally {
+    for (const child of spawned) {
+      try {
+        child.kill("SIGKILL");
+      } catch { /* gone */ }
+      child.ref();
+      await child.status;
+    }
     Deno.removeSync(dir, { recursive: true });
   }
 });
