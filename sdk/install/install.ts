@@ -256,6 +256,13 @@ export function deleteFastPath(): string[] {
 const CREATE_FD = 9;
 /** Seconds a launcher's shell waits for a shared server to take its knock before it goes on. */
 const SHARED_DOOR_WAIT_S = 5;
+/**
+ * Looks (0.1 s apart) a shell holding `create` gives a loading spare to open its door: 2 s, as
+ * long as Deno's `start` waits for one (`LOADING_WAIT_MS` in sdk/shim/spare/handoff.ts).
+ */
+const SPARE_LOADING_TICKS = 20;
+/** Rounds of knocking (and waiting on `create`) before a shell runs Deno's `start` anyway. */
+const DOOR_PASSES = 8;
 /** Seconds between a waiting shell's looks at its knock (each forks a `sleep`). */
 const DOOR_TICK_S = 0.2;
 
@@ -305,7 +312,9 @@ export function startDoorPath(): string[] {
     `  m=; [ -n "\${${E.sharedPods}-}" ] && m=$(printf %s "$ns" | sha256sum 2>/dev/null) &&`,
     '    m=$(printf %.8s "$m")',
     '  c="$d/shared-$k-$m.create"',
-    "  for p in 1 2 3; do",
+    // Passes: a burst's knocks are lost as servers fill up and spares become servers; each
+    // pass ends in a knock answered, in Deno's start, or waiting on `create`.
+    `  for p in ${Array.from({ length: DOOR_PASSES }, (_, i) => i + 1).join(" ")}; do`,
     '  for s in "shared-$k-$m" "spare-$k"; do',
     '  if [ -n "$d" ] && [ -p "$d/$s.door" ] &&',
     '    ! flock -n "$d/$s.lock" true 2>/dev/null && : 2>/dev/null >"$d/start-$$"; then',
@@ -376,9 +385,28 @@ export function startDoorPath(): string[] {
     // the lock until its server takes pods, and knock again. So the starts of a burst run one
     // Deno process per server brought up, not one each.
     `  [ -n "$m" ] && [ -d "$d" ] && { command exec ${CREATE_FD}>>"$c"; } 2>/dev/null || break`,
-    `  if flock -n -x ${CREATE_FD} 2>/dev/null; then ${E.createFd}=${CREATE_FD}; export ${E.createFd}; break; fi`,
+    `  if flock -n -x ${CREATE_FD} 2>/dev/null; then`,
+    // Taken: no server is being brought up now. One may have opened since this pass looked at
+    // its door (it lets `create` go once it takes pods): knock there. A spare on its way
+    // (spawned: its loading marker names a live process; or loading: its lock held, no door
+    // yet) brings the server up sooner than a Deno `start` booting now would (which waits for
+    // it too): wait for its door, holding `create` so that the burst waits behind, then let
+    // `create` go and knock on it.
+    '    i=0; while [ ! -p "$d/spare-$k.door" ] && [ ! -p "$d/shared-$k-$m.door" ] &&',
+    `      [ $i -lt ${SPARE_LOADING_TICKS} ] && { ! flock -n "$d/spare-$k.lock" true 2>/dev/null ||`,
+    '      { read -r t x <"$d/spare-$k.loading" && kill -0 "$t"; } 2>/dev/null; }; do',
+    "      sleep 0.1; i=$((i + 1))",
+    "    done",
+    `    if [ $p != ${DOOR_PASSES} ] && { [ $i != 0 ] && [ -p "$d/spare-$k.door" ] ||`,
+    '      { [ -p "$d/shared-$k-$m.door" ] && ! flock -n "$d/shared-$k-$m.lock" true 2>/dev/null; }; }; then',
+    `      exec ${CREATE_FD}>&-; continue`,
+    "    fi",
+    `    ${E.createFd}=${CREATE_FD}; export ${E.createFd}; break`,
+    "  fi",
     `  exec ${CREATE_FD}>&-`,
-    `  [ $p != 3 ] && flock -s -w ${CREATE_WAIT_MS / 1000} "$c" true 2>/dev/null || break`,
+    `  [ $p != ${DOOR_PASSES} ] && flock -s -w ${
+      CREATE_WAIT_MS / 1000
+    } "$c" true 2>/dev/null || break`,
     "  done",
     "fi",
   ];

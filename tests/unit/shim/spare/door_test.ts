@@ -411,3 +411,40 @@ Deno.test("door, shared servers: a server that fills up with a knock unread in i
     }
   }, SHARED);
 });
+
+Deno.test("door, shared servers: with a spare still loading, the shell waits for its door rather than boot Deno's start", async () => {
+  await withRig(async (r) => {
+    // A spare loading: it holds its lock, its door is not open yet.
+    const lock = r.holdLock();
+    const out = r.start("opts");
+    let spare: Promise<void> | undefined;
+    try {
+      // The shell holds `create` while it waits (the burst's other starts wait behind it).
+      const p = sharedPaths(r);
+      let ended = false;
+      void out.then(() => ended = true);
+      for (;;) {
+        if (ended) assert.fail(`the shell did not wait: ${JSON.stringify(await out)}`);
+        const f = Deno.openSync(p.create, { read: true, write: true, create: true });
+        const free = f.tryLockSync(true);
+        f.close();
+        if (!free) break;
+        await new Promise((done) => setTimeout(done, 20));
+      }
+      // Loaded: the door opens, and the spare answers the knock.
+      spare = spareAtDoor(r, async (pid) => {
+        assert.equal(takeKnock(r.dir, pid), true);
+        assert.equal(dec.decode(await launcherStdin(pid)), "opts");
+        answerLauncher(r.dir, pid, "unix:///run/containerd/s/loaded");
+      });
+      assert.deepEqual(await out, {
+        code: 0,
+        stdout: "unix:///run/containerd/s/loaded",
+        stderr: "",
+      });
+      await spare;
+    } finally {
+      lock.close();
+    }
+  }, SHARED);
+});
