@@ -29,15 +29,33 @@ function place(): { cfg: SpareConfig; address: string; dir: string } {
   };
 }
 
+/** `sleep`s that play spawned spares, and their end (spawnSpare unrefs each child). */
+function sleepingSpares() {
+  const spawned: Deno.ChildProcess[] = [];
+  return {
+    spawned,
+    spawn: () => {
+      const child = new Deno.Command("sleep", { args: ["30"] }).spawn();
+      spawned.push(child);
+      return child;
+    },
+    async end() {
+      for (const child of spawned) {
+        try {
+          child.kill("SIGKILL");
+        } catch { /* gone */ }
+        child.ref();
+        await child.status;
+      }
+    },
+  };
+}
+
 Deno.test("spare loading: a spare on its way keeps other servers from spawning one", async () => {
   const { cfg, address, dir } = place();
-  const spawned: Deno.ChildProcess[] = [];
   // Each "spare" is a sleep that never takes the lock: booting, as at nice 19 in a burst.
-  const spawn = () => {
-    const child = new Deno.Command("sleep", { args: ["30"] }).spawn();
-    spawned.push(child);
-    return child;
-  };
+  const sleepers = sleepingSpares();
+  const { spawned, spawn } = sleepers;
   try {
     for (let i = 0; i < 5; i++) spawnSpare(cfg, address, "/usr/bin/containerd", "", spawn);
     strictEqual(spawned.length, 1, "five servers in a burst spawn one spare");
@@ -61,13 +79,7 @@ Deno.test("spare loading: a spare on its way keeps other servers from spawning o
     spawnSpare(cfg, address, "/usr/bin/containerd", "", spawn);
     strictEqual(spawned.length, 3, "a marker is released by the spare it names only");
   } finally {
-    for (const child of spawned) {
-      try {
-        child.kill("SIGKILL");
-      } catch { /* gone */ }
-      child.ref();
-      await child.status;
-    }
+    await sleepers.end();
     Deno.removeSync(dir, { recursive: true });
   }
 });
@@ -96,12 +108,8 @@ Deno.test("spare loading: an unnamed marker is its spawner's for a while, then s
 
 Deno.test("spare spawning: none for a containerd process that is gone, one for a live one", async () => {
   const { cfg, address, dir } = place();
-  const spawned: Deno.ChildProcess[] = [];
-  const spawn = () => {
-    const child = new Deno.Command("sleep", { args: ["30"] }).spawn();
-    spawned.push(child);
-    return child;
-  };
+  const sleepers = sleepingSpares();
+  const { spawned, spawn } = sleepers;
   try {
     // This process's pid with another start time: a containerd restarted since the server began.
     spawnSpare(cfg, address, "/usr/bin/containerd", `${Deno.pid}:1`, spawn);
@@ -109,13 +117,7 @@ Deno.test("spare spawning: none for a containerd process that is gone, one for a
     spawnSpare(cfg, address, "/usr/bin/containerd", containerdProcess(Deno.pid), spawn);
     strictEqual(spawned.length, 1, "a live containerd's spare is spawned");
   } finally {
-    for (const child of spawned) {
-      try {
-        child.kill("SIGKILL");
-      } catch { /* gone */ }
-      child.ref();
-      await child.status;
-    }
+    await sleepers.end();
     Deno.removeSync(dir, { recursive: true });
   }
 });
