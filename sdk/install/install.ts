@@ -279,7 +279,8 @@ const DOOR_TICK_S = 0.2;
  * the start. A taker that is gone before it said how it went (the token names it) fails the start
  * at once. With shared servers, while another start brings the next server up (holding
  * `shared-<…>.create`), the shell waits on that lock and knocks once more, rather than boot a
- * Deno `start` only to wait. The spare's directory is the default socket directory's (a containerd 2.3+ that
+ * Deno `start` only to wait; holding the lock itself, it waits for a spare still loading to open
+ * its door (at most 2 s) and knocks there. The spare's directory is the default socket directory's (a containerd 2.3+ that
  * names another one in `start`'s stdin gets Deno's `start`, which reads it).
  *
  * @example Usage
