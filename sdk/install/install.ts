@@ -46,7 +46,7 @@ import {
 } from "../shim/contract/socket_address.ts";
 import { UPGRADE_STATE_SUFFIX } from "../shim/contract/upgrade.ts";
 import { LAUNCHER_ENV as E } from "../shim/contract/launcher_env.ts";
-import { CREATE_WAIT_MS, MAX_SHARED_PODS } from "../shim/spare/config.ts";
+import { CREATE_WAIT_MS, LOADING_WAIT_MS, MAX_SHARED_PODS } from "../shim/spare/config.ts";
 
 /**
  * Options of {@linkcode installShims}.
@@ -256,15 +256,14 @@ export function deleteFastPath(): string[] {
 const CREATE_FD = 9;
 /** Seconds a launcher's shell waits for a shared server to take its knock before it goes on. */
 const SHARED_DOOR_WAIT_S = 5;
-/**
- * Looks (0.1 s apart) a shell holding `create` gives a loading spare to open its door: 2 s, as
- * long as Deno's `start` waits for one (`LOADING_WAIT_MS` in sdk/shim/spare/handoff.ts).
- */
-const SPARE_LOADING_TICKS = 20;
+/** Seconds between a shell's looks for a loading spare's door (for `LOADING_WAIT_MS` at most). */
+const SPARE_LOOK_S = 0.1;
 /** Rounds of knocking (and waiting on `create`) before a shell runs Deno's `start` anyway. */
 const DOOR_PASSES = 8;
 /** Seconds between a waiting shell's looks at its knock (each forks a `sleep`). */
 const DOOR_TICK_S = 0.2;
+/** A waiting shell's looks at its knock per second. */
+const DOOR_TICKS_PER_S = Math.round(1 / DOOR_TICK_S);
 
 /**
  * The launcher's `start` through a door, without starting deno: a shared server's that takes
@@ -348,13 +347,11 @@ export function startDoorPath(): string[] {
     // A live server that has not taken it is busy, not gone (it serves pods at normal priority,
     // and bringing another server up would load the node more): a shared server gets
     // ${SHARED_DOOR_WAIT_S} s, a spare (at low priority) one.
-    `        l=${Math.round(1 / DOOR_TICK_S)}; case $s in shared-*) l=${
-      Math.round(SHARED_DOOR_WAIT_S / DOOR_TICK_S)
+    `        l=${DOOR_TICKS_PER_S}; case $s in shared-*) l=${
+      SHARED_DOOR_WAIT_S * DOOR_TICKS_PER_S
     } ;; esac`,
     '        if [ $n -ge $l ] || [ ! "$d/$s.door" -ef /proc/$$/fd/3 ] ||',
-    `          { [ $((n % ${
-      Math.round(1 / DOOR_TICK_S)
-    })) = 0 ] && flock -n "$d/$s.lock" true 2>/dev/null; }; then`,
+    `          { [ $((n % ${DOOR_TICKS_PER_S})) = 0 ] && flock -n "$d/$s.lock" true 2>/dev/null; }; then`,
     '          rm "$d/start-$$" 2>/dev/null && r=cold',
     "        fi",
     // Taken: the taker wrote its pid into the token. One that is gone before saying how it
@@ -365,7 +362,7 @@ export function startDoorPath(): string[] {
     '          echo "skiff: the server $t at $d/$s.door took this start and exited without answering" >&2; r=1',
     "        fi",
     "      fi",
-    `      if [ -z "$r" ] && [ $n -ge ${Math.round(60 / DOOR_TICK_S)} ]; then`,
+    `      if [ -z "$r" ] && [ $n -ge ${60 * DOOR_TICKS_PER_S} ]; then`,
     '        echo "skiff: the server at $d/$s.door took this start and did not answer within 60 s" >&2; r=1',
     "      fi",
     "    done",
@@ -394,9 +391,11 @@ export function startDoorPath(): string[] {
     // it too): wait for its door, holding `create` so that the burst waits behind, then let
     // `create` go and knock on it.
     '    i=0; while [ ! -p "$d/spare-$k.door" ] && [ ! -p "$d/shared-$k-$m.door" ] &&',
-    `      [ $i -lt ${SPARE_LOADING_TICKS} ] && { ! flock -n "$d/spare-$k.lock" true 2>/dev/null ||`,
+    `      [ $i -lt ${
+      Math.round(LOADING_WAIT_MS / 1000 / SPARE_LOOK_S)
+    } ] && { ! flock -n "$d/spare-$k.lock" true 2>/dev/null ||`,
     '      { read -r t x <"$d/spare-$k.loading" && kill -0 "$t"; } 2>/dev/null; }; do',
-    "      sleep 0.1; i=$((i + 1))",
+    `      sleep ${SPARE_LOOK_S}; i=$((i + 1))`,
     "    done",
     `    if [ $p != ${DOOR_PASSES} ] && { [ $i != 0 ] && [ -p "$d/spare-$k.door" ] ||`,
     '      { [ -p "$d/shared-$k-$m.door" ] && ! flock -n "$d/shared-$k-$m.lock" true 2>/dev/null; }; }; then',

@@ -130,6 +130,12 @@ export function sharedJoinPaths(dir: string, codeId: string, namespace: string):
  */
 export const CREATE_WAIT_MS = 30_000;
 
+/**
+ * How long a `start` (Deno's, or the launcher's shell holding `create`) waits for a spare that
+ * is still loading: a cold start takes longer.
+ */
+export const LOADING_WAIT_MS = 2_000;
+
 /** The launcher line that states its code identity (installShims writes it). */
 const CODE_LINE = new RegExp(`^${LAUNCHER_ENV.code}=([0-9a-f]{64})$`, "m");
 

@@ -12,7 +12,7 @@
  */
 
 import { LAUNCHER_ENV } from "../contract/launcher_env.ts";
-import type { SpareConfig } from "./config.ts";
+import { LOADING_WAIT_MS, type SpareConfig } from "./config.ts";
 import { processStartTime } from "../../linux/proc_stat.ts";
 import type { ShimFlags } from "../contract/flags.ts";
 
@@ -241,9 +241,6 @@ export async function exchange(
 
 /** How long a spare may take from accepting a `start` to serving its container. */
 export const SPARE_ADOPTION_MS = 10_000;
-
-/** How long a `start` waits for a spare that is still loading (a cold start takes longer). */
-const LOADING_WAIT_MS = 2_000;
 
 /**
  * A connection to the unix socket at `path`, or undefined when nothing listens there.

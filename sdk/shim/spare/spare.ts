@@ -128,10 +128,10 @@ export async function runSpare<T extends object>(
   // The containerd that ran the spawning `start` ("<pid>:<start time>"): gone means leave.
   const daemon = Deno.env.get(SPARE_DAEMON_ENV) ?? "";
   Deno.env.delete(SPARE_DAEMON_ENV);
-  // A launcher's start in hand is answered first: its shell waits for our word (./door.ts).
+  // Taken by a start: a launcher's (the door), or Deno's (the socket, which stops the watch as
+  // it begins). A launcher's start in hand is answered first: its shell waits for our word.
+  let adopting = false;
   let expired = false;
-  /** A launcher's start taken at the door and not answered yet. */
-  let doorStart = false;
   const expire = () => (leave(), Deno.exit(0));
   const stopWatch = watchLifetime({
     launcher,
@@ -139,7 +139,7 @@ export async function runSpare<T extends object>(
     address: flags.address,
     daemon,
     idleMs: 1000 * spareIdleSeconds(),
-    onExpired: () => doorStart ? (expired = true) : expire(),
+    onExpired: () => adopting ? (expired = true) : expire(),
   });
   // The priority a server gets back from its lowered loading one, once a start connects.
   const baseNice = Number(Deno.env.get(SPARE_NICE_ENV) ?? NaN);
@@ -149,7 +149,6 @@ export async function runSpare<T extends object>(
   // anything else is closed and the spare keeps waiting, so that a peer sending garbage (or
   // nothing) can neither take the spare nor make it exit. A few are vetted at once, each for a
   // bounded time; more are closed unanswered.
-  let adopting = false;
   let vetting = 0;
   const spareNice = niceOf("self");
   const prepared = (deadline: ReturnType<typeof setTimeout>): Prepared => ({
@@ -175,7 +174,6 @@ export async function runSpare<T extends object>(
         }
         // Reserved for this start until it is answered (the socket's starts go cold meanwhile).
         adopting = true;
-        doorStart = true;
         // Shared servers: the burst's other shells wait for the server this start may bring up.
         let ahead = takeCreateAhead(dir, start.flags.namespace, { get: (k) => start.env[k] });
         if (Number.isInteger(baseNice)) setPriority(baseNice, 0);
@@ -217,7 +215,6 @@ export async function runSpare<T extends object>(
           failLauncher(dir, pid, (e as Error).message);
           if (left) Deno.exit(1); // no longer a spare, and no server: the next spare takes over
         } finally {
-          doorStart = false;
           ahead?.close(); // no pod of its own to bring a server up for
           try {
             Deno.removeSync(`${dir}/taken-${pid}`);
