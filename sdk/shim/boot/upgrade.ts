@@ -9,9 +9,11 @@
  */
 
 import { TtrpcWireClient } from "../../ttrpc/wire_client.ts";
+import { Code } from "../../ttrpc/status_error.ts";
 import { ADDRESS_FILE, socketPath } from "../contract/socket_address.ts";
 import { LAUNCHER_ENV } from "../contract/launcher_env.ts";
 import {
+  UPGRADE_ENDED,
   UPGRADE_METHOD,
   UPGRADE_REPORT,
   UPGRADE_REQUEST,
@@ -152,6 +154,30 @@ function entries(dir: string): string[] {
   } catch {
     return [];
   }
+}
+
+/**
+ * Whether an upgrade failed because its shim ended while the command ran (its container exited
+ * and was deleted): the server said it was shutting down, or its socket or process is gone.
+ * Shutdown removes the socket first, and an upgrade puts a new one in place atomically, so a
+ * missing socket means the server is ending.
+ *
+ * @param e what the upgrade call threw
+ * @param s the shim it was sent to
+ * @param launcher this binary's path
+ */
+export function endedMeanwhile(e: unknown, s: RunningShim, launcher: string): boolean {
+  const err = e as { code?: number; rawMessage?: string };
+  if (err?.code === Code.Unavailable && err.rawMessage?.startsWith(`${UPGRADE_ENDED}:`)) {
+    return true;
+  }
+  let socketGone = false;
+  try {
+    socketGone = !Deno.lstatSync(s.socket).isSocket;
+  } catch {
+    socketGone = true;
+  }
+  return socketGone || !launchedBy(s.pid, launcher);
 }
 
 /** Whether process `pid` runs code started by `launcher` (its environment names it). */
@@ -295,6 +321,10 @@ export async function runUpgrade(argv: readonly string[], launcher: string): Pro
             : `${what}: already runs the installed code ${r.to.code.slice(0, 12)}`,
         );
       } catch (e) {
+        if (endedMeanwhile(e, s, launcher)) {
+          console.log(`${what}: ended meanwhile, nothing to upgrade: ${(e as Error).message}`);
+          continue;
+        }
         failed++;
         console.log(`${what}: FAILED: ${(e as Error).message}`);
       }

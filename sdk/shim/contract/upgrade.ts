@@ -18,6 +18,12 @@ export const UPGRADE_STATE_SUFFIX = ".upgrade";
 /** The flag that asks installed code whether it can take a state format (`-upgrade-check F`). */
 export const UPGRADE_CHECK_FLAG = "upgrade-check";
 
+/**
+ * How a server that is shutting down answers an upgrade (status Unavailable): its containers
+ * are gone, so the `upgrade` command reports it as ended, not as a failure.
+ */
+export const UPGRADE_ENDED = "ended";
+
 /** The private ttrpc service a shim serves on its own socket, and its one method. */
 export const UPGRADE_SERVICE = "skiff.shim.v1.Upgrade";
 /** See {@linkcode UPGRADE_SERVICE}. */

@@ -187,6 +187,7 @@ export async function servePod<T extends object>(
     logger,
     shim,
     ...(proc.upgradeRefusal ? { refusal: proc.upgradeRefusal } : {}),
+    ending: () => shutdown.reason,
     ...(resumed ? { resumed } : {}),
   });
 

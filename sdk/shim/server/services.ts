@@ -43,7 +43,10 @@ export interface ServicesDeps<T extends object> {
   platform: ShimPlatform;
   /** The event publisher. */
   events: EventPublisher;
-  /** Ends the server (Shutdown with nothing left, or ShutdownSandbox). */
+  /**
+   * Ends the server (Shutdown with nothing left, or ShutdownSandbox): marked at once, run after
+   * the call's answer is written.
+   */
   shutdown(why: string): void;
   /** The options `start` handed over, when known already (a live upgrade carries them). */
   inheritedOptions?: T;
@@ -110,7 +113,7 @@ export function registerServices<T extends object>(
       try {
         Deno.removeSync(d.socket);
       } catch { /* already gone */ }
-      setTimeout(() => d.shutdown("Shutdown"), 0);
+      d.shutdown("Shutdown");
     },
   });
   // The Task API from wire codecs: a cold server evaluates no protobuf-es descriptor.
@@ -133,7 +136,7 @@ export function registerServices<T extends object>(
       namespace: d.flags.namespace,
       inheritedOptions: () => inherited,
       adoptOptions: (o) => inherited = o,
-      onShutdown: () => setTimeout(() => d.shutdown("ShutdownSandbox"), 0),
+      onShutdown: () => d.shutdown("ShutdownSandbox"),
     });
     sandboxes.adopt(carried);
     return createServiceImplSpec<typeof Sandbox>(Sandbox, sandboxes.impl());

@@ -28,18 +28,35 @@ export interface ShutdownParts {
   ended(): void;
 }
 
+/** A pod's shutdown, as {@linkcode serverShutdown} returns it. */
+export interface PodShutdown {
+  /**
+   * Starts the shutdown (once) and resolves when it is done; later calls return the same
+   * promise. It is marked at once and runs from the next macrotask, so that the answer of the
+   * call that asked for it (Shutdown, ShutdownSandbox) is written first.
+   */
+  (why: string): Promise<void>;
+  /** Why the pod is ending, from the moment it was asked; `undefined` while it serves. */
+  readonly reason: string | undefined;
+}
+
 /**
- * A pod's shutdown. The returned function runs it once and then calls `ended`; later calls
- * return the same promise.
+ * A pod's shutdown. The returned function runs it once and then calls `ended`; what asked for
+ * it stays readable (`reason`), so that nothing starts what would outlive it (a live upgrade).
  *
  * @example Usage
  * ```ts ignore
  * const shutdown = serverShutdown({ logger, extensions, server, socket, publisher, release, ended });
  * ```
  */
-export function serverShutdown(parts: ShutdownParts): (why: string) => Promise<void> {
+export function serverShutdown(parts: ShutdownParts): PodShutdown {
   let done: Promise<void> | undefined;
-  return (why: string) => done ??= run(parts, why);
+  let reason: string | undefined;
+  const shutdown = (why: string) => {
+    reason ??= why;
+    return done ??= new Promise<void>((r) => setTimeout(r, 0)).then(() => run(parts, why));
+  };
+  return Object.defineProperty(shutdown, "reason", { get: () => reason }) as PodShutdown;
 }
 
 async function run(parts: ShutdownParts, why: string): Promise<void> {

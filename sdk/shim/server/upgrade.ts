@@ -32,6 +32,7 @@ import {
   parseUpgradeState,
   toBase64,
   UPGRADE_CHECK_FLAG,
+  UPGRADE_ENDED,
   UPGRADE_METHOD,
   UPGRADE_REPORT,
   UPGRADE_REQUEST,
@@ -92,6 +93,8 @@ export interface UpgradeDeps {
   resumed?: UpgradeState;
   /** Why this server cannot be upgraded live (a shared server), when it cannot. */
   refusal?: () => string | undefined;
+  /** Why the pod's server is ending (containerd's Shutdown, a signal), once it is. */
+  ending?: () => string | undefined;
 }
 
 /** The code this process runs. */
@@ -166,7 +169,21 @@ function resumedReport(s: UpgradeState, d: UpgradeDeps): UpgradeReport {
 
 let resumedAt = 0;
 
+/**
+ * Refuses when the server is ending: its socket is gone or going, and a re-executed server
+ * would take it back and serve on after containerd was told it had shut down.
+ */
+function refuseEnding(d: UpgradeDeps): void {
+  const why = d.ending?.();
+  if (why === undefined) return;
+  throw statusError(
+    `${UPGRADE_ENDED}: the shim is shutting down (${why}); nothing is left to upgrade`,
+    Code.Unavailable,
+  );
+}
+
 async function upgrade(d: UpgradeDeps, req: UpgradeRequest): Promise<UpgradeReport> {
+  refuseEnding(d);
   const refused = d.refusal?.();
   if (refused) throw statusError(refused, Code.FailedPrecondition);
   const launcher = Deno.env.get(LAUNCHER_ENV.launcher);
@@ -205,6 +222,8 @@ async function upgrade(d: UpgradeDeps, req: UpgradeRequest): Promise<UpgradeRepo
     for (;;) {
       // A macrotask: every read that completed has been handled by its reader by now.
       await new Promise((r) => setTimeout(r, 2));
+      // Shutdown may have run before the hold, or been answered while it settled.
+      refuseEnding(d);
       const pending = whatIsPending(d);
       if (pending === undefined) {
         const err = reexecute(d, launcher, req.token, heldAt, from);

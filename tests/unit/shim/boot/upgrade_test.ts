@@ -1,9 +1,12 @@
 // The `upgrade` command's search for running shims (sdk/shim/boot/upgrade.ts): a shim is found
 // however the operator names the binary (a relative path, a symbolic link), in the task state
-// directory and in the `shim` sandboxer's beside it; another binary's shim is not.
+// directory and in the `shim` sandboxer's beside it; another binary's shim is not. A shim that
+// ended while the command ran is told apart from a failed upgrade.
 import assert from "node:assert/strict";
-import { findShims, sandboxStateDir } from "../../../../sdk/shim/boot/upgrade.ts";
+import { endedMeanwhile, findShims, sandboxStateDir } from "../../../../sdk/shim/boot/upgrade.ts";
 import { LAUNCHER_ENV } from "../../../../sdk/shim/contract/launcher_env.ts";
+import { UPGRADE_ENDED } from "../../../../sdk/shim/contract/upgrade.ts";
+import { Code, statusError } from "../../../../sdk/ttrpc/status_error.ts";
 
 /** A stand-in server: a process whose environment names `launcher`. */
 function fakeServer(launcher: string): Deno.ChildProcess {
@@ -52,6 +55,41 @@ Deno.test("findShims: found by a relative path or a symbolic link; sandboxer bun
       p.kill("SIGKILL");
       await p.status;
     }
+    Deno.removeSync(root, { recursive: true });
+  }
+});
+
+Deno.test("endedMeanwhile: a shim shutting down, or whose socket or process is gone, ended; any other failure did not", async () => {
+  const root = Deno.makeTempDirSync({ prefix: "skiff-upgrade-ended-" });
+  const launcher = `${root}/containerd-shim-x-v2`;
+  Deno.writeTextFileSync(launcher, "#!/bin/sh\n");
+  const socket = `${root}/s`;
+  const listener = Deno.listen({ transport: "unix", path: socket });
+  const server = fakeServer(launcher);
+  try {
+    const s = { socket, pid: server.pid, namespace: "default", ids: ["web"] };
+    const failed = statusError("live upgrade failed, still serving the old code", Code.Internal);
+    assert.equal(endedMeanwhile(failed, s, launcher), false, "a live server's failure is one");
+    assert.equal(
+      endedMeanwhile(statusError("ttrpc client closed", Code.Unavailable), s, launcher),
+      false,
+      "Unavailable alone is not an end",
+    );
+    const ending = statusError(
+      `${UPGRADE_ENDED}: the shim is shutting down (Shutdown)`,
+      Code.Unavailable,
+    );
+    assert.equal(endedMeanwhile(ending, s, launcher), true, "the server said it is ending");
+    assert.equal(
+      endedMeanwhile(failed, { ...s, pid: Deno.pid }, launcher),
+      true,
+      "the pid no longer runs this launcher's code",
+    );
+    listener.close(); // removes the socket file
+    assert.equal(endedMeanwhile(failed, s, launcher), true, "the socket is gone");
+  } finally {
+    server.kill("SIGKILL");
+    await server.status;
     Deno.removeSync(root, { recursive: true });
   }
 });

@@ -118,6 +118,8 @@ interface Rig {
   server: FakeServer;
   hooks: FakeShimHooks;
   tasks: { settled: boolean; carried: number; carryError?: string };
+  /** Set to say the server is shutting down (what `shutdown.reason` gives). */
+  ending: string | undefined;
   upgrade(req: { settleTimeoutMs?: number; force?: boolean }): Promise<UpgradeReport>;
 }
 
@@ -184,12 +186,20 @@ async function withRig(checkExit: number, fn: (r: Rig) => Promise<void>): Promis
     inheritedOptions: () => undefined,
     logger: new Logger({ sink: () => {} }),
     shim: hooks,
+    ending: () => rig.ending,
   };
+  const rig = { ending: undefined as string | undefined };
   registerUpgradeService(deps);
   const method = server.method!;
   assert.ok(method, "the Upgrade method is registered");
   try {
     await fn({
+      get ending() {
+        return rig.ending;
+      },
+      set ending(v) {
+        rig.ending = v;
+      },
       dir,
       launcher,
       socket,
@@ -356,5 +366,28 @@ Deno.test("Upgrade refuses, holding nothing, when carryUpgrade refuses", async (
     // Asked before anything was held: nothing to prepare or cancel.
     assert.deepEqual(r.hooks.calls, ["carry"]);
     assert.equal(r.server.held, 0);
+  });
+});
+
+Deno.test("Upgrade refuses a shim that is shutting down: before holding, and when Shutdown came while it settled", async () => {
+  await withRig(0, async (r) => {
+    r.ending = "Shutdown";
+    await refused(
+      r.upgrade({ force: true }),
+      Code.Unavailable,
+      /^ended: the shim is shutting down \(Shutdown\); nothing is left to upgrade/,
+    );
+    assert.equal(r.server.held, 0, "nothing held");
+  });
+  await withRig(0, async (r) => {
+    // Settling (a chunk mid-way) when containerd's Shutdown is answered: no re-exec follows.
+    r.tasks.settled = false;
+    setTimeout(() => {
+      r.ending = "Shutdown";
+      r.tasks.settled = true;
+    }, 20);
+    await refused(r.upgrade({ force: true, settleTimeoutMs: 2_000 }), Code.Unavailable, /^ended:/);
+    assert.deepEqual(r.hooks.calls, ["carry", "prepare (held true)", "cancelled (held true)"]);
+    assert.equal(r.server.released, 1, "the held requests run (Shutdown's own among them)");
   });
 });
