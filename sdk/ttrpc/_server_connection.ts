@@ -16,7 +16,7 @@ import type {
   UnaryResponse,
 } from "@connectrpc/connect";
 import { type ControlledHandlerContext, handlerContext } from "./_handler_context.ts";
-import { Code, statusError } from "./status_error.ts";
+import { Code, statusError, TTRPC_SHUTTING_DOWN } from "./status_error.ts";
 import type { Request } from "../../proto/gen/ttrpc/request_pb.ts";
 import type { Status } from "../../proto/gen/google/rpc/status_pb.ts";
 import { shimCodec } from "../../proto/shim_wire.ts";
@@ -392,7 +392,7 @@ export class ServerConnection {
 
   #onRequest(id: number, req: Request): void {
     if (this.#draining) {
-      return this.#sendStatus(id, Code.Unavailable, "ttrpc server is shutting down");
+      return this.#sendStatus(id, Code.Unavailable, TTRPC_SHUTTING_DOWN);
     }
     const service = this.#ctx.services.get(req.service);
     if (service === undefined) {
@@ -422,7 +422,7 @@ export class ServerConnection {
       return this.#sendStatus(id, Code.Internal, `loading service ${req.service}: ${msg}`);
     }
     if (this.#draining) {
-      return this.#sendStatus(id, Code.Unavailable, "ttrpc server is shutting down");
+      return this.#sendStatus(id, Code.Unavailable, TTRPC_SHUTTING_DOWN);
     }
     this.#route(id, req, service);
   }

@@ -79,6 +79,15 @@ class LightConnectError extends Error {
 }
 
 /**
+ * How the ttrpc package's own Unavailable errors begin, for a caller that must tell them apart:
+ * a server draining answers a new call with {@linkcode TTRPC_SHUTTING_DOWN}, and a client whose
+ * connect failed (the call never reached a server) says {@linkcode TTRPC_DIAL_FAILED} first.
+ */
+export const TTRPC_SHUTTING_DOWN = "ttrpc server is shutting down";
+/** See {@linkcode TTRPC_SHUTTING_DOWN}. */
+export const TTRPC_DIAL_FAILED = "dial ttrpc socket";
+
+/**
  * An error with a gRPC status code that Connect and skiff's ttrpc server take for a
  * `ConnectError` (only `findDetails` is missing: these errors carry no details).
  *

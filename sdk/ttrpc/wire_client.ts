@@ -7,7 +7,7 @@
  * @module
  */
 
-import { Code, isStatusError, statusError } from "./status_error.ts";
+import { Code, isStatusError, statusError, TTRPC_DIAL_FAILED } from "./status_error.ts";
 import type { Response } from "../../proto/gen/ttrpc/request_pb.ts";
 import type { WireCodec, WireInit } from "../../proto/wire_table.ts";
 import { ClientConnection } from "./_client_connection.ts";
@@ -245,7 +245,7 @@ export class TtrpcWireClient {
       timer = setTimeout(() => {
         reject(
           statusError(
-            `dial ttrpc socket ${path}: timed out after ${this.#dialTimeoutMs} ms`,
+            `${TTRPC_DIAL_FAILED} ${path}: timed out after ${this.#dialTimeoutMs} ms`,
             Code.Unavailable,
           ),
         );
@@ -259,7 +259,7 @@ export class TtrpcWireClient {
       connecting.then((c) => c.close(), () => {});
       if (isStatusError(err)) throw err;
       const msg = err instanceof Error ? err.message : String(err);
-      throw statusError(`dial ttrpc socket ${path}: ${msg}`, Code.Unavailable);
+      throw statusError(`${TTRPC_DIAL_FAILED} ${path}: ${msg}`, Code.Unavailable);
     } finally {
       clearTimeout(timer);
     }

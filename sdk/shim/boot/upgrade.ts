@@ -9,7 +9,7 @@
  */
 
 import { TtrpcWireClient } from "../../ttrpc/wire_client.ts";
-import { Code } from "../../ttrpc/status_error.ts";
+import { Code, TTRPC_DIAL_FAILED, TTRPC_SHUTTING_DOWN } from "../../ttrpc/status_error.ts";
 import { ADDRESS_FILE, socketPath } from "../contract/socket_address.ts";
 import { LAUNCHER_ENV } from "../contract/launcher_env.ts";
 import {
@@ -158,26 +158,25 @@ function entries(dir: string): string[] {
 
 /**
  * Whether an upgrade failed because its shim ended while the command ran (its container exited
- * and was deleted): the server said it was shutting down, or its socket or process is gone.
- * Shutdown removes the socket first, and an upgrade puts a new one in place atomically, so a
- * missing socket means the server is ending.
+ * and was deleted), not because of the upgrade: the server said it was shutting down (its own
+ * refusal, or its ttrpc server draining), or the call never reached it and its socket is gone
+ * (Shutdown removes it first; an upgrade puts a new one in place atomically). A connection lost
+ * while the call ran is a failure whatever is left: the upgrade may have ended the shim.
  *
  * @param e what the upgrade call threw
  * @param s the shim it was sent to
- * @param launcher this binary's path
  */
-export function endedMeanwhile(e: unknown, s: RunningShim, launcher: string): boolean {
+export function endedMeanwhile(e: unknown, s: RunningShim): boolean {
   const err = e as { code?: number; rawMessage?: string };
-  if (err?.code === Code.Unavailable && err.rawMessage?.startsWith(`${UPGRADE_ENDED}:`)) {
+  if (err?.code !== Code.Unavailable) return false;
+  const said = err.rawMessage ?? "";
+  if (said.startsWith(`${UPGRADE_ENDED}:`) || said === TTRPC_SHUTTING_DOWN) return true;
+  if (!said.startsWith(TTRPC_DIAL_FAILED)) return false;
+  try {
+    return !Deno.lstatSync(s.socket).isSocket;
+  } catch {
     return true;
   }
-  let socketGone = false;
-  try {
-    socketGone = !Deno.lstatSync(s.socket).isSocket;
-  } catch {
-    socketGone = true;
-  }
-  return socketGone || !launchedBy(s.pid, launcher);
 }
 
 /** Whether process `pid` runs code started by `launcher` (its environment names it). */
@@ -321,7 +320,7 @@ export async function runUpgrade(argv: readonly string[], launcher: string): Pro
             : `${what}: already runs the installed code ${r.to.code.slice(0, 12)}`,
         );
       } catch (e) {
-        if (endedMeanwhile(e, s, launcher)) {
+        if (endedMeanwhile(e, s)) {
           console.log(`${what}: ended meanwhile, nothing to upgrade: ${(e as Error).message}`);
           continue;
         }

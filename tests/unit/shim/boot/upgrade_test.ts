@@ -6,7 +6,12 @@ import assert from "node:assert/strict";
 import { endedMeanwhile, findShims, sandboxStateDir } from "../../../../sdk/shim/boot/upgrade.ts";
 import { LAUNCHER_ENV } from "../../../../sdk/shim/contract/launcher_env.ts";
 import { UPGRADE_ENDED } from "../../../../sdk/shim/contract/upgrade.ts";
-import { Code, statusError } from "../../../../sdk/ttrpc/status_error.ts";
+import {
+  Code,
+  statusError,
+  TTRPC_DIAL_FAILED,
+  TTRPC_SHUTTING_DOWN,
+} from "../../../../sdk/ttrpc/status_error.ts";
 
 /** A stand-in server: a process whose environment names `launcher`. */
 function fakeServer(launcher: string): Deno.ChildProcess {
@@ -59,37 +64,33 @@ Deno.test("findShims: found by a relative path or a symbolic link; sandboxer bun
   }
 });
 
-Deno.test("endedMeanwhile: a shim shutting down, or whose socket or process is gone, ended; any other failure did not", async () => {
+Deno.test("endedMeanwhile: a shim that said it is shutting down, or was never reached and whose socket is gone, ended; a call lost midway did not", () => {
   const root = Deno.makeTempDirSync({ prefix: "skiff-upgrade-ended-" });
-  const launcher = `${root}/containerd-shim-x-v2`;
-  Deno.writeTextFileSync(launcher, "#!/bin/sh\n");
   const socket = `${root}/s`;
   const listener = Deno.listen({ transport: "unix", path: socket });
-  const server = fakeServer(launcher);
   try {
-    const s = { socket, pid: server.pid, namespace: "default", ids: ["web"] };
+    const s = { socket, pid: 4242, namespace: "default", ids: ["web"] };
+    const ended = (e: Error) => endedMeanwhile(e, s);
     const failed = statusError("live upgrade failed, still serving the old code", Code.Internal);
-    assert.equal(endedMeanwhile(failed, s, launcher), false, "a live server's failure is one");
+    assert.equal(ended(failed), false, "the upgrade's own failure");
     assert.equal(
-      endedMeanwhile(statusError("ttrpc client closed", Code.Unavailable), s, launcher),
-      false,
-      "Unavailable alone is not an end",
+      ended(
+        statusError(`${UPGRADE_ENDED}: the shim is shutting down (Shutdown)`, Code.Unavailable),
+      ),
+      true,
+      "the server said it is ending",
     );
-    const ending = statusError(
-      `${UPGRADE_ENDED}: the shim is shutting down (Shutdown)`,
+    assert.equal(ended(statusError(TTRPC_SHUTTING_DOWN, Code.Unavailable)), true, "draining");
+    const dial = statusError(
+      `${TTRPC_DIAL_FAILED} ${socket}: Connection refused`,
       Code.Unavailable,
     );
-    assert.equal(endedMeanwhile(ending, s, launcher), true, "the server said it is ending");
-    assert.equal(
-      endedMeanwhile(failed, { ...s, pid: Deno.pid }, launcher),
-      true,
-      "the pid no longer runs this launcher's code",
-    );
+    assert.equal(ended(dial), false, "not reached, and its socket is still there: it died");
+    const lost = statusError(`ttrpc client of ${socket} closed`, Code.Unavailable);
     listener.close(); // removes the socket file
-    assert.equal(endedMeanwhile(failed, s, launcher), true, "the socket is gone");
+    assert.equal(ended(dial), true, "not reached, and its socket is gone: it shut down");
+    assert.equal(ended(lost), false, "lost while the call ran: the upgrade may have ended it");
   } finally {
-    server.kill("SIGKILL");
-    await server.status;
     Deno.removeSync(root, { recursive: true });
   }
 });
