@@ -118,8 +118,8 @@ interface Rig {
   server: FakeServer;
   hooks: FakeShimHooks;
   tasks: { settled: boolean; carried: number; carryError?: string };
-  /** Set to say the server is shutting down (what `shutdown.reason` gives). */
-  ending: string | undefined;
+  /** `reason` set says the server is shutting down (what the pod's `shutdown.reason` gives). */
+  shutdown: { reason?: string };
   upgrade(req: { settleTimeoutMs?: number; force?: boolean }): Promise<UpgradeReport>;
 }
 
@@ -157,6 +157,7 @@ async function withRig(checkExit: number, fn: (r: Rig) => Promise<void>): Promis
   const server = new FakeServer();
   const hooks = new FakeShimHooks(server);
   const tasks = { settled: true, carried: 0, carryError: undefined as string | undefined };
+  const shutdown: { reason?: string } = {};
   const socket = `${dir}/shim.sock`;
   const deps: UpgradeDeps = {
     flags: {
@@ -186,20 +187,14 @@ async function withRig(checkExit: number, fn: (r: Rig) => Promise<void>): Promis
     inheritedOptions: () => undefined,
     logger: new Logger({ sink: () => {} }),
     shim: hooks,
-    ending: () => rig.ending,
+    ending: () => shutdown.reason,
   };
-  const rig = { ending: undefined as string | undefined };
   registerUpgradeService(deps);
   const method = server.method!;
   assert.ok(method, "the Upgrade method is registered");
   try {
     await fn({
-      get ending() {
-        return rig.ending;
-      },
-      set ending(v) {
-        rig.ending = v;
-      },
+      shutdown,
       dir,
       launcher,
       socket,
@@ -371,7 +366,7 @@ Deno.test("Upgrade refuses, holding nothing, when carryUpgrade refuses", async (
 
 Deno.test("Upgrade refuses a shim that is shutting down: before holding, and when Shutdown came while it settled", async () => {
   await withRig(0, async (r) => {
-    r.ending = "Shutdown";
+    r.shutdown.reason = "Shutdown";
     await refused(
       r.upgrade({ force: true }),
       Code.Unavailable,
@@ -383,7 +378,7 @@ Deno.test("Upgrade refuses a shim that is shutting down: before holding, and whe
     // Settling (a chunk mid-way) when containerd's Shutdown is answered: no re-exec follows.
     r.tasks.settled = false;
     setTimeout(() => {
-      r.ending = "Shutdown";
+      r.shutdown.reason = "Shutdown";
       r.tasks.settled = true;
     }, 20);
     await refused(r.upgrade({ force: true, settleTimeoutMs: 2_000 }), Code.Unavailable, /^ended:/);
