@@ -6,7 +6,8 @@
  * containers) and sums each class's CPU over each side's burst: from its first `start` for the
  * burst's wall time that scale_bench reports.
  *
- * Run: `deno run -A bench/burst_cpu.ts [--containerd 2.1]`. Needs root and `perf` (Debian's
+ * Run: `deno run -A bench/burst_cpu.ts [--containerd 2.1] [--shared N]` (`--shared`: skiff's
+ * servers shared by up to N pods, as scale_bench's). Needs root and `perf` (Debian's
  * `linux-perf`); not part of `deno task bench`.
  *
  * @module
@@ -50,6 +51,7 @@ export function parsePerfScript(text: string): Map<number, Proc> {
   return procs;
 }
 
+const SKIFF_LAUNCHER = /^containerd-shim-skiff-/;
 const RUNC = new Set(["runc", "exe", "6"]); // runc, and runc init re-executing itself
 
 /** The class of process `pid`: what it runs, and for shims and runc, whose it is. */
@@ -61,6 +63,13 @@ export function classify(procs: Map<number, Proc>, pid: number, depth = 0): stri
     return p.parent !== undefined ? classify(procs, p.parent, depth + 1) : "other";
   }
   const parentExe = p.parent !== undefined ? procs.get(p.parent)?.exe.at(-1) : undefined;
+  // The installed launcher is a shell script: its exec names the script. A start it hands to a
+  // server or spare runs no Deno, only the shell and its tools (flock, sleep, cat).
+  if (SKIFF_LAUNCHER.test(last) && parentExe === "containerd") return "skiff start";
+  if (p.parent !== undefined && last !== "deno" && last !== "containerd" && !RUNC.has(last)) {
+    const by = classify(procs, p.parent, depth + 1);
+    if (by === "skiff start") return "skiff start";
+  }
   if (last === "deno") {
     if (p.exe.includes("nice")) return "skiff spare";
     if (parentExe === "containerd") return "skiff start";
@@ -118,7 +127,7 @@ function burstStart(procs: Map<number, Proc>, cls: string): number | undefined {
 if (import.meta.main) {
   const { values } = parseArgs({
     args: Deno.args,
-    options: { containerd: { type: "string", default: "2.1" } },
+    options: { containerd: { type: "string", default: "2.1" }, shared: { type: "string" } },
   });
   const data = await Deno.makeTempFile({ prefix: "skiff-burst-cpu-", suffix: ".data" });
   const perf = new Deno.Command("perf", {
@@ -144,6 +153,7 @@ if (import.meta.main) {
       values.containerd!,
       "--only",
       "burst",
+      ...(values.shared ? ["--shared", values.shared] : []),
     ],
     stderr: "inherit",
   }).output();

@@ -304,20 +304,44 @@ export function startDoorPath(): string[] {
     "  done",
     // The key: the first 16 hex digits of this launcher's code identity.
     `  k=\${${E.code}#????????????????}; k=\${${E.code}%"$k"}; d=`,
-    '  [ -n "$a" ] && [ ${#k} = 16 ] && h=$(printf %s "$a" | sha256sum 2>/dev/null) &&',
-    `    d=${dir}$(printf %.12s "$h")`,
+    // Whether a live process holds the lock $1: the pid its holder wrote into it lives (no
+    // exec), else flock(1) finds it taken. A pid reused after its holder died sends a knock
+    // into a dead door; the wait below finds the lock free within a second and goes on.
+    '  held() { { read -r o <"$1" && [ -n "$o" ] && kill -0 "$o"; } 2>/dev/null ||',
+    '    ! flock -n "$1" true 2>/dev/null; }',
+    // The spares' directory is named by the address's SHA-256 (spareDir in
+    // sdk/shim/spare/config.ts). A `sha256sum` costs forks and an exec in every start, so its
+    // first 12 digits are kept beside the directory in a file named by the address itself
+    // ('/' as '%', for an address of plain characters only: one name per address), and read
+    // back with the shell's own `read`. What a file holds is checked, never trusted.
+    "  e=; case $a in /*[!A-Za-z0-9/._-]*) ;; /*) x=$a; while :; do",
+    "    case $x in */*) e=$e${x%%/*}%; x=${x#*/} ;; *) e=$e$x; break ;; esac; done ;; esac",
+    `  h= hn=; [ -n "$e" ] && { read -r h <"${dir}address-$e"; } 2>/dev/null`,
+    "  case $h in ????????????) case $h in *[!0-9a-f]*) h= ;; esac ;; *) h= ;; esac",
+    '  [ -z "$h" ] && [ -n "$a" ] && h=$(printf %s "$a" | sha256sum 2>/dev/null) &&',
+    '    h=${h%"${h#????????????}"} && hn=1',
+    `  [ \${#k} = 16 ] && [ \${#h} = 12 ] && d=${dir}$h`,
+    `  [ -n "$hn" ] && [ -n "$e" ] && [ -d "$d" ] && { printf '%s\\n' "$h" >"${dir}address-$e"; } 2>/dev/null`,
     // A shared server of this namespace that takes pods first (sdk/shim/spare/shared.ts: its
-    // name has the namespace's hash), then the spare; one that does not take this start (full)
-    // sends the shell on to the next.
-    `  m=; [ -n "\${${E.sharedPods}-}" ] && m=$(printf %s "$ns" | sha256sum 2>/dev/null) &&`,
-    '    m=$(printf %.8s "$m")',
+    // name has the namespace's hash, kept the same way in `ns-<namespace>` in the directory:
+    // containerd's namespace names are plain characters), then the spare; one that does not
+    // take this start (full) sends the shell on to the next.
+    `  m=; if [ -n "\${${E.sharedPods}-}" ]; then`,
+    '    f=; [ -n "$d" ] && case $ns in ""|*[!A-Za-z0-9._-]*) ;; *) f="$d/ns-$ns" ;; esac',
+    '    [ -n "$f" ] && { read -r m <"$f"; } 2>/dev/null',
+    "    case $m in ????????) case $m in *[!0-9a-f]*) m= ;; esac ;; *) m= ;; esac",
+    '    if [ -z "$m" ] && m=$(printf %s "$ns" | sha256sum 2>/dev/null); then',
+    '      m=${m%"${m#????????}"}',
+    `      [ -n "$f" ] && [ -d "$d" ] && { printf '%s\\n' "$m" >"$f"; } 2>/dev/null`,
+    "    fi",
+    "  fi",
     '  c="$d/shared-$k-$m.create"',
     // Passes: a burst's knocks are lost as servers fill up and spares become servers; each
     // pass ends in a knock answered, in Deno's start, or waiting on `create`.
     `  for p in ${Array.from({ length: DOOR_PASSES }, (_, i) => i + 1).join(" ")}; do`,
     '  for s in "shared-$k-$m" "spare-$k"; do',
-    '  if [ -n "$d" ] && [ -p "$d/$s.door" ] &&',
-    '    ! flock -n "$d/$s.lock" true 2>/dev/null && : 2>/dev/null >"$d/start-$$"; then',
+    '  if [ -n "$d" ] && [ -p "$d/$s.door" ] && held "$d/$s.lock" &&',
+    '    : 2>/dev/null >"$d/start-$$"; then',
     "    r=",
     "    trap 'r=0' USR1",
     "    trap 'r=cold' USR2",
@@ -370,7 +394,9 @@ export function startDoorPath(): string[] {
     "    trap - USR1 USR2 HUP",
     // The server's answer (or why it failed), printed on this shell's own stdout (stderr).
     "    case $r in",
-    '      0) cat "$d/answer-$$" || r=1 ;;',
+    // With the shell's own read and printf (a `cat` is a fork and an exec); a last line
+    // without a newline is printed as it is.
+    `      0) { while IFS= read -r x; do printf '%s\\n' "$x"; done; printf %s "$x"; } <"$d/answer-$$" || r=1 ;;`,
     '      1) cat "$d/error-$$" >&2 2>/dev/null ;;',
     "    esac",
     '    rm -f "$d/start-$$" "$d/taken-$$" "$d/answer-$$" "$d/error-$$"',
@@ -393,8 +419,8 @@ export function startDoorPath(): string[] {
     '    i=0; while [ ! -p "$d/spare-$k.door" ] && [ ! -p "$d/shared-$k-$m.door" ] &&',
     `      [ $i -lt ${
       Math.round(LOADING_WAIT_MS / 1000 / SPARE_LOOK_S)
-    } ] && { ! flock -n "$d/spare-$k.lock" true 2>/dev/null ||`,
-    '      { read -r t x <"$d/spare-$k.loading" && kill -0 "$t"; } 2>/dev/null; }; do',
+    } ] && { { read -r t x <"$d/spare-$k.loading" && kill -0 "$t"; } 2>/dev/null ||`,
+    '      held "$d/spare-$k.lock"; }; do',
     `      sleep ${SPARE_LOOK_S}; i=$((i + 1))`,
     "    done",
     `    if [ $p != ${DOOR_PASSES} ] && { [ $i != 0 ] && [ -p "$d/spare-$k.door" ] ||`,
@@ -403,10 +429,11 @@ export function startDoorPath(): string[] {
     "    fi",
     `    ${E.createFd}=${CREATE_FD}; export ${E.createFd}; break`,
     "  fi",
-    `  exec ${CREATE_FD}>&-`,
+    // Waits on the lock through the descriptor already open (no `true` to exec), then lets go.
     `  [ $p != ${DOOR_PASSES} ] && flock -s -w ${
       CREATE_WAIT_MS / 1000
-    } "$c" true 2>/dev/null || break`,
+    } ${CREATE_FD} 2>/dev/null || { exec ${CREATE_FD}>&-; break; }`,
+    `  exec ${CREATE_FD}>&-`,
     "  done",
     "fi",
   ];

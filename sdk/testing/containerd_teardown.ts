@@ -6,7 +6,7 @@
  * @module
  */
 
-import { spareDir } from "../shim/spare/mod.ts";
+import { spareDir, spareDirCache } from "../shim/spare/mod.ts";
 
 const dec = new TextDecoder();
 
@@ -19,7 +19,7 @@ async function sha256Hex(text: string): Promise<string> {
  * Removes the sockets the shims of `address` may have left: the Go shims listen on
  * `/run/containerd/s/<sha256(address/ns/id)>` (a killed one leaves it), skiff shims with the
  * operations endpoint on also leave `<socket>.ops`; and skiff's warm spares of this containerd
- * (their sockets, locks and counters).
+ * (their sockets, locks and counters, and the launcher's note of where they live).
  *
  * @param address the containerd's gRPC socket
  * @param containers `ns/id` of every container the shims may have served
@@ -39,6 +39,8 @@ export async function removeShimSockets(
     await Deno.remove(`/run/containerd/s/${hex}.ops`).catch(() => undefined);
   }
   await Deno.remove(spareDir(address), { recursive: true }).catch(() => undefined);
+  const cache = spareDirCache(address);
+  if (cache) await Deno.remove(cache).catch(() => undefined);
 }
 
 /**

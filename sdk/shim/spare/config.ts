@@ -233,6 +233,31 @@ export function spareDir(address: string, socketDir: string = DEFAULT_SOCKET_DIR
   return `${socketDir}/skiff-${sha256Hex(address).slice(0, 12)}`;
 }
 
+/**
+ * Where the launcher's shell keeps {@linkcode spareDir}'s hash for `address`, so that a `start`
+ * runs no `sha256sum` (`startDoorPath` in sdk/install/install.ts writes and reads it):
+ * `<socket dir>/skiff-address-<address, '/' as '%'>`. Undefined for an address the shell does not
+ * name a file after (not absolute, or with characters other than letters, digits and `/._-`):
+ * its shell hashes at every start.
+ *
+ * @param address containerd's address (`-address`)
+ * @param socketDir the directory of shim sockets
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { spareDirCache } from "./config.ts";
+ * strictEqual(spareDirCache("/run/containerd/containerd.sock"), "/run/containerd/s/skiff-address-%run%containerd%containerd.sock");
+ * strictEqual(spareDirCache("/run/with space.sock"), undefined);
+ * ```
+ */
+export function spareDirCache(
+  address: string,
+  socketDir: string = DEFAULT_SOCKET_DIR,
+): string | undefined {
+  if (!/^\/[A-Za-z0-9/._-]*$/.test(address)) return undefined;
+  return `${socketDir}/skiff-address-${address.replaceAll("/", "%")}`;
+}
+
 /** The launcher a spare is keyed on, or undefined when spares are off. */
 function spareLauncher(env: { get(key: string): string | undefined }): string | undefined {
   const launcher = env.get(LAUNCHER_ENV.launcher);

@@ -8,7 +8,7 @@
  * @module
  */
 
-export { launcherCodeId, spareDir } from "./config.ts";
+export { launcherCodeId, spareDir, spareDirCache } from "./config.ts";
 export {
   countServerStart,
   readSpareStatsSync,

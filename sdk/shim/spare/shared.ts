@@ -241,6 +241,12 @@ class JoinPoint implements Sharing {
       Deno.unrefTimer(this.#retry);
       return;
     }
+    // Our pid in it: the launcher's shell sees a live holder with a `kill -0`, not an exec of
+    // flock(1) per start (`held` in sdk/install/install.ts); it is also what operators look for.
+    try {
+      lock.truncateSync(0);
+      lock.writeSync(new TextEncoder().encode(`${Deno.pid}\n`));
+    } catch { /* the shell asks flock instead */ }
     // The lock is ours: a socket or door left here is a previous holder's.
     let listener: Deno.UnixListener;
     try {

@@ -15,6 +15,8 @@ import {
 import { startDoorPath } from "../../../../sdk/install/install.ts";
 import { sha256Hex } from "../../../../sdk/shim/contract/sha256.ts";
 import { DEFAULT_SOCKET_DIR } from "../../../../sdk/shim/contract/socket_address.ts";
+import { spareDirCache } from "../../../../sdk/shim/spare/config.ts";
+import { close, mkfifo, O, open, readFd } from "../../../../sdk/linux/libc.ts";
 
 const dec = new TextDecoder();
 const CODE = "0123456789abcdef".repeat(4);
@@ -99,6 +101,7 @@ async function withRig(
     await fn(rig);
   } finally {
     await Deno.remove(dir, { recursive: true }).catch(() => {});
+    await Deno.remove(spareDirCache(address)!).catch(() => {});
     await Deno.remove(root, { recursive: true });
   }
 }
@@ -290,7 +293,7 @@ Deno.test("door, shared servers: a start waits while another brings a server up,
     const out = r.start("opts");
     // The shell waits on the lock (a `flock` of its own), not in a Deno `start`.
     await Promise.race([
-      flockWaiting(["-s", "-w", "30", p.create]),
+      flockWaiting(["-s", "-w", "30", "9"]),
       out.then((o) => {
         throw new Error(`the shell did not wait for the server: ${JSON.stringify(o)}`);
       }),
@@ -447,4 +450,126 @@ Deno.test("door, shared servers: with a spare still loading, the shell waits for
       lock.close();
     }
   }, SHARED);
+});
+
+Deno.test("door: the spares' directory is found by the shell's note of the address's hash, checked for its form", async () => {
+  await withRig(async (r) => {
+    const note = spareDirCache(r.address)!;
+    const hash = r.dir.slice(-12);
+    // The first start hashes the address and leaves the note beside the directory.
+    assert.deepEqual(await r.start("a"), { code: 0, stdout: "deno start: a\n", stderr: "" });
+    assert.equal(Deno.readTextFileSync(note), `${hash}\n`);
+    const lock = r.holdLock();
+    try {
+      // The note is what a start goes by: one naming another directory misses this spare.
+      Deno.writeTextFileSync(note, "0123456789ab\n");
+      assert.deepEqual(await r.start("b"), { code: 0, stdout: "deno start: b\n", stderr: "" });
+      // One not in the form of 12 hex digits is not used: hashed again, and written again.
+      for (const bad of ["not-a-hash\n", "", "0123456789abc\n", "../../../tmp\n"]) {
+        Deno.writeTextFileSync(note, bad);
+        const spare = spareAtDoor(r, async (pid) => {
+          assert.equal(takeKnock(r.dir, pid), true);
+          await launcherStdin(pid);
+          answerLauncher(r.dir, pid, "unix:///run/containerd/s/c");
+        });
+        assert.deepEqual(await r.start("c"), {
+          code: 0,
+          stdout: "unix:///run/containerd/s/c",
+          stderr: "",
+        }, `note ${JSON.stringify(bad)}`);
+        await spare;
+        assert.equal(Deno.readTextFileSync(note), `${hash}\n`);
+      }
+    } finally {
+      lock.close();
+    }
+  });
+});
+
+Deno.test("door, shared servers: the namespace's hash is noted in the spares' directory", async () => {
+  await withRig(async (r) => {
+    assert.deepEqual(await r.start("o"), {
+      code: 0,
+      stdout: "deno start: o held fd=9\n",
+      stderr: "",
+    });
+    assert.equal(Deno.readTextFileSync(`${r.dir}/ns-ns`), `${sha256Hex("ns").slice(0, 8)}\n`);
+    // A bad note is not used: the start still finds the namespace's server by its hash.
+    Deno.writeTextFileSync(`${r.dir}/ns-ns`, "zzzzzzzz\n");
+    const p = sharedPaths(r);
+    const lock = lockFile(p.lock);
+    const door = openDoor(p.door);
+    const served = (async () => {
+      for await (const pid of door.knocks()) {
+        assert.equal(takeKnock(r.dir, pid), true);
+        await launcherStdin(pid);
+        answerLauncher(r.dir, pid, "unix:///run/containerd/s/ns");
+        return;
+      }
+    })();
+    try {
+      assert.deepEqual(await r.start("o"), {
+        code: 0,
+        stdout: "unix:///run/containerd/s/ns",
+        stderr: "",
+      });
+      await served;
+    } finally {
+      door.close();
+      lock.close();
+    }
+  }, SHARED);
+});
+
+/**
+ * A door FIFO that no spare reads (its spare died): the knocks written into it stay there, read
+ * back at once, without waiting, when the test asks.
+ */
+function deadDoor(r: Rig): { knocks(): string; close(): void } {
+  const path = `${r.dir}/spare-${KEY}.door`;
+  mkfifo(path, 0o600);
+  const fd = open(path, O.RDWR | O.NONBLOCK);
+  return {
+    knocks() {
+      const buf = new Uint8Array(256);
+      const n = readFd(fd, buf, "door");
+      return n ? dec.decode(buf.subarray(0, n)) : "";
+    },
+    close() {
+      close(fd);
+      Deno.removeSync(path);
+    },
+  };
+}
+
+Deno.test("door: a lock naming a live pid is taken as held; one nobody holds is found out within the wait", async () => {
+  await withRig(async (r) => {
+    const lockPath = `${r.dir}/spare-${KEY}.lock`;
+    // Nobody holds the lock, but the pid it names lives (its holder died, the pid was reused):
+    // the shell knocks, finds the lock free within its first second, takes its token back and
+    // goes the Deno way.
+    Deno.writeTextFileSync(lockPath, `${Deno.pid}\n`);
+    let door = deadDoor(r);
+    try {
+      const out = await r.start("o");
+      assert.deepEqual(out, { code: 0, stdout: "deno start: o\n", stderr: "" });
+      assert.match(door.knocks(), /^\d+\n$/, "it knocked: the pid was taken for a holder");
+    } finally {
+      door.close();
+    }
+    assert.deepEqual(
+      [...Deno.readDirSync(r.dir)].map((e) => e.name).filter((n) => /^(start|taken)-/.test(n)),
+      [],
+      "its token taken back",
+    );
+    // A dead pid in it and nobody holding it: no knock at all.
+    Deno.writeTextFileSync(lockPath, `${await deadPid()}\n`);
+    door = deadDoor(r);
+    try {
+      assert.deepEqual(await r.start("p"), { code: 0, stdout: "deno start: p\n", stderr: "" });
+      assert.equal(door.knocks(), "");
+    } finally {
+      door.close();
+    }
+  });
 });
