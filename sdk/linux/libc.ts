@@ -577,6 +577,33 @@ export function childExited(pid: number): boolean {
 }
 
 /**
+ * Whether any child of this process (of any of its threads) has exited and waits to be reaped,
+ * without reaping it: `waitid(P_ALL, 0, WEXITED | WNOHANG | WNOWAIT)`. One system call, where
+ * listing the children to find one costs a read per thread.
+ *
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { anyChildExited } from "./libc.ts";
+ * const child = new Deno.Command("sleep", { args: ["5"] }).spawn();
+ * strictEqual(anyChildExited(), false); // running
+ * child.kill();
+ * await child.status; // Deno reaped it
+ * strictEqual(anyChildExited(), false);
+ * ```
+ */
+export function anyChildExited(): boolean {
+  const P_ALL = 0;
+  const WNOHANG = 1;
+  const WEXITED = 4;
+  const WNOWAIT = 0x01000000;
+  waitInfo.fill(0);
+  const r = libc().waitid(P_ALL, 0, new Uint8Array(waitInfo.buffer), WEXITED | WNOHANG | WNOWAIT);
+  // With WNOHANG and no zombie, waitid returns 0 and leaves si_pid 0; ECHILD (no children) is -1.
+  return r === 0 && waitInfo[4] !== 0;
+}
+
+/**
  * The exit status containerd expects from a raw wait status: the exit code, or 128 + signal.
  *
  * @example Usage

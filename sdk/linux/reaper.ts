@@ -20,6 +20,7 @@
  */
 
 import {
+  anyChildExited,
   childExited,
   close,
   decodeWaitStatus,
@@ -280,6 +281,14 @@ export class Reaper {
    */
   sweep(): void {
     if (this.#closed || this.#held) return;
+    // No child waits to be reaped (Deno took its own already, nothing exited since): nothing to
+    // list. The common case for SIGCHLDs of Deno's children and for the periodic sweep, which
+    // a shared server runs while its pods' processes live; only once the periodic sweep runs,
+    // since a full sweep is what starts it for children nobody spawned here (a carried one).
+    if (this.#interval !== undefined && !anyChildExited()) {
+      this.#zombieSince.clear();
+      return;
+    }
     const now = Date.now();
     const children = listChildren();
     if (children.length > 0) this.#watch();

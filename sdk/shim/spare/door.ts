@@ -26,7 +26,7 @@
  * @module
  */
 
-import { mkfifo, O, open } from "../../linux/libc.ts";
+import { mkfifo, O, open, readFd } from "../../linux/libc.ts";
 import { FdStream } from "../../linux/fd_stream.ts";
 import { processParent } from "../../linux/proc_stat.ts";
 import { containerdProcess } from "./handoff.ts";
@@ -55,8 +55,12 @@ export function doorPath(socket: string): string {
 export interface Door {
   /** Each pid written into the door, in order. */
   knocks(): AsyncIterable<number>;
-  /** Stops listening and removes the FIFO. */
-  close(): void;
+  /**
+   * Stops listening and removes the FIFO. The knocks written but not yet read are handed to
+   * `unread` first (so that their shells can be told at once, rather than find the door gone
+   * at their next look).
+   */
+  close(unread?: (pid: number) => void): void;
 }
 
 /**
@@ -96,12 +100,27 @@ export function openDoor(path: string): Door {
         if (text.length > 256) text = ""; // not a shell of ours
       }
     },
-    close() {
+    close(unread) {
       if (closed) return;
       closed = true;
       try {
         Deno.removeSync(path);
       } catch { /* gone */ }
+      if (unread) {
+        // Removed first: a shell that looks now finds no door. What is in the FIFO is read here
+        // (non-blocking; the stream's pending read then gets nothing).
+        let text = "";
+        const buf = new Uint8Array(4096);
+        try {
+          for (let n; (n = readFd(fd, buf, `spare door ${path}`));) {
+            text += new TextDecoder().decode(buf.subarray(0, n));
+          }
+        } catch { /* nothing more */ }
+        for (const line of text.split("\n")) {
+          const m = PID_LINE.exec(line.trim());
+          if (m) unread(Number(m[1]));
+        }
+      }
       void stream.close();
     },
   };

@@ -286,7 +286,9 @@ class JoinPoint implements Sharing {
     try {
       Deno.removeSync(this.#paths.socket);
     } catch { /* gone */ }
-    open.door?.close();
+    // Knocks still in the door are sent on at once (to the spare's door, or Deno's start)
+    // rather than left to find the door gone at their shell's next look.
+    open.door?.close((pid) => takeKnock(this.#dir, pid) && refuseLauncher(pid));
     open.lock.close(); // releases the lock
   }
 

@@ -43,6 +43,7 @@ import {
   type Door,
   doorPath,
   failLauncher,
+  type LauncherStart,
   launcherStdin,
   openDoor,
   readLauncherStart,
@@ -112,7 +113,9 @@ export async function runSpare<T extends object>(
   const { listener, leave: leaveSocket } = await listenForStarts(flags.socket);
   // The launcher's door (./door.ts): a start without a Deno process of its own.
   const door = runStart ? tryOpenDoor(doorPath(flags.socket)) : undefined;
-  const leave = () => (leaveSocket(), door?.close());
+  // The knocks left in the door are refused at once: their shells go on (./door.ts).
+  const leave =
+    () => (leaveSocket(), door?.close((pid) => takeKnock(dir, pid) && refuseLauncher(pid)));
   const peers = new PeerCredentialResolver(flags.socket);
   const me = effectiveIds();
 
@@ -159,12 +162,86 @@ export async function runSpare<T extends object>(
     marker,
     runStart,
   });
+  // A start through the door, once the spare is reserved for it.
+  const byDoor = async (pid: number, start: LauncherStart) => {
+    // Shared servers: the burst's other shells wait for the server this start may bring up.
+    let ahead = takeCreateAhead(dir, start.flags.namespace, { get: (k) => start.env[k] });
+    if (Number.isInteger(baseNice)) setPriority(baseNice, 0);
+    let became:
+      | { listener: Deno.UnixListener; handoff: SpareHandoff; create?: Deno.FsFile }
+      | undefined;
+    let left = false;
+    try {
+      const answer = await runStart!(start.flags, await launcherStdin(pid), {
+        bundle: start.bundle,
+        env: start.env,
+        process: pid,
+        containerd: start.containerd,
+        daemon: start.daemon,
+        handOff: async (request, socketDir) => {
+          // Shared servers: a pod the server another start brings up can take joins it,
+          // and this spare waits on; else this spare brings that server up.
+          const held = ahead;
+          ahead = undefined;
+          const shared = await joinOrCreate(flags.address, socketDir, request, {
+            get: (k) => start.env[k],
+          }, held);
+          if ("joined" in shared) return shared.joined;
+          left = true;
+          stopWatch();
+          rehearsal.abort();
+          leave();
+          const handoff = { codeId, ...request };
+          became = {
+            listener: await becomeServer(handoff, pid),
+            handoff,
+            ...(shared.create ? { create: shared.create } : {}),
+          };
+          return { pid: Deno.pid, ...await containerd.then((v) => v ? { containerd: v } : {}) };
+        },
+      });
+      answerLauncher(dir, pid, answer);
+    } catch (e) {
+      failLauncher(dir, pid, (e as Error).message);
+      if (left) Deno.exit(1); // no longer a spare, and no server: the next spare takes over
+    } finally {
+      ahead?.close(); // no pod of its own to bring a server up for
+      try {
+        Deno.removeSync(`${dir}/taken-${pid}`);
+      } catch { /* the shell's to tidy */ }
+    }
+    if (became) {
+      const deadline = setTimeout(() => Deno.exit(1), SPARE_ADOPTION_MS);
+      const b = became as {
+        listener: Deno.UnixListener;
+        handoff: SpareHandoff;
+        create?: Deno.FsFile;
+      };
+      await serveAdopted(
+        shim,
+        b.handoff,
+        b.listener,
+        lock,
+        serveShim,
+        prepared(deadline),
+        "door",
+        b.create,
+      );
+    }
+    // Answered (a start that joined a shared server, or failed), and still a spare.
+    adopting = false;
+    if (expired) expire();
+    if (vetting === 0) setPriority(spareNice, 19);
+  };
   if (door) {
     void (async () => {
       for await (const pid of door.knocks()) {
         if (!takeKnock(dir, pid)) continue; // the shell gave up, or never asked
         if (adopting) {
-          refuseLauncher(pid); // taken meanwhile: its shell goes the Deno way
+          // Taken meanwhile: told at once, not after this spare has become a server (a burst's
+          // shells queued at the door lost ~0.2 s each so); its shell waits on `create` behind
+          // this start (shared servers) or goes the Deno way.
+          refuseLauncher(pid);
           continue;
         }
         const start = readLauncherStart(pid, launcher, flags.address, exported);
@@ -174,74 +251,7 @@ export async function runSpare<T extends object>(
         }
         // Reserved for this start until it is answered (the socket's starts go cold meanwhile).
         adopting = true;
-        // Shared servers: the burst's other shells wait for the server this start may bring up.
-        let ahead = takeCreateAhead(dir, start.flags.namespace, { get: (k) => start.env[k] });
-        if (Number.isInteger(baseNice)) setPriority(baseNice, 0);
-        let became:
-          | { listener: Deno.UnixListener; handoff: SpareHandoff; create?: Deno.FsFile }
-          | undefined;
-        let left = false;
-        try {
-          const answer = await runStart!(start.flags, await launcherStdin(pid), {
-            bundle: start.bundle,
-            env: start.env,
-            process: pid,
-            containerd: start.containerd,
-            daemon: start.daemon,
-            handOff: async (request, socketDir) => {
-              // Shared servers: a pod the server another start brings up can take joins it,
-              // and this spare waits on; else this spare brings that server up.
-              const held = ahead;
-              ahead = undefined;
-              const shared = await joinOrCreate(flags.address, socketDir, request, {
-                get: (k) => start.env[k],
-              }, held);
-              if ("joined" in shared) return shared.joined;
-              left = true;
-              stopWatch();
-              rehearsal.abort();
-              leave();
-              const handoff = { codeId, ...request };
-              became = {
-                listener: await becomeServer(handoff, pid),
-                handoff,
-                ...(shared.create ? { create: shared.create } : {}),
-              };
-              return { pid: Deno.pid, ...await containerd.then((v) => v ? { containerd: v } : {}) };
-            },
-          });
-          answerLauncher(dir, pid, answer);
-        } catch (e) {
-          failLauncher(dir, pid, (e as Error).message);
-          if (left) Deno.exit(1); // no longer a spare, and no server: the next spare takes over
-        } finally {
-          ahead?.close(); // no pod of its own to bring a server up for
-          try {
-            Deno.removeSync(`${dir}/taken-${pid}`);
-          } catch { /* the shell's to tidy */ }
-        }
-        if (became) {
-          const deadline = setTimeout(() => Deno.exit(1), SPARE_ADOPTION_MS);
-          const b = became as {
-            listener: Deno.UnixListener;
-            handoff: SpareHandoff;
-            create?: Deno.FsFile;
-          };
-          await serveAdopted(
-            shim,
-            b.handoff,
-            b.listener,
-            lock,
-            serveShim,
-            prepared(deadline),
-            "door",
-            b.create,
-          );
-        }
-        // Answered (a start that joined a shared server, or failed), and still a spare.
-        adopting = false;
-        if (expired) expire();
-        if (vetting === 0) setPriority(spareNice, 19);
+        void byDoor(pid, start);
       }
     })();
   }

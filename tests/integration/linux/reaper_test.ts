@@ -124,6 +124,37 @@ integrationTest(
   sanitize,
 );
 
+integrationTest(
+  "Reaper: a sweep while no child waits to be reaped lists no children; one with a zombie reaps it",
+  { binaries: ["sh", "sleep"] },
+  async () => {
+    const reaper = Reaper.start();
+    const readDirSync = Deno.readDirSync;
+    let listed = 0;
+    try {
+      const exits = recordExits(reaper);
+      // A child running (the periodic sweep is on), none exited: a shared server's usual state.
+      const pid = await orphan(reaper, "exec sleep 30");
+      Deno.readDirSync = ((path: string | URL) => {
+        if (String(path).endsWith("/task")) listed++;
+        return readDirSync(path);
+      }) as typeof Deno.readDirSync;
+      reaper.sweep();
+      assert.equal(listed, 0, "nothing exited: no thread's children read");
+      const exit = exits.of(pid);
+      kill(pid, 9);
+      waitZombiesSync([pid]);
+      reaper.sweep();
+      assert.equal(listed, 1, "a zombie: the children listed");
+      assert.equal((await deadline(exit, 20_000, `exit of orphan ${pid}`)).status, 137);
+    } finally {
+      Deno.readDirSync = readDirSync;
+      reaper.close();
+    }
+  },
+  sanitize,
+);
+
 /** Blocks the event loop (without burning CPU) until every pid in `pids` is a zombie. */
 function waitZombiesSync(pids: number[]): void {
   for (let i = 0; i < 500; i++) {

@@ -573,3 +573,24 @@ Deno.test("door: a lock naming a live pid is taken as held; one nobody holds is 
     }
   });
 });
+
+Deno.test("door: closed with knocks unread, it hands them over (their shells are told at once)", async () => {
+  await withRig(async (r) => {
+    const path = `${r.dir}/spare-${KEY}.door`;
+    const door = openDoor(path);
+    const w = Deno.openSync(path, { write: true });
+    w.writeSync(new TextEncoder().encode("101\n202\nnot a pid\n303\n"));
+    w.close();
+    const unread: number[] = [];
+    door.close((pid) => unread.push(pid));
+    assert.deepEqual(unread, [101, 202, 303]);
+    assert.equal(await Deno.stat(path).then(() => true, () => false), false, "the FIFO is gone");
+    for await (const _ of door.knocks()) assert.fail("a closed door yields no knock");
+    // With nobody to hand them to, they are dropped, as before.
+    const again = openDoor(path);
+    const w2 = Deno.openSync(path, { write: true });
+    w2.writeSync(new TextEncoder().encode("404\n"));
+    w2.close();
+    again.close();
+  });
+});
