@@ -29,7 +29,7 @@
 import { mkfifo, O, open, readFd } from "../../linux/libc.ts";
 import { FdStream } from "../../linux/fd_stream.ts";
 import { processParent } from "../../linux/proc_stat.ts";
-import { containerdProcess } from "./handoff.ts";
+import { containerdProcess, type StartContext, type StartRunner } from "./handoff.ts";
 import { parseShimFlags, type ShimFlags } from "../contract/flags.ts";
 import { LAUNCHER_DEFAULTS, LAUNCHER_SETS } from "../contract/launcher_env.ts";
 
@@ -216,6 +216,30 @@ export function readLauncherStart(
  */
 export async function launcherStdin(pid: number): Promise<Uint8Array> {
   return await Deno.readFile(`/proc/${pid}/fd/0`);
+}
+
+/**
+ * Runs `start` for the shell `start.pid` as its launcher would have: its flags, containerd's
+ * options from its stdin, its bundle, environment and parent; `handOff` is the taker's.
+ *
+ * @param run `start`'s own code (`runStart`)
+ * @param start the shell's start, as {@linkcode readLauncherStart} read it
+ * @param handOff where the container goes
+ * @returns what `start` prints
+ */
+export async function runLauncherStart(
+  run: StartRunner,
+  start: LauncherStart,
+  handOff: StartContext["handOff"],
+): Promise<string | Uint8Array> {
+  return await run(start.flags, await launcherStdin(start.pid), {
+    bundle: start.bundle,
+    env: start.env,
+    process: start.pid,
+    containerd: start.containerd,
+    daemon: start.daemon,
+    handOff,
+  });
 }
 
 /**

@@ -35,10 +35,10 @@ import {
   answerLauncher,
   type Door,
   failLauncher,
-  launcherStdin,
   openDoor,
   readLauncherStart,
   refuseLauncher,
+  runLauncherStart,
   takeKnock,
 } from "./door.ts";
 
@@ -401,13 +401,10 @@ class JoinPoint implements Sharing {
     room: Reservation,
   ): Promise<void> {
     try {
-      const answer = await this.#o.runStart!(start.flags, await launcherStdin(pid), {
-        bundle: start.bundle,
-        env: start.env,
-        process: pid,
-        containerd: start.containerd,
-        daemon: start.daemon,
-        handOff: async (request, socketDir) => {
+      const answer = await runLauncherStart(
+        this.#o.runStart!,
+        start,
+        async (request, socketDir) => {
           // A pod that cannot share this process is handed on as Deno's `start` would.
           if (!this.#fits(request)) {
             return await handOffToSpare(this.#o.address, socketDir, request);
@@ -416,7 +413,7 @@ class JoinPoint implements Sharing {
           const containerd = await this.#version();
           return { pid: Deno.pid, ...(containerd ? { containerd } : {}) };
         },
-      });
+      );
       answerLauncher(this.#dir, pid, answer);
     } catch (e) {
       failLauncher(this.#dir, pid, (e as Error).message);

@@ -44,10 +44,10 @@ import {
   doorPath,
   failLauncher,
   type LauncherStart,
-  launcherStdin,
   openDoor,
   readLauncherStart,
   refuseLauncher,
+  runLauncherStart,
   takeKnock,
 } from "./door.ts";
 
@@ -172,33 +172,26 @@ export async function runSpare<T extends object>(
       | undefined;
     let left = false;
     try {
-      const answer = await runStart!(start.flags, await launcherStdin(pid), {
-        bundle: start.bundle,
-        env: start.env,
-        process: pid,
-        containerd: start.containerd,
-        daemon: start.daemon,
-        handOff: async (request, socketDir) => {
-          // Shared servers: a pod the server another start brings up can take joins it,
-          // and this spare waits on; else this spare brings that server up.
-          const held = ahead;
-          ahead = undefined;
-          const shared = await joinOrCreate(flags.address, socketDir, request, {
-            get: (k) => start.env[k],
-          }, held);
-          if ("joined" in shared) return shared.joined;
-          left = true;
-          stopWatch();
-          rehearsal.abort();
-          leave();
-          const handoff = { codeId, ...request };
-          became = {
-            listener: await becomeServer(handoff, pid),
-            handoff,
-            ...(shared.create ? { create: shared.create } : {}),
-          };
-          return { pid: Deno.pid, ...await containerd.then((v) => v ? { containerd: v } : {}) };
-        },
+      const answer = await runLauncherStart(runStart!, start, async (request, socketDir) => {
+        // Shared servers: a pod the server another start brings up can take joins it,
+        // and this spare waits on; else this spare brings that server up.
+        const held = ahead;
+        ahead = undefined;
+        const shared = await joinOrCreate(flags.address, socketDir, request, {
+          get: (k) => start.env[k],
+        }, held);
+        if ("joined" in shared) return shared.joined;
+        left = true;
+        stopWatch();
+        rehearsal.abort();
+        leave();
+        const handoff = { codeId, ...request };
+        became = {
+          listener: await becomeServer(handoff, pid),
+          handoff,
+          ...(shared.create ? { create: shared.create } : {}),
+        };
+        return { pid: Deno.pid, ...await containerd.then((v) => v ? { containerd: v } : {}) };
       });
       answerLauncher(dir, pid, answer);
     } catch (e) {

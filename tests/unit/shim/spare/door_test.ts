@@ -271,6 +271,37 @@ function lockFile(path: string): Deno.FsFile {
   return f;
 }
 
+/**
+ * A shared server's join point (its lock held, its door open) that answers the first knock with
+ * `answer`, after `delayMs` (a busy server), checking that containerd's options are `stdin`.
+ */
+function sharedServerAtDoor(
+  r: Rig,
+  answer: string,
+  opts: { stdin?: string; delayMs?: number } = {},
+): { served: Promise<void>; close(): void } {
+  const p = sharedPaths(r);
+  const lock = lockFile(p.lock);
+  const door = openDoor(p.door);
+  const served = (async () => {
+    for await (const pid of door.knocks()) {
+      if (opts.delayMs) await new Promise((done) => setTimeout(done, opts.delayMs));
+      assert.equal(takeKnock(r.dir, pid), true, "the shell kept its token");
+      const stdin = dec.decode(await launcherStdin(pid));
+      if (opts.stdin !== undefined) assert.equal(stdin, opts.stdin);
+      answerLauncher(r.dir, pid, answer);
+      return;
+    }
+  })();
+  return {
+    served,
+    close() {
+      door.close();
+      lock.close();
+    },
+  };
+}
+
 /** Waits until a process runs `flock` with `args` (the shell blocked on a lock). */
 async function flockWaiting(args: string[]): Promise<void> {
   const want = ["flock", ...args].join("\0");
@@ -299,16 +330,7 @@ Deno.test("door, shared servers: a start waits while another brings a server up,
       }),
     ]);
     // The server opens its join point (lock and door), then `create` is let go.
-    const lock = lockFile(p.lock);
-    const door = openDoor(p.door);
-    const served = (async () => {
-      for await (const pid of door.knocks()) {
-        assert.equal(takeKnock(r.dir, pid), true);
-        assert.equal(dec.decode(await launcherStdin(pid)), "opts");
-        answerLauncher(r.dir, pid, "unix:///run/containerd/s/joined");
-        return;
-      }
-    })();
+    const server = sharedServerAtDoor(r, "unix:///run/containerd/s/joined", { stdin: "opts" });
     create.close();
     try {
       assert.deepEqual(await out, {
@@ -316,40 +338,30 @@ Deno.test("door, shared servers: a start waits while another brings a server up,
         stdout: "unix:///run/containerd/s/joined",
         stderr: "",
       });
-      await served;
+      await server.served;
     } finally {
-      door.close();
-      lock.close();
+      server.close();
     }
   }, SHARED);
 });
 
 Deno.test("door, shared servers: a busy server that takes the knock after a second still gets the start", async () => {
   await withRig(async (r) => {
-    const p = sharedPaths(r);
-    const lock = lockFile(p.lock);
-    const door = openDoor(p.door);
-    const served = (async () => {
-      for await (const pid of door.knocks()) {
-        // Busy (a loaded node): the knock is taken only after the shell's first second. A
-        // spare's door gives up then; a shared server's, alive and at normal priority, does not.
-        await new Promise((done) => setTimeout(done, 1_500));
-        assert.equal(takeKnock(r.dir, pid), true, "the shell took its token back");
-        assert.equal(dec.decode(await launcherStdin(pid)), "opts");
-        answerLauncher(r.dir, pid, "unix:///run/containerd/s/late");
-        return;
-      }
-    })();
+    // Busy (a loaded node): the knock is taken only after the shell's first second. A spare's
+    // door gives up then; a shared server's, alive and at normal priority, does not.
+    const server = sharedServerAtDoor(r, "unix:///run/containerd/s/late", {
+      stdin: "opts",
+      delayMs: 1_500,
+    });
     try {
       assert.deepEqual(await r.start("opts"), {
         code: 0,
         stdout: "unix:///run/containerd/s/late",
         stderr: "",
       });
-      await served;
+      await server.served;
     } finally {
-      door.close();
-      lock.close();
+      server.close();
     }
   }, SHARED);
 });
@@ -496,27 +508,16 @@ Deno.test("door, shared servers: the namespace's hash is noted in the spares' di
     assert.equal(Deno.readTextFileSync(`${r.dir}/ns-ns`), `${sha256Hex("ns").slice(0, 8)}\n`);
     // A bad note is not used: the start still finds the namespace's server by its hash.
     Deno.writeTextFileSync(`${r.dir}/ns-ns`, "zzzzzzzz\n");
-    const p = sharedPaths(r);
-    const lock = lockFile(p.lock);
-    const door = openDoor(p.door);
-    const served = (async () => {
-      for await (const pid of door.knocks()) {
-        assert.equal(takeKnock(r.dir, pid), true);
-        await launcherStdin(pid);
-        answerLauncher(r.dir, pid, "unix:///run/containerd/s/ns");
-        return;
-      }
-    })();
+    const server = sharedServerAtDoor(r, "unix:///run/containerd/s/ns");
     try {
       assert.deepEqual(await r.start("o"), {
         code: 0,
         stdout: "unix:///run/containerd/s/ns",
         stderr: "",
       });
-      await served;
+      await server.served;
     } finally {
-      door.close();
-      lock.close();
+      server.close();
     }
   }, SHARED);
 });
