@@ -551,6 +551,20 @@ export function waitpidNoHang(pid: number): number | null {
 const waitInfo = new Int32Array(32); // siginfo_t: 128 bytes; si_pid is the fifth int
 
 /**
+ * `waitid(idtype, id, WEXITED | WNOHANG | WNOWAIT)`: the pid of a child that has exited and waits
+ * to be reaped, left unreaped; 0 when none does (or on ECHILD).
+ */
+function peekExited(idtype: number, id: number): number {
+  const WNOHANG = 1;
+  const WEXITED = 4;
+  const WNOWAIT = 0x01000000;
+  waitInfo.fill(0);
+  const r = libc().waitid(idtype, id, new Uint8Array(waitInfo.buffer), WEXITED | WNOHANG | WNOWAIT);
+  // With WNOHANG and no zombie, waitid returns 0 and leaves si_pid 0; ECHILD is -1.
+  return r === 0 ? waitInfo[4]! : 0;
+}
+
+/**
  * Whether child `pid` has exited and waits to be reaped (a zombie), without reaping it:
  * `waitid(P_PID, pid, WEXITED | WNOHANG | WNOWAIT)`. False for a child still running, and for a
  * pid that is not (or no longer) an unreaped child of this process.
@@ -568,12 +582,7 @@ const waitInfo = new Int32Array(32); // siginfo_t: 128 bytes; si_pid is the fift
  */
 export function childExited(pid: number): boolean {
   const P_PID = 1;
-  const WNOHANG = 1;
-  const WEXITED = 4;
-  const WNOWAIT = 0x01000000;
-  waitInfo.fill(0);
-  const r = libc().waitid(P_PID, pid, new Uint8Array(waitInfo.buffer), WEXITED | WNOHANG | WNOWAIT);
-  return r === 0 && waitInfo[4] === pid;
+  return peekExited(P_PID, pid) === pid;
 }
 
 /**
@@ -594,13 +603,7 @@ export function childExited(pid: number): boolean {
  */
 export function anyChildExited(): boolean {
   const P_ALL = 0;
-  const WNOHANG = 1;
-  const WEXITED = 4;
-  const WNOWAIT = 0x01000000;
-  waitInfo.fill(0);
-  const r = libc().waitid(P_ALL, 0, new Uint8Array(waitInfo.buffer), WEXITED | WNOHANG | WNOWAIT);
-  // With WNOHANG and no zombie, waitid returns 0 and leaves si_pid 0; ECHILD (no children) is -1.
-  return r === 0 && waitInfo[4] !== 0;
+  return peekExited(P_ALL, 0) !== 0;
 }
 
 /**

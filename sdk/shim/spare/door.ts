@@ -78,9 +78,21 @@ export function openDoor(path: string): Door {
   const fd = open(path, O.RDWR | O.NONBLOCK);
   const stream = new FdStream(fd, `spare door ${path}`);
   let closed = false;
+  // What was read and not yet taken, shared by the listening loop and the close: a line split
+  // between the two readers is still one knock, and none is handed out twice.
+  let text = "";
+  const add = (bytes: Uint8Array) => text += new TextDecoder().decode(bytes);
+  function* pids(): Generator<number> {
+    let nl;
+    while ((nl = text.indexOf("\n")) >= 0) {
+      const m = PID_LINE.exec(text.slice(0, nl).trim());
+      text = text.slice(nl + 1);
+      if (m) yield Number(m[1]);
+    }
+    if (text.length > 256) text = ""; // not a shell of ours
+  }
   return {
     async *knocks() {
-      let text = "";
       const buf = new Uint8Array(4096);
       for (;;) {
         let n: number | null;
@@ -90,14 +102,8 @@ export function openDoor(path: string): Door {
           return; // closed
         }
         if (n === null) return;
-        text += new TextDecoder().decode(buf.subarray(0, n));
-        let nl;
-        while ((nl = text.indexOf("\n")) >= 0) {
-          const m = PID_LINE.exec(text.slice(0, nl).trim());
-          text = text.slice(nl + 1);
-          if (m) yield Number(m[1]);
-        }
-        if (text.length > 256) text = ""; // not a shell of ours
+        add(buf.subarray(0, n));
+        yield* pids();
       }
     },
     close(unread) {
@@ -109,17 +115,11 @@ export function openDoor(path: string): Door {
       if (unread) {
         // Removed first: a shell that looks now finds no door. What is in the FIFO is read here
         // (non-blocking; the stream's pending read then gets nothing).
-        let text = "";
         const buf = new Uint8Array(4096);
         try {
-          for (let n; (n = readFd(fd, buf, `spare door ${path}`));) {
-            text += new TextDecoder().decode(buf.subarray(0, n));
-          }
+          for (let n; (n = readFd(fd, buf, `spare door ${path}`));) add(buf.subarray(0, n));
         } catch { /* nothing more */ }
-        for (const line of text.split("\n")) {
-          const m = PID_LINE.exec(line.trim());
-          if (m) unread(Number(m[1]));
-        }
+        for (const pid of pids()) unread(pid);
       }
       void stream.close();
     },

@@ -54,9 +54,8 @@ export async function takeSpareLock(
     file.close();
     return undefined;
   }
-  // Our pid, for operators: which process is the waiting spare.
-  await file.truncate(0);
-  await file.write(new TextEncoder().encode(`${Deno.pid}\n`));
+  // Our pid, for operators (which process is the waiting spare) and the launcher's shell.
+  nameHolder(file);
   const launcherText = Deno.readFileSync(launcher);
   const codeId = launcherCodeId(launcherText); // from the bytes the watch compares
   if (!socket.endsWith(`/spare-${codeId.slice(0, 16)}.sock`)) {
@@ -64,4 +63,28 @@ export async function takeSpareLock(
     return undefined; // reinstalled
   }
   return { file, launcherText, codeId };
+}
+
+/**
+ * Writes this process's pid into a lock it has just taken. The launcher's shell reads it to see a
+ * live holder without running flock(1) (`held` in sdk/install/install.ts); operators, to see which
+ * process holds it. Without it, the shell asks flock.
+ *
+ * @param lock the lock file, locked by this process
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { nameHolder } from "./lock.ts";
+ * const path = Deno.makeTempFileSync();
+ * Deno.writeTextFileSync(path, "99999999\nleft over\n");
+ * const f = Deno.openSync(path, { read: true, write: true });
+ * nameHolder(f);
+ * strictEqual(Deno.readTextFileSync(path), `${Deno.pid}\n`);
+ * f.close();
+ * Deno.removeSync(path);
+ * ```
+ */
+export function nameHolder(lock: Deno.FsFile): void {
+  lock.truncateSync(0);
+  lock.writeSync(new TextEncoder().encode(`${Deno.pid}\n`));
 }

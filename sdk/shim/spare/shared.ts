@@ -22,6 +22,7 @@ import { effectiveIds, PeerCredentialResolver } from "../../ttrpc/_peer_cred.ts"
 import { LAUNCHER_ENV } from "../contract/launcher_env.ts";
 import { loadSpareConfig, sharedJoinPaths, sharedPodsLimit, spareDir } from "./config.ts";
 import { spawnSpare } from "./spawn.ts";
+import { nameHolder } from "./lock.ts";
 import {
   handoffServerFlags,
   SPARE_DAEMON_ENV,
@@ -241,11 +242,8 @@ class JoinPoint implements Sharing {
       Deno.unrefTimer(this.#retry);
       return;
     }
-    // Our pid in it: the launcher's shell sees a live holder with a `kill -0`, not an exec of
-    // flock(1) per start (`held` in sdk/install/install.ts); it is also what operators look for.
     try {
-      lock.truncateSync(0);
-      lock.writeSync(new TextEncoder().encode(`${Deno.pid}\n`));
+      nameHolder(lock); // a live holder, seen by the launcher's shell without an exec
     } catch { /* the shell asks flock instead */ }
     // The lock is ours: a socket or door left here is a previous holder's.
     let listener: Deno.UnixListener;
