@@ -14,7 +14,7 @@
 
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type {
   CreateSandboxRequest,
   PingRequest,
@@ -27,6 +27,7 @@ import type {
   StopSandboxRequest,
   WaitSandboxRequest,
 } from "../../../proto/gen/containerd/runtime/sandbox/v1/sandbox_pb.ts";
+import { Code, statusError } from "../../ttrpc/status_error.ts";
 import { abortable } from "./abortable.ts";
 import type { Logger } from "../logger.ts";
 import { resolveOptions } from "../options.ts";
@@ -116,6 +117,8 @@ export interface SandboxServiceDeps<T extends object> {
 export class SandboxService<T extends object> {
   #d: SandboxServiceDeps<T>;
   #sandboxes = new Map<string, SandboxRecord<T>>();
+  /** The sandbox whose CreateSandbox is under way (its runtime's `create` not yet done). */
+  #creating: string | undefined;
 
   /** Creates the service. */
   constructor(deps: SandboxServiceDeps<T>) {
@@ -211,16 +214,40 @@ export class SandboxService<T extends object> {
 
   #get(id: string): SandboxRecord<T> {
     const s = this.#sandboxes.get(id);
-    if (!s) throw new ConnectError(`sandbox "${id}" not found`, Code.NotFound);
+    if (!s) throw statusError(`sandbox "${id}" not found`, Code.NotFound);
     return s;
   }
 
-  /** Records the sandbox and runs the hook's `create`. */
+  /**
+   * Records the sandbox and runs the hook's `create`. A shim hosts one sandbox: containerd's
+   * `shim` sandboxer starts a shim for each sandbox id and creates that sandbox on it, so a
+   * second CreateSandbox, of the same id or another, is `AlreadyExists` (containerd's shimtest,
+   * CreateTwiceRejected). "A shim" is this service: one per socket, so a shared server's pods
+   * (sdk/shim/server/pod.ts), each with its own services, hold one sandbox each.
+   */
   async createSandbox(r: CreateSandboxRequest, c?: HandlerContext): Promise<Out<"createSandbox">> {
     validateId("sandbox", r.sandboxId);
-    if (this.#sandboxes.has(r.sandboxId)) {
-      throw new ConnectError(`sandbox "${r.sandboxId}" already exists`, Code.AlreadyExists);
+    const held = this.#creating ?? this.#sandboxes.keys().next().value;
+    if (held === r.sandboxId) {
+      throw statusError(`sandbox "${r.sandboxId}" already exists`, Code.AlreadyExists);
     }
+    if (held !== undefined) {
+      throw statusError(
+        `cannot create sandbox "${r.sandboxId}": this shim already hosts sandbox "${held}" (one sandbox per shim)`,
+        Code.AlreadyExists,
+      );
+    }
+    // Held from here, across the runtime's `create`: a concurrent CreateSandbox is refused too.
+    this.#creating = r.sandboxId;
+    try {
+      await this.#create(r, c);
+    } finally {
+      this.#creating = undefined;
+    }
+    return {};
+  }
+
+  async #create(r: CreateSandboxRequest, c?: HandlerContext): Promise<void> {
     const { shim, logger } = this.#d;
     const namespace = c?.requestHeader.get("containerd-namespace-ttrpc") || this.#d.namespace;
     // CRI puts its PodSandboxConfig here; only an options type the runtime accepts counts.
@@ -255,14 +282,27 @@ export class SandboxService<T extends object> {
       exit: Promise.withResolvers(),
     });
     ctx.logger.info("sandbox created");
-    return {};
   }
 
   /** Starts the sandbox. */
   async startSandbox(r: StartSandboxRequest): Promise<Out<"startSandbox">> {
-    const s = this.#get(r.sandboxId);
+    const s = this.#sandboxes.get(r.sandboxId);
+    if (!s) {
+      // Not NotFound: CreateSandbox comes first, and this shim is not in that state yet
+      // (containerd's shimtest, StartWithoutCreateRejected).
+      const why = this.#creating === r.sandboxId
+        ? "its CreateSandbox has not finished"
+        : "CreateSandbox was not called for it";
+      const held = this.#sandboxes.keys().next().value;
+      throw statusError(
+        `cannot start sandbox "${r.sandboxId}": ${why}${
+          held === undefined ? "" : ` (this shim hosts sandbox "${held}")`
+        }`,
+        Code.FailedPrecondition,
+      );
+    }
     if (s.state !== "created") {
-      throw new ConnectError(
+      throw statusError(
         `cannot start sandbox "${r.sandboxId}": it is ${s.state}`,
         Code.FailedPrecondition,
       );
@@ -331,14 +371,26 @@ export class SandboxService<T extends object> {
     return { exitStatus: exit.status, exitedAt: timestampFromDate(exit.exitedAt) };
   }
 
-  /** The sandbox's state, as CRI names it. */
+  /**
+   * The sandbox's state, as CRI names it. The verbose info (CRI passes it through as
+   * PodSandboxStatus's info, asked for only when verbose) also carries the pid (decimal) and the
+   * state, which containerd's shimtest requires there (StatusReportsPidAndCreatedAt).
+   */
   sandboxStatus(r: SandboxStatusRequest): Out<"sandboxStatus"> {
     const s = this.#get(r.sandboxId);
+    const state = s.state === "ready" ? "SANDBOX_READY" : "SANDBOX_NOTREADY";
     return {
       sandboxId: r.sandboxId,
       pid: s.pid,
-      state: s.state === "ready" ? "SANDBOX_READY" : "SANDBOX_NOTREADY",
-      info: r.verbose ? { runtime: this.#d.shim.runtimeName, bundle: s.ctx.bundle } : {},
+      state,
+      info: r.verbose
+        ? {
+          runtime: this.#d.shim.runtimeName,
+          bundle: s.ctx.bundle,
+          pid: String(s.pid),
+          state,
+        }
+        : {},
       createdAt: timestampFromDate(s.createdAt),
       ...(s.exited ? { exitedAt: timestampFromDate(s.exited.exitedAt) } : {}),
     };
@@ -367,7 +419,7 @@ export class SandboxService<T extends object> {
   async sandboxMetrics(r: SandboxMetricsRequest): Promise<Out<"sandboxMetrics">> {
     const s = this.#get(r.sandboxId);
     if (s.state !== "ready") {
-      throw new ConnectError(`sandbox "${r.sandboxId}" is not running`, Code.FailedPrecondition);
+      throw statusError(`sandbox "${r.sandboxId}" is not running`, Code.FailedPrecondition);
     }
     try {
       return {
@@ -378,7 +430,7 @@ export class SandboxService<T extends object> {
         },
       };
     } catch (e) {
-      throw new ConnectError(
+      throw statusError(
         `metrics of sandbox "${r.sandboxId}": ${(e as Error).message}`,
         Code.NotFound,
       );
