@@ -201,6 +201,9 @@ export class Container<T = unknown> {
    */
   async start(execId: string): Promise<number> {
     const p = this.process(execId);
+    if (p.starting) {
+      throw statusError(`cannot start ${p.describe()}: it is starting`, Code.FailedPrecondition);
+    }
     if (p.state !== "created") {
       throw statusError(
         `cannot start ${p.describe()}: it is ${p.state}`,
@@ -347,6 +350,9 @@ export class Container<T = unknown> {
    */
   async kill(execId: string, signal: number, all: boolean): Promise<void> {
     const p = this.process(execId);
+    // An exec mid-start has no pid yet: its Kill waits for the start, as the Go shim's does
+    // (its Start holds the exec's lock), instead of failing as "not started".
+    if (p.execId && p.starting) await p.startSettled();
     if (p.state === "stopped") {
       throw statusError(`process already finished: ${p.describe()}`, Code.NotFound);
     }
@@ -390,19 +396,18 @@ export class Container<T = unknown> {
     if (!p.stdio.terminal) {
       throw statusError(`${p.describe()} has no terminal`, Code.FailedPrecondition);
     }
-    if (p.runtime?.resize) await p.runtime.resize(width, height);
-    else p.io?.resize?.(width, height);
+    await p.resize(width, height);
   }
 
   /**
-   * Closes a process's stdin: the shim's end of the FIFO, then the runtime's, if it has one.
+   * Closes a process's stdin: the shim's end of the FIFO, then the runtime's, if it has one;
+   * at any moment after Exec or Create, an end not attached yet is closed when it is
+   * ({@link ShimProcess.closeStdin}).
    *
    * @param execId "" for the init
    */
   async closeStdin(execId: string): Promise<void> {
-    const p = this.process(execId);
-    await p.io?.closeStdin();
-    await p.runtime?.closeStdin?.();
+    await this.process(execId).closeStdin();
   }
 
   /** Keeps the init's cgroups when the platform reads stats. */
@@ -479,6 +484,9 @@ export class Container<T = unknown> {
    */
   async delete(execId: string, unlist: () => void): Promise<DeletedProcess> {
     const p = this.process(execId);
+    // A process mid-start is neither created nor running yet: Delete waits for the start (as
+    // the Go shim's, behind the process's lock) and then judges its state.
+    if (p.starting) await p.startSettled();
     p.assertDeletable();
     if (p.io) {
       await p.io.drain(10_000).catch(() => {});

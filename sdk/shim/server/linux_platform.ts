@@ -113,6 +113,8 @@ async function openTerminal(
   let pty: Awaited<typeof master> | undefined;
   // A runtime that takes the streams owns the terminal: no pty master will come.
   let streams = false;
+  // A ResizePty before the master arrives (the exec's Start still running) is applied to it.
+  let size: { width: number; height: number } | undefined;
   return {
     io: {
       terminal: true,
@@ -138,6 +140,7 @@ async function openTerminal(
         await socket.close();
       }
       io.attachPty(pty);
+      if (size) pty.resize(size.width, size.height);
     },
     handle: {
       closeStdin: () => io.closeStdin(),
@@ -150,7 +153,10 @@ async function openTerminal(
         await io.close();
         await pty?.close();
       },
-      resize: (w, h) => pty?.resize(w, h),
+      resize(width, height) {
+        size = { width, height };
+        pty?.resize(width, height);
+      },
       carry: () => io.carry(),
       inHand: () => io.inHand,
     },

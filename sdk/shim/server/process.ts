@@ -89,6 +89,16 @@ export class ShimProcess {
   // Exits that arrive while Start is in flight wait here, so /tasks/start is always
   // published before /tasks/exit (containerd requires that order).
   #starting: PromiseWithResolvers<void> | undefined;
+  /**
+   * CloseIO and ResizePty are remembered, not only passed on: an exec's client finishes
+   * writing its stdin and sends CloseIO as soon as Start has opened the stdin FIFO, before
+   * its I/O is attached or the runtime has reported the process, and the terminal's size
+   * can come as early. Whatever is attached later takes them on attach.
+   */
+  #stdinClosed = false;
+  /** The I/O handles and runtime reports whose stdin this has closed: each exactly once. */
+  #stdinClosedOn = new WeakSet<object>();
+  #size: { width: number; height: number } | undefined;
 
   /** Creates a process record in the "created" state. */
   constructor(containerId: string, execId: string, stdio: ProcessStdioPaths, spec?: unknown) {
@@ -169,6 +179,44 @@ export class ShimProcess {
    */
   attachIo(io: ProcessIoHandle | undefined): void {
     this.#io = io;
+    if (!io) return;
+    if (this.#stdinClosed) void this.#closeStdinOf(io).catch(() => {});
+    if (this.#size && !this.#runtime?.resize) io.resize?.(this.#size.width, this.#size.height);
+  }
+
+  /** Whether CloseIO has been asked for this process's stdin. */
+  get stdinClosed(): boolean {
+    return this.#stdinClosed;
+  }
+
+  /**
+   * Closes the process's stdin (CloseIO): the shim's end of the FIFO, then the runtime's when
+   * it has one. What is not attached yet is closed when it is ({@link ShimProcess.attachIo},
+   * {@link ShimProcess.started}); each end is closed once, however many CloseIOs come.
+   */
+  async closeStdin(): Promise<void> {
+    this.#stdinClosed = true;
+    await this.#closeStdinOf(this.#io);
+    await this.#closeStdinOf(this.#runtime);
+  }
+
+  #closeStdinOf(end: { closeStdin?(): Promise<void> } | undefined): Promise<void> {
+    if (!end?.closeStdin || this.#stdinClosedOn.has(end)) return Promise.resolve();
+    this.#stdinClosedOn.add(end);
+    return end.closeStdin();
+  }
+
+  /**
+   * Resizes the process's terminal (ResizePty): the runtime's, when it owns it, else the pty's.
+   * The size is kept, and given to a runtime report or I/O attached later.
+   *
+   * @param width columns
+   * @param height rows
+   */
+  async resize(width: number, height: number): Promise<void> {
+    this.#size = { width, height };
+    if (this.#runtime?.resize) await this.#runtime.resize(width, height);
+    else this.#io?.resize?.(width, height);
   }
 
   /**
@@ -182,6 +230,11 @@ export class ShimProcess {
   endStart(): void {
     this.#starting?.resolve();
     this.#starting = undefined;
+  }
+
+  /** Whether a Start (or Create) of this process is in flight. */
+  get starting(): boolean {
+    return this.#starting !== undefined;
   }
 
   /** Waits for an in-flight Start to finish publishing its event. */
@@ -199,6 +252,10 @@ export class ShimProcess {
     this.#runtime = rp;
     this.#pid = rp.pid;
     this.#startTime = startTime;
+    if (this.#stdinClosed) void this.#closeStdinOf(rp).catch(() => {});
+    if (this.#size && rp.resize) {
+      void rp.resize(this.#size.width, this.#size.height).catch(() => {});
+    }
   }
 
   /** The process is running. */

@@ -31,9 +31,20 @@ export class FakeRuntime implements ContainerRuntime {
   delete(id: string, o?: { force?: boolean }) {
     return this.#call(`delete ${id}${o?.force ? " force" : ""}`);
   }
+  /** While set, an exec waits for it before it reports its process. */
+  execGate: Promise<void> | undefined;
+  /** Whether an exec's report owns its stdin and terminal (as an agent's does). */
+  ownsStdio = false;
   async exec(id: string, execId: string): Promise<RuntimeProcess> {
     await this.#call(`exec ${id} ${execId}`);
-    return { pid: this.nextPid++ };
+    await this.execGate;
+    const pid = this.nextPid++;
+    if (!this.ownsStdio) return { pid };
+    return {
+      pid,
+      closeStdin: () => this.#call(`close stdin ${pid}`),
+      resize: (w, h) => this.#call(`resize ${pid} ${w}x${h}`),
+    };
   }
   ps() {
     return Promise.resolve([]);
@@ -63,6 +74,8 @@ export class FakeRuntime implements ContainerRuntime {
 export class FakePlatform implements ShimPlatform {
   calls: string[] = [];
   failIoReady = false;
+  /** While set, opening I/O waits for it (a slow FIFO open). */
+  ioGate: Promise<void> | undefined;
   #listeners = new Set<(e: ReapedExit) => void>();
   onExit(l: (e: ReapedExit) => void) {
     this.#listeners.add(l);
@@ -74,9 +87,10 @@ export class FakePlatform implements ShimPlatform {
   spawn(cmd: Deno.Command) {
     return cmd.spawn();
   }
-  openIo(stdio: { stdout: string }) {
+  async openIo(stdio: { stdout: string }) {
     this.calls.push(`open io ${stdio.stdout}`);
-    return Promise.resolve({
+    await this.ioGate;
+    return {
       io: {
         terminal: false,
         stdio: { stdin: "null", stdout: "null", stderr: "null" } as const,
@@ -86,14 +100,18 @@ export class FakePlatform implements ShimPlatform {
       ready: () =>
         this.failIoReady ? Promise.reject(new Error("stdio not ready")) : Promise.resolve(),
       handle: {
-        closeStdin: () => Promise.resolve(),
+        closeStdin: () => {
+          this.calls.push(`close stdin ${stdio.stdout}`);
+          return Promise.resolve();
+        },
         drain: () => Promise.resolve(),
         close: () => {
           this.calls.push(`close io ${stdio.stdout}`);
           return Promise.resolve();
         },
+        resize: (w: number, h: number) => void this.calls.push(`resize ${stdio.stdout} ${w}x${h}`),
       },
-    });
+    };
   }
   mount(_m: unknown[], target: string) {
     this.calls.push(`mount ${target}`);

@@ -176,3 +176,104 @@ Deno.test("stats: the platform's for a running init; NotFound once it exited wit
     });
   });
 });
+
+/** A gate a fake step waits on until `open()`. */
+function gate() {
+  const g = Promise.withResolvers<void>();
+  return { promise: g.promise, open: () => g.resolve() };
+}
+
+/** The Start of `e1` begun, and held in its I/O open or its runtime exec by `hold`. */
+async function startHeld(c: Container, hold: { open(): void }) {
+  c.addExec("e1", { ...STDIO, stdin: "/exec-in", terminal: true }, () => ({}));
+  const started = c.start("e1");
+  await settle();
+  return { started, release: async () => (hold.open(), await started) };
+}
+
+Deno.test("closeIO: one arriving while an exec's stdio is still being opened closes stdin on attach", async () => {
+  await withContainer(async ({ c, platform }) => {
+    const g = gate();
+    platform.ioGate = g.promise;
+    const { release } = await startHeld(c, g);
+    // The client finished writing as soon as the stdin FIFO was open: its CloseIO comes now.
+    await c.closeStdin("e1");
+    assert.equal(c.process("e1").stdinClosed, true);
+    assert.deepEqual(platform.calls, ["open io /exec-out"]);
+    assert.equal(await release(), 101);
+    assert.deepEqual(platform.calls, ["open io /exec-out", "close stdin /exec-out"]);
+    // More CloseIOs close nothing twice.
+    await c.closeStdin("e1");
+    assert.deepEqual(platform.calls, ["open io /exec-out", "close stdin /exec-out"]);
+  });
+});
+
+Deno.test("closeIO: before Start, during the runtime's exec and after it: each end closed once", async () => {
+  await withContainer(async ({ c, platform, runtime }) => {
+    runtime.ownsStdio = true;
+    c.addExec("e1", { ...STDIO, stdin: "/exec-in" }, () => ({}));
+    await c.closeStdin("e1"); // nothing attached yet: remembered
+    const g = gate();
+    runtime.execGate = g.promise;
+    const started = c.start("e1");
+    await settle();
+    // The shim's FIFO end is attached and closed at once; the runtime's comes with its report.
+    assert.deepEqual(platform.calls, ["open io /exec-out", "close stdin /exec-out"]);
+    await c.closeStdin("e1");
+    g.open();
+    assert.equal(await started, 101);
+    await settle();
+    assert.deepEqual(runtime.calls, ["exec c1 e1", "close stdin 101"]);
+    await c.closeStdin("e1");
+    assert.deepEqual(runtime.calls, ["exec c1 e1", "close stdin 101"]);
+    assert.deepEqual(platform.calls, ["open io /exec-out", "close stdin /exec-out"]);
+  });
+});
+
+Deno.test("resizePty: a size asked while an exec starts reaches its terminal once attached", async () => {
+  await withContainer(async ({ c, platform, runtime }) => {
+    const g = gate();
+    platform.ioGate = g.promise;
+    const { release } = await startHeld(c, g);
+    await c.resize("e1", 120, 40);
+    await release();
+    assert.deepEqual(platform.calls, ["open io /exec-out", "resize /exec-out 120x40"]);
+    // A runtime that owns the terminal gets it with its report.
+    runtime.ownsStdio = true;
+    const g2 = gate();
+    runtime.execGate = g2.promise;
+    c.addExec("e2", { ...STDIO, terminal: true }, () => ({}));
+    const started = c.start("e2");
+    await settle();
+    await c.resize("e2", 80, 25);
+    g2.open();
+    assert.equal(await started, 102);
+    await settle();
+    assert.deepEqual(runtime.calls.slice(-2), ["exec c1 e2", "resize 102 80x25"]);
+  });
+});
+
+Deno.test("kill, delete and a second start of an exec mid-start wait for it or are refused", async () => {
+  await withContainer(async ({ c, platform, runtime }) => {
+    const g = gate();
+    runtime.execGate = g.promise;
+    const { started } = await startHeld(c, g);
+    await assert.rejects(c.start("e1"), (e) => {
+      assert.equal(code(e), Code.FailedPrecondition);
+      assert.match(String(e), /exec "e1" of container "c1": it is starting/);
+      return true;
+    });
+    // Kill waits for the pid, as the Go shim's Kill waits behind its Start; Delete then finds
+    // the exec running.
+    const killed = c.kill("e1", 9, false);
+    const deleted = c.delete("e1", () => {});
+    await settle();
+    assert.deepEqual(platform.calls, ["open io /exec-out"]);
+    g.open();
+    await started;
+    await killed;
+    assert.deepEqual(platform.calls, ["open io /exec-out", "kill 101 9"]);
+    await assert.rejects(deleted, (e) => code(e) === Code.FailedPrecondition);
+    assert.equal(c.process("e1").state, "running");
+  });
+});
