@@ -17,7 +17,8 @@
 #  4. deno's dependency cache, filled from deno.lock (`deno install --frozen`).
 #  5. `deno bundle`'s esbuild in deno's cache (installShims bundles every shim it installs; deno
 #     fetches esbuild on its first bundle): one bundle of an empty module.
-#  6. Debian's docker-registry (registry.sh), 7. critest built from its Go module (critest.sh).
+#  6. Debian's docker-registry (registry.sh), 7. critest and crictl built from their Go module
+#     (critest.sh).
 #  Not here: rust-extensions' runc shim (rust_shim.sh, ~9 minutes to build once), which only the
 #  benchmarks use: `deno task bench` builds it when it is missing.
 #  8. The cgroup v2 test guest (sdk/testing/guest.ts): qemu-system-x86 and kmod from step 1, a
@@ -209,7 +210,7 @@ fi
 
 # --- 7. critest (Kubernetes' CRI validation suite), built from its Go module -----------------
 # Only as root: critest runs only as root, and a non-root run must not spend minutes compiling.
-if [ ! -x "$cache/critest-v1.37.0/critest" ]; then
+if [ ! -x "$cache/critest-v1.37.0/critest" ] || [ ! -x "$cache/critest-v1.37.0/crictl" ]; then
   if ! $is_root; then
     say "missing critest (as root run: bash tests/setup/critest.sh 1.37.0)"
   elif command -v go >/dev/null; then
