@@ -9,7 +9,8 @@
  *   runc options' `shim_cgroup`;
  * - a spare of reinstalled code is never adopted and exits by itself; a killed spare means a
  *   cold start; parallel starts are all counted; idle expiry; `SKIFF_SPARE=0`; two containerds
- *   on one node; nothing left behind.
+ *   on one node; nothing left behind (a gone containerd's spare takes its directory and the
+ *   launcher's note with it).
  *
  * The spare a `start` adopts is recognised by pid: the pid that waited in `c.spares()` is the
  * one the bundle's `shim.pid` names afterwards. Everything waits by polling with generous
@@ -17,9 +18,9 @@
  */
 import assert from "node:assert/strict";
 import { integrationTest } from "../_integration.ts";
-import { containerdVersions } from "../../sdk/testing/containerd.ts";
+import { containerdVersions, type PrivateContainerd } from "../../sdk/testing/containerd.ts";
 import { installExampleShims } from "../../sdk/install/examples.ts";
-import { spareDir } from "../../sdk/shim/spare/mod.ts";
+import { spareDir, spareDirCache } from "../../sdk/shim/spare/mod.ts";
 import {
   alive,
   describe,
@@ -102,8 +103,11 @@ for (const v of chosen) {
             assert.equal(at("-namespace"), ns);
             assert.ok(!c.spares().some((s) => s.pid === spare), "no longer listed as waiting");
             assert.equal(await servingOrigin(c, second), "spare");
-            // No Deno `start`: the launcher's shell knocked at the spare's door.
-            assert.equal(await servingHandoff(c, second), "door");
+            // The launcher's shell knocked at the spare's door ("door", no Deno `start`); a spare
+            // that, niced and on a busy machine, did not answer within the shell's second is
+            // reached by Deno's `start` through its socket ("socket"): adopted all the same. The
+            // door's own path is tests/unit/shim/spare/door_test.ts's, with the real shell.
+            assert.match(await servingHandoff(c, second), /^(door|socket)$/);
             await statsReach(c, { adopted: 1, cold: 1 });
             // The task really runs under it: ctr sees it, and a kill reaches it through the server.
             await ok(c.ctr(["tasks", "kill", "-s", "KILL", second], { namespace: ns }), "kill");
@@ -327,24 +331,39 @@ for (const v of chosen) {
           assert.deepEqual(c.spares(), []);
           assert.ok(!exists(dir), `${dir} removed by stop()`);
 
+          // Two runs (the second through the door: the launcher's shell notes the directory's
+          // name), their servers ended: only the spare is left of this containerd.
+          const used = async (c: PrivateContainerd, tag: string) => {
+            for (const id of [uid(`${tag}0`), uid(`${tag}1`)]) {
+              await ok(k.run(c, { id, namespace: "left", args: ["true"] }), id);
+            }
+            await eventually("no shim server left", () => c.shims().length ? undefined : true);
+            assert.ok(exists(spareDir(c.address)) && exists(spareDirCache(c.address)!));
+            return await waitingSpare(c);
+          };
+          // The spare that left took its containerd's files with it, before the kit's cleanup.
+          const tidied = (c: PrivateContainerd) =>
+            eventually(`no ${spareDir(c.address)} nor its note`, () => {
+              const note = spareDirCache(c.address)!;
+              return exists(spareDir(c.address)) || exists(note) ? undefined : true;
+            }, 10_000);
+
           // containerd stopped (SIGTERM) without the kit's cleanup: the spare notices.
           const d = await k.containerd();
-          await ok(k.run(d, { id: uid("y"), namespace: "left", args: ["true"] }), "y");
-          const orphan = await waitingSpare(d);
+          const orphan = await used(d, "y");
           Deno.kill(d.pid!, "SIGTERM");
           await eventually("containerd's exit", () => d.pid === undefined ? true : undefined);
           await eventually(
             `spare ${orphan} exits once containerd is gone`,
             () => alive(orphan) ? undefined : true,
           );
+          await tidied(d);
           await d.stop();
-          assert.ok(!exists(spareDir(d.address)));
 
           // containerd SIGKILLed: its socket file stays, but the process the spare was spawned
-          // under is gone, and the spare notices that too.
+          // under is gone, and the spare notices that too (and that nobody accepts there).
           const e = await k.containerd();
-          await ok(k.run(e, { id: uid("z"), namespace: "left", args: ["true"] }), "z");
-          const orphan2 = await waitingSpare(e);
+          const orphan2 = await used(e, "z");
           const socketFile = e.address;
           Deno.kill(e.pid!, "SIGKILL");
           await eventually("containerd's exit", () => e.pid === undefined ? true : undefined);
@@ -353,8 +372,8 @@ for (const v of chosen) {
             `spare ${orphan2} exits once its containerd was killed`,
             () => alive(orphan2) ? undefined : true,
           );
+          await tidied(e);
           await e.stop();
-          assert.ok(!exists(spareDir(e.address)));
         });
       } finally {
         await k.close();

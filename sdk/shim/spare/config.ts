@@ -238,7 +238,8 @@ export function spareDir(address: string, socketDir: string = DEFAULT_SOCKET_DIR
  * runs no `sha256sum` (`startDoorPath` in sdk/install/install.ts writes and reads it):
  * `<socket dir>/skiff-address-<address, '/' as '%'>`. Undefined for an address the shell does not
  * name a file after (not absolute, or with characters other than letters, digits and `/._-`):
- * its shell hashes at every start.
+ * its shell hashes at every start. It goes with the directory once that containerd is gone
+ * (`tidySpareDir` in ./lifetime.ts).
  *
  * @param address containerd's address (`-address`)
  * @param socketDir the directory of shim sockets

@@ -37,6 +37,8 @@ const REHEARSAL_MS = 5_000;
  * @param shim the shim whose options the pretend Create resolves
  * @param reaper the spare's reaper, which the server will use
  * @param dir a private directory (the spare's)
+ * @param signal stops the rehearsal (a start connected)
+ * @param timeoutMs how long it may take before it counts as failed (default 5 s)
  * @returns whether the whole rehearsal succeeded
  * @example Usage
  * ```ts ignore
@@ -48,6 +50,7 @@ export async function rehearse<T extends object>(
   reaper: Reaper,
   dir: string,
   signal?: AbortSignal,
+  timeoutMs: number = REHEARSAL_MS,
 ): Promise<boolean> {
   const work = `${dir}/rehearsal-${Deno.pid}`;
   const closers: (() => Promise<unknown> | unknown)[] = [];
@@ -56,7 +59,7 @@ export async function rehearse<T extends object>(
     removeStale(dir);
     await Deno.mkdir(`${work}/bundle`, { recursive: true, mode: 0o700 });
     const rehearsal = run(shim, reaper, work, closers, signal);
-    const timeout = new Promise<false>((r) => timer = setTimeout(() => r(false), REHEARSAL_MS));
+    const timeout = new Promise<false>((r) => timer = setTimeout(() => r(false), timeoutMs));
     return await Promise.race([rehearsal.then(() => true), timeout]);
   } catch {
     return false;

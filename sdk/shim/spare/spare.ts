@@ -6,8 +6,9 @@
  * cgroups, `shim_cgroup`, OOM score, log FIFO, `-debug`) and runs {@linkcode serveShim}.
  *
  * It exits, removing its socket, when it has waited `SKIFF_SPARE_IDLE_SECONDS`, when its
- * containerd's socket or process is gone, or when the launcher that spawned it was reinstalled. Only one
- * spare waits per key: the lock file is held from before loading until adoption.
+ * containerd's socket or process is gone, or when the launcher that spawned it was reinstalled
+ * (taking its containerd's spares' directory with it once nothing of that containerd runs).
+ * Only one spare waits per key: the lock file is held from before loading until adoption.
  *
  * @module
  */
@@ -19,7 +20,7 @@ import type { ServerExtension } from "../server/extension.ts";
 import { spareIdleSeconds } from "./config.ts";
 import { takeSpareLock } from "./lock.ts";
 import { loadingMarker, releaseLoading } from "./loading.ts";
-import { watchLifetime } from "./lifetime.ts";
+import { tidySpareDir, watchLifetime } from "./lifetime.ts";
 import {
   handoffServerFlags,
   SPARE_ADOPTION_MS,
@@ -50,6 +51,9 @@ import {
   runLauncherStart,
   takeKnock,
 } from "./door.ts";
+
+/** How long a leaving spare may take for its rehearsal's end and the tidy of its directory. */
+const EXPIRE_TIDY_MS = 5_000;
 
 /**
  * Sets this process's nice value and its autogroup's, best effort: priority is a hint (and
@@ -123,7 +127,7 @@ export async function runSpare<T extends object>(
   // run code V8 has compiled; a start that connects stops it at its next step. Then leave the
   // loading's and the rehearsal's garbage behind: a spare may wait for minutes.
   const rehearsal = new AbortController();
-  void rehearse(shim, reaper, dir, rehearsal.signal)
+  const rehearsed = rehearse(shim, reaper, dir, rehearsal.signal)
     .then(() => {
       if (!rehearsal.signal.aborted) trimMemory(); // unless a start has adopted us meanwhile
     });
@@ -135,7 +139,16 @@ export async function runSpare<T extends object>(
   // it begins). A launcher's start in hand is answered first: its shell waits for our word.
   let adopting = false;
   let expired = false;
-  const expire = () => (leave(), Deno.exit(0));
+  // Leaving, the rehearsal's files first: with containerd gone and nothing else of it running,
+  // its spares' directory and the launcher's note go too (./lifetime.ts).
+  const expire = () => {
+    leave();
+    rehearsal.abort();
+    // Bounded: a rehearsal or a look that does not end never keeps a spare from leaving.
+    setTimeout(() => Deno.exit(0), EXPIRE_TIDY_MS);
+    void rehearsed.catch(() => {}).then(() => tidySpareDir(dir, flags.address, daemon))
+      .finally(() => Deno.exit(0));
+  };
   const stopWatch = watchLifetime({
     launcher,
     launcherText: taken.launcherText,

@@ -12,6 +12,8 @@
  * - a killed shared server: exactly its pods end (their processes gone, their sockets removed),
  *   the other server's pods run on;
  * - the last pod's end ends the server: nothing is left in the socket directory;
+ * - containerd stopped after that: its spare takes the spares' directory (the shared servers'
+ *   locks, the namespace notes) and the launcher's note with it;
  * - with the launcher's door off, a pod joins through the join socket (Deno's `start`).
  *
  * Everything waits by polling with generous bounds; nothing asserts a duration.
@@ -20,7 +22,7 @@ import assert from "node:assert/strict";
 import { integrationTest } from "../../../_integration.ts";
 import { containerdVersions, type PrivateContainerd } from "../../../../sdk/testing/containerd.ts";
 import { installExampleShims } from "../../../../sdk/install/examples.ts";
-import { spareDir } from "../../../../sdk/shim/spare/mod.ts";
+import { spareDir, spareDirCache } from "../../../../sdk/shim/spare/mod.ts";
 import {
   alive,
   bundleOf,
@@ -34,6 +36,7 @@ import {
   servingHandoff,
   servingOrigin,
   uid,
+  waitingSpare,
 } from "../../../_spare.ts";
 
 const versions = containerdVersions().filter((v) => /^(1\.6|2\.1|2\.4)\./.test(v.version));
@@ -114,10 +117,16 @@ for (const v of chosen) {
           const servers = await Promise.all(pods.map((id) => serverOf(c, ns, id)));
           assert.equal(new Set(servers.slice(0, LIMIT)).size, 1, `one server: ${servers}`);
           assert.notEqual(servers[LIMIT], servers[0], `the fourth pod's own: ${servers}`);
+          const handoffs: string[] = [];
           for (const id of pods.slice(1, LIMIT)) {
             assert.equal(await servingOrigin(c, id), "shared", `${id} joined`);
-            assert.equal(await servingHandoff(c, id), "door", `${id}: no Deno start`);
+            handoffs.push(await servingHandoff(c, id));
           }
+          // Joined through the door (no Deno start), or, when the server did not take a knock
+          // within the shell's five seconds on a busy machine, through Deno's start: joined
+          // all the same. The door serves most of them whatever the load.
+          assert.ok(handoffs.every((h) => h === "door" || h === "socket"), `${handoffs}`);
+          assert.ok(handoffs.includes("door"), `some joined through the door: ${handoffs}`);
           for (const id of pods) {
             assert.equal((await task(c, ns, id))?.status, "RUNNING", id);
             await execWorks(c, ns, id);
@@ -223,6 +232,22 @@ for (const v of chosen) {
             }
           },
         );
+
+        await t.step("containerd stopped: its spare takes its files", async () => {
+          // The servers of the pods have ended; the spare the last one spawned waits.
+          await eventually("no shim server left", () => c.shims().length ? undefined : true);
+          const spare = await waitingSpare(c);
+          const dir = spareDir(c.address);
+          const note = spareDirCache(c.address)!;
+          assert.ok(exists(dir) && exists(note), "the shared servers' files and the note");
+          Deno.kill(c.pid!, "SIGTERM");
+          await eventually(`spare ${spare} exits`, () => alive(spare) ? undefined : true);
+          await eventually(
+            `no ${dir} nor its note`,
+            () => exists(dir) || exists(note) ? undefined : true,
+            10_000,
+          );
+        });
 
         await t.step("with the door off, a pod joins through the join socket", async () => {
           await c.stop();
