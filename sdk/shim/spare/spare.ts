@@ -139,9 +139,14 @@ export async function runSpare<T extends object>(
   // it begins). A launcher's start in hand is answered first: its shell waits for our word.
   let adopting = false;
   let expired = false;
+  // Set once it leaves: a start whose handoff was still being read then is not taken (the tidy
+  // and the exit below would end it as a server).
+  let leaving = false;
   // Leaving, the rehearsal's files first: with containerd gone and nothing else of it running,
   // its spares' directory and the launcher's note go too (./lifetime.ts).
   const expire = () => {
+    if (leaving) return;
+    leaving = true;
     leave();
     rehearsal.abort();
     // Bounded: a rehearsal or a look that does not end never keeps a spare from leaving.
@@ -243,7 +248,7 @@ export async function runSpare<T extends object>(
     void (async () => {
       for await (const pid of door.knocks()) {
         if (!takeKnock(dir, pid)) continue; // the shell gave up, or never asked
-        if (adopting) {
+        if (adopting || leaving) {
           // Taken meanwhile: told at once, not after this spare has become a server (a burst's
           // shells queued at the door lost ~0.2 s each so); its shell waits on `create` behind
           // this start (shared servers) or goes the Deno way.
@@ -279,7 +284,7 @@ export async function runSpare<T extends object>(
     if (Number.isInteger(baseNice)) setPriority(baseNice, 0); // 0: a cold server's new session
     void readHandoff(conn, codeId).then((handoff) => {
       vetting--;
-      if (handoff === undefined || adopting) {
+      if (handoff === undefined || adopting || leaving) {
         peers.release(inode);
         try {
           conn.close();
