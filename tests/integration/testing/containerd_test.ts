@@ -217,6 +217,11 @@ for (const v of versions) {
             assert.match(row ?? "", /RUNNING/);
             initPid = Number(row!.split(/\s+/)[1]);
             assert.ok(initPid > 0);
+            // The Go shims of the `ctr run --rm`s above exit on the Shutdown after Delete, which
+            // containerd does not wait for: under load one may still be on its way out. Bounded.
+            for (let i = 0; i < 600 && c.shims().length > 1; i++) {
+              await new Promise((r) => setTimeout(r, 100));
+            }
             shimPids = c.shims().map((s) => s.pid);
             assert.equal(shimPids.length, 1, "one shim for the detached container");
             const oldPid = c.pid;
