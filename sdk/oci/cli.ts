@@ -66,8 +66,12 @@ export class OciRuntimeCli {
   #deferredIo: ProcessStdio | undefined;
   /** With `initExit: "wait"`: the inits' exits, settled by a `wait` run from start/restore. */
   #exits = new Map<string, PromiseWithResolvers<number>>();
-  /** `wait` commands running: pid → container id. */
-  #waiting = new Map<number, string>();
+  /**
+   * `wait` commands running, by pid: the container, and whether its answer has begun to arrive
+   * (read by Deno's pipe reader, which reads ahead: from then on the answer is in this code's
+   * memory only, and an upgrade that carried the pipe would hand on an answer already taken).
+   */
+  #waiting = new Map<number, { id: string; answered: boolean }>();
   /** Outputs of `wait` commands the previous code started, by container id. */
   #answers = new Map<string, { fd: number; errors: number; read: boolean }>();
 
@@ -231,7 +235,7 @@ export class OciRuntimeCli {
     const answer = this.#answers.get(id);
     if (answer) return { descriptors: { waitOutput: answer.fd, waitErrors: answer.errors } };
     for (const [pid, waited] of this.#waiting) {
-      if (waited !== id) continue;
+      if (waited.id !== id) continue;
       // Its stderr too: a command whose stderr reader is gone dies on its next message.
       const fd = parentEndOf(pid, 1);
       const errors = parentEndOf(pid, 2);
@@ -619,15 +623,19 @@ export class OciRuntimeCli {
    */
   async wait(id: string): Promise<number> {
     let pid = 0;
+    const waiting = { id, answered: false };
     const spawn = (cmd: Deno.Command) => {
       const child = (this.#o.spawn ?? ((c: Deno.Command) => c.spawn()))(cmd);
       pid = child.pid;
-      this.#waiting.set(pid, id);
+      this.#waiting.set(pid, waiting);
       return child;
     };
     let out: string;
     try {
-      out = await this.#run("wait", id, [id], { spawn });
+      out = await this.#run("wait", id, [id], {
+        spawn,
+        onOutput: () => waiting.answered = true,
+      });
     } finally {
       this.#waiting.delete(pid);
     }
@@ -726,7 +734,8 @@ export class OciRuntimeCli {
   }
 
   /**
-   * False while a `wait` command has ended and its answer is not yet taken in: a live upgrade
+   * False while a `wait` command has begun to answer or has ended and its answer is not yet
+   * taken in (its exit delivered, or the carried output read to its end): a live upgrade
    * replaces the process image only when it is true, so an exit that `wait` reports is never
    * lost with the old code.
    *
@@ -738,7 +747,9 @@ export class OciRuntimeCli {
    * ```
    */
   get settled(): boolean {
-    for (const pid of this.#waiting.keys()) if (!stillRunning(pid)) return false;
+    // A wait that has printed its answer may still run for a moment (until it exits): the
+    // answer is already read into this code, so it is not settled either.
+    for (const [pid, w] of this.#waiting) if (w.answered || !stillRunning(pid)) return false;
     for (const a of this.#answers.values()) if (a.read) return false;
     return true;
   }

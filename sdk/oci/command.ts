@@ -67,6 +67,11 @@ export interface RunOptions {
   addressesContainer?: boolean;
   /** Working directory; used only when it still exists (a late delete runs where we are). */
   cwd?: string;
+  /**
+   * Called once, when the first bytes of the command's stdout have been read into this process
+   * (a `wait` whose answer is in hand: a live upgrade must not replace the process image now).
+   */
+  onOutput?: () => void;
 }
 
 type Stdio = { stdin: StdioMode; stdout: StdioMode; stderr: StdioMode };
@@ -120,7 +125,9 @@ export async function runCommand(
   }
   if (opts.io !== undefined) opts.io.attach(child);
 
-  const stdout = ownStdio && stdio.stdout === "piped" ? new Collector(child.stdout) : undefined;
+  const stdout = ownStdio && stdio.stdout === "piped"
+    ? new Collector(child.stdout, opts.onOutput)
+    : undefined;
   const stderr = ownStdio && stdio.stderr === "piped" ? new Collector(child.stderr) : undefined;
   if (ownStdio && stdio.stdin === "piped") await writeInput(child, opts.input);
 
@@ -248,10 +255,12 @@ class Collector {
   #size = 0;
   #reader: ReadableStreamDefaultReader<Uint8Array>;
   #discard = false;
+  #onFirst: (() => void) | undefined;
   readonly done: Promise<void>;
 
-  constructor(stream: ReadableStream<Uint8Array>) {
+  constructor(stream: ReadableStream<Uint8Array>, onFirst?: () => void) {
     this.#reader = stream.getReader();
+    this.#onFirst = onFirst;
     this.done = this.#pump();
   }
 
@@ -260,6 +269,11 @@ class Collector {
       for (;;) {
         const { done, value } = await this.#reader.read();
         if (done) return;
+        if (value.length > 0 && this.#onFirst) {
+          const first = this.#onFirst;
+          this.#onFirst = undefined;
+          first();
+        }
         if (this.#discard || this.#size >= COLLECT_LIMIT) continue;
         this.#chunks.push(value);
         this.#size += value.length;

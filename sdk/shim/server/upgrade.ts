@@ -11,6 +11,7 @@
  * @module
  */
 
+import type { HandlerContext } from "@connectrpc/connect";
 import type { TtrpcServer, WireMethod } from "../../ttrpc/server.ts";
 import { Code, statusError } from "../../ttrpc/status_error.ts";
 import { close } from "../../linux/libc.ts";
@@ -51,6 +52,7 @@ import { carriedDescriptors, type ContainerCarry } from "./carry.ts";
 import { fdConn } from "./fd_conn.ts";
 
 const DEFAULT_SETTLE_MS = 5_000;
+/** The installed code's check's bound when the caller gives no more time (see checkTimeoutMs). */
 const CHECK_TIMEOUT_MS = 30_000;
 /** Carried, not awaited: calls that may wait for a long time and answer the same again. */
 const CARRIED_METHODS = new Set(["Wait", "WaitSandbox", UPGRADE_METHOD]);
@@ -131,7 +133,7 @@ function upgradeMethod(d: UpgradeDeps): WireMethod {
     name: UPGRADE_METHOD,
     input: UPGRADE_REQUEST as unknown as WireMethod["input"],
     output: UPGRADE_REPORT as unknown as WireMethod["output"],
-    impl: async (req: UpgradeRequest) => {
+    impl: async (req: UpgradeRequest, ctx?: Pick<HandlerContext, "timeoutMs">) => {
       // The call that started an upgrade, replayed in the code it started: answer it.
       if (d.resumed && d.resumed.token === req.token) return resumedReport(d.resumed, d);
       if (running) {
@@ -139,7 +141,7 @@ function upgradeMethod(d: UpgradeDeps): WireMethod {
       }
       running = true;
       try {
-        return await upgrade(d, req);
+        return await upgrade(d, req, checkTimeoutMs(ctx));
       } finally {
         running = false;
       }
@@ -182,7 +184,33 @@ function refuseEnding(d: UpgradeDeps): void {
   );
 }
 
-async function upgrade(d: UpgradeDeps, req: UpgradeRequest): Promise<UpgradeReport> {
+/**
+ * How long the installed code's check (`<launcher> -upgrade-check`, a start of the new code)
+ * may take: half of the time the caller left the call (the other half is for the hold, the
+ * re-exec and the new code's start), and never less than 30 s. A slow machine (an emulated
+ * guest under load: a start takes 30 s and more there) gets what its caller's deadline allows.
+ *
+ * @param ctx the Upgrade call's context, if any (its `timeoutMs()`: what is left of its deadline)
+ * @returns the check's bound in ms
+ * @example Usage
+ * ```ts
+ * import { strictEqual } from "node:assert/strict";
+ * import { checkTimeoutMs } from "./upgrade.ts";
+ * strictEqual(checkTimeoutMs(undefined), 30_000); // no deadline: 30 s
+ * strictEqual(checkTimeoutMs({ timeoutMs: () => 60_000 }), 30_000); // the upgrade command's
+ * strictEqual(checkTimeoutMs({ timeoutMs: () => 180_000 }), 90_000);
+ * ```
+ */
+export function checkTimeoutMs(ctx?: Pick<HandlerContext, "timeoutMs">): number {
+  const left = ctx?.timeoutMs?.();
+  return left === undefined ? CHECK_TIMEOUT_MS : Math.max(CHECK_TIMEOUT_MS, Math.floor(left / 2));
+}
+
+async function upgrade(
+  d: UpgradeDeps,
+  req: UpgradeRequest,
+  checkMs: number,
+): Promise<UpgradeReport> {
   refuseEnding(d);
   const refused = d.refusal?.();
   if (refused) throw statusError(refused, Code.FailedPrecondition);
@@ -206,7 +234,7 @@ async function upgrade(d: UpgradeDeps, req: UpgradeRequest): Promise<UpgradeRepo
   };
   if (to === from.code && to !== "unknown" && !req.force) return unchanged;
   refuseUncarriable(() => (d.tasks.carry(), d.carrySandboxes(), d.shim.carryUpgrade?.()));
-  await checkInstalledCode(launcher);
+  await checkInstalledCode(launcher, checkMs);
 
   const heldAt = Date.now();
   d.logger.info("live upgrade: holding requests", { to });
@@ -273,23 +301,30 @@ function refuseUncarriable(carry: () => unknown): void {
 }
 
 /** Asks the installed code whether it loads and takes this state format. */
-async function checkInstalledCode(launcher: string): Promise<void> {
+async function checkInstalledCode(launcher: string, timeoutMs: number): Promise<void> {
   const env = { ...Deno.env.toObject() };
   delete env[LAUNCHER_ENV.upgradeState];
   let out: Deno.CommandOutput;
+  const signal = AbortSignal.timeout(timeoutMs);
   try {
     out = await new Deno.Command(launcher, {
       args: [`-${UPGRADE_CHECK_FLAG}`, UPGRADE_STATE_FORMAT],
       env,
       clearEnv: true,
       stdin: "null",
-      signal: AbortSignal.timeout(CHECK_TIMEOUT_MS),
+      signal,
     }).output();
   } catch (e) {
     throw statusError(
       `refused: the installed code at "${launcher}" did not answer its check: ${
         (e as Error).message
       }`,
+      Code.FailedPrecondition,
+    );
+  }
+  if (!out.success && signal.aborted) {
+    throw statusError(
+      `refused: the installed code at "${launcher}" did not finish its check within ${timeoutMs} ms`,
       Code.FailedPrecondition,
     );
   }

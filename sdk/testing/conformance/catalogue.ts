@@ -462,61 +462,183 @@ export const CATALOGUE: readonly Scenario[] = [
     standsFor: "an operator's `<shim binary> upgrade` (skiff.shim.v1.Upgrade on the shim's own " +
       "socket): the same shim process re-executes into its installed code three times while the " +
       "container prints through its FIFOs and containerd's Wait is pending; no output is lost, " +
-      "the Wait returns the exit status, an exec works afterwards",
+      "the Wait is still pending after the upgrades and returns the exit status once the " +
+      "container is told to exit, an exec works afterwards",
     requires: { runtime: ["liveUpgrade"] },
-    async check(ctx) {
-      const lines = 300;
-      const id = await ctx.container({
-        args: [
-          "sh",
-          "-c",
-          // It ends only when told (a line on stdin): however slow the upgrades, it still runs.
-          `i=0; while [ $i -lt ${lines} ]; do echo $i; i=$((i+1)); sleep 0.01; done; read x; exit 6`,
-        ],
-      });
-      const io = ctx.fifos(id, ["stdin", "stdout", "stderr"]);
-      const out = ctx.readAll(io.stdout);
-      void ctx.readAll(io.stderr).catch(() => {});
-      await ctx.startTask(id, io);
-      const stdin = await ctx.within(Deno.open(io.stdin, { write: true }), "open stdin");
-      ctx.defer(() => Promise.resolve(stdin.close()).catch(() => {}));
-      const waited = ctx.wait(id);
-      const bundle = `${ctx.containerd.state}/io.containerd.runtime.v2.task/${ctx.namespace}/${id}`;
-      const socket = socketOf(bundle);
-      if (!socket) {
-        throw new ScenarioSkip("not applicable: the bundle records no shim address");
-      }
-      let pid: number | undefined;
-      for (let i = 0; i < 3; i++) {
-        let report;
-        try {
-          // The call's own error (its code) is what tells a shim without live upgrade.
-          report = await ctx.within(
-            upgradeShim(socket, { token: crypto.randomUUID(), force: true }).catch((e) => {
-              // Named like the step, so that within() passes it on as it is.
-              throw unknownService(e) ? new Unoffered(`upgrade ${i}: no such service`) : e;
-            }),
-            `upgrade ${i}`,
-          );
-        } catch (e) {
-          if (!(e instanceof Unoffered)) throw e;
-          throw new ScenarioSkip(
-            "not applicable: the shim serves no live upgrade (skiff.shim.v1.Upgrade)",
-          );
-        }
-        assert.equal(report.upgraded, true, `upgrade ${i}: ${JSON.stringify(report)}`);
-        pid ??= report.pid;
-        assert.equal(report.pid, pid, "the same shim process");
-      }
-      await ctx.exec(id, "after", ["sh", "-c", "exit 2"]);
-      assert.equal(await ctx.wait(id, "after"), 2, "an exec after the upgrades");
-      await stdin.write(new TextEncoder().encode("done\n"));
-      assert.equal(await ctx.within(waited, "the Wait pending across the upgrades"), 6);
-      const got = (await ctx.within(out, "stdout EOF")).trim().split("\n");
-      assert.deepEqual(got, Array.from({ length: lines }, (_, i) => String(i)), "every line, once");
-    },
+    check: liveUpgradeCheck(),
   },
 ];
+
+/**
+ * The live upgrade: three upgrades while a counter prints and containerd's Wait is pending.
+ *
+ * Every bound is one step's, never the scenario's so far: on a slow machine (a loaded, emulated
+ * cgroup v2 guest, where one upgrade takes 15-40 s) the upgrades and the counter together take
+ * minutes, and a bound that ran from the Wait's start counted them against the Wait (issue 48:
+ * "wait conf-live-upgrade-1: no answer within 60s" of a Wait that answers, with the right
+ * status and every line, 86 s after it was sent). The counter prints until told to stop, and is
+ * bounded by its progress (a line at least every step); the Wait from the moment the container
+ * is told to exit: then it has a step to answer, and a lost Wait still fails, told apart from a
+ * container that never exited. Asserted: lines while the upgrades ran and after them, every line
+ * once, the Wait pending until the container is told to exit and then its status.
+ *
+ * @param o `execsInWindow`: before each upgrade, start an exec that exits a moment later (its
+ *   exit lands around the upgrade's hold, its Wait pending across it) and check its status
+ *   afterwards; the catalogue runs none (tests/integration/shim/server/upgrade_load_test.ts does)
+ * @returns the scenario's check
+ */
+export function liveUpgradeCheck(
+  o: { execsInWindow?: boolean } = {},
+): (ctx: ScenarioContext) => Promise<void> {
+  return (ctx) => liveUpgradeScenario(ctx, o.execsInWindow ?? false);
+}
+
+async function liveUpgradeScenario(ctx: ScenarioContext, execsInWindow: boolean): Promise<void> {
+  const id = await ctx.container({
+    args: [
+      "sh",
+      "-c",
+      // A line every 10 ms until told to stop (a line on stdin): however slow the upgrades, it
+      // prints across them. `read -t` waits without a fork per line (a `sleep` is a process
+      // start, slow under gVisor and emulation). Bounded, should its stdin end early.
+      "i=0; while [ $i -lt 100000 ]; do echo $i; i=$((i+1)); " +
+      "if read -t 0.01 x; then break; fi; done; exit 6",
+    ],
+  });
+  const io = ctx.fifos(id, ["stdin", "stdout", "stderr"]);
+  const counter = readCounting(ctx, io.stdout);
+  void ctx.readAll(io.stderr).catch(() => {});
+  await ctx.startTask(id, io);
+  const stdin = await ctx.within(Deno.open(io.stdin, { write: true }), "open stdin");
+  ctx.defer(() => Promise.resolve(stdin.close()).catch(() => {}));
+  // Sent now, and pending across the upgrades; bounded once the container is told to exit.
+  let early: string | undefined;
+  const waited = ctx.client.tasks.wait({ containerId: id });
+  waited.then(
+    (r) => early ??= `answered ${r.exitStatus}`,
+    (e) => early ??= `failed: ${(e as Error).message}`,
+  );
+  const bundle = `${ctx.containerd.state}/io.containerd.runtime.v2.task/${ctx.namespace}/${id}`;
+  const socket = socketOf(bundle);
+  if (!socket) {
+    throw new ScenarioSkip("not applicable: the bundle records no shim address");
+  }
+  let pid: number | undefined;
+  const windowExits: Promise<void>[] = [];
+  const before = counter.lines();
+  for (let i = 0; i < 3; i++) {
+    if (execsInWindow) {
+      const execId = `window-${i}`;
+      await ctx.exec(id, execId, ["sh", "-c", `sleep 0.${2 + 2 * i}; exit ${10 + i}`]);
+      windowExits.push(
+        ctx.client.tasks.wait({ containerId: id, execId }).then((r) =>
+          assert.equal(r.exitStatus, 10 + i, `exec ${execId}'s exit status`)
+        ),
+      );
+      windowExits.at(-1)!.catch(() => {});
+    }
+    let report;
+    try {
+      // The call's own error (its code) is what tells a shim without live upgrade. Its deadline
+      // is the step's (a slower guest sets a longer stepMs).
+      report = await ctx.within(
+        upgradeShim(socket, { token: crypto.randomUUID(), force: true }, ctx.stepMs).catch((e) => {
+          // Named like the step, so that within() passes it on as it is.
+          throw unknownService(e) ? new Unoffered(`upgrade ${i}: no such service`) : e;
+        }),
+        `upgrade ${i}`,
+      );
+    } catch (e) {
+      if (!(e instanceof Unoffered)) throw e;
+      throw new ScenarioSkip(
+        "not applicable: the shim serves no live upgrade (skiff.shim.v1.Upgrade)",
+      );
+    }
+    assert.equal(report.upgraded, true, `upgrade ${i}: ${JSON.stringify(report)}`);
+    pid ??= report.pid;
+    assert.equal(report.pid, pid, "the same shim process");
+  }
+  const during = counter.lines();
+  assert.ok(during > before, `lines while the upgrades ran (${before} before, ${during} after)`);
+  await ctx.within(Promise.all(windowExits), "the Waits of the execs that exited meanwhile");
+  await ctx.exec(id, "after", ["sh", "-c", "exit 2"]);
+  assert.equal(await ctx.wait(id, "after"), 2, "an exec after the upgrades");
+  // The counter goes on after the upgrades, its Wait still pending.
+  await counter.counted(counter.lines() + 10);
+  assert.equal(early, undefined, "the Wait is still pending after the upgrades");
+  await stdin.write(new TextEncoder().encode("done\n"));
+  let status: number;
+  try {
+    status = (await ctx.within(waited, "the Wait pending across the upgrades")).exitStatus;
+  } catch (e) {
+    // A lost Wait (the task stopped, its Wait never answered), or a container that never exited.
+    const task = await ctx.client.tasks.get({ containerId: id }).then(
+      (t) => `task ${Status[t.process?.status ?? 0]} (exit ${t.process?.exitStatus})`,
+      (err) => `task unknown: ${(err as Error).message}`,
+    );
+    throw new Error(`${(e as Error).message}; ${task}`);
+  }
+  assert.equal(status, 6, "the Wait's exit status");
+  const got = (await ctx.within(counter.all, "stdout EOF")).trim().split("\n");
+  assert.ok(got.length >= during, `${got.length} lines at EOF, ${during} seen before`);
+  assert.deepEqual(
+    got,
+    Array.from({ length: got.length }, (_, i) => String(i)),
+    "every line, once",
+  );
+}
+
+/**
+ * Reads a FIFO to its end (closed at cleanup), counting its lines as they come.
+ *
+ * @returns `all`, the text at EOF; `lines()`, the complete lines so far; and `counted(n)`, which
+ *   resolves once `n` lines have come, and fails when a step passes without a new one or the
+ *   stream ends short
+ */
+function readCounting(
+  ctx: ScenarioContext,
+  path: string,
+): { all: Promise<string>; lines(): number; counted(n: number): Promise<void> } {
+  let text = "";
+  let at = Date.now();
+  let ended = false;
+  const all = (async () => {
+    const file = await Deno.open(path, { read: true });
+    const close = () => {
+      try {
+        file.close();
+      } catch { /* closed */ }
+    };
+    ctx.defer(() => Promise.resolve(close()));
+    const dec = new TextDecoder();
+    const buf = new Uint8Array(64 * 1024);
+    try {
+      for (let n; (n = await file.read(buf)) !== null;) {
+        text += dec.decode(buf.subarray(0, n), { stream: true });
+        at = Date.now();
+      }
+      return text;
+    } finally {
+      ended = true;
+      close();
+    }
+  })();
+  all.catch(() => {});
+  const count = () => text.split("\n").length - 1;
+  return {
+    all,
+    lines: count,
+    async counted(n) {
+      while (count() < n) {
+        if (ended) throw new Error(`stdout ended after ${count()} of ${n} lines`);
+        if (Date.now() - at > ctx.stepMs) {
+          throw new Error(`the counter: no line within ${ctx.stepMs / 1000}s after ${count()}`);
+        }
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    },
+  };
+}
 
 /** The Sandbox API through containerd's controller, as CRI drives it on 2.x. */
 async function sandboxScenario(ctx: ScenarioContext): Promise<void> {
