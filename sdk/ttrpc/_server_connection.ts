@@ -150,6 +150,8 @@ export class ServerConnection {
   #decoder = new FrameDecoder();
   #lastStreamId = 0;
   #inFlight = new Map<number, ControlledHandlerContext>();
+  /** Requests whose lazily loaded service is still loading. */
+  #loading = 0;
   #draining = false;
   #closed = false;
   #madeCalls = false;
@@ -227,7 +229,7 @@ export class ServerConnection {
 
   /** True when held, every running call is carried and nothing waits to be written. */
   get quiet(): boolean {
-    if (!this.#carried || !this.#writer.idle) return false;
+    if (!this.#carried || !this.#writer.idle || this.#loading > 0) return false;
     for (const id of this.#inFlight.keys()) {
       const req = this.#calls.get(id);
       if (!req || !this.#carried(req.service, req.method)) return false;
@@ -415,11 +417,16 @@ export class ServerConnection {
 
   async #loadThenRoute(id: number, req: Request, lazy: LazyServiceEntry): Promise<void> {
     let service: ServiceEntry;
+    // While its service loads, a request is in no list: a live upgrade must not take the
+    // connection as quiet (it would neither answer nor carry the request).
+    this.#loading++;
     try {
       service = await lazy.load();
     } catch (err) {
       const msg = err instanceof Error ? err.message : String(err);
       return this.#sendStatus(id, Code.Internal, `loading service ${req.service}: ${msg}`);
+    } finally {
+      this.#loading--;
     }
     if (this.#draining) {
       return this.#sendStatus(id, Code.Unavailable, TTRPC_SHUTTING_DOWN);

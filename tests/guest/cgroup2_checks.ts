@@ -109,6 +109,8 @@ for (
         : { shimDir: runtime.includes("crun") ? await crunShimDir() : await shims() }),
       containerd: [v21!.version],
       only,
+      // Emulated (TCG) and on a busy host, one live upgrade alone can take over a minute.
+      stepMs: 180_000,
       ...opts,
     });
     const md = markdownReport(report);
